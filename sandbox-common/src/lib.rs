@@ -1,0 +1,339 @@
+//! Types shared by the BPF programs (`sandbox-ebpf`) and the userspace loader (`sandbox-user`).
+//!
+//! Everything here crosses the kernel/user boundary, so every type is `#[repr(C)]`, `Copy`,
+//! padded explicitly and size-checked at compile time. There are no `bool`, `usize` or Rust
+//! enums in these types: discriminants are `u32` constants, decoded on the user side with
+//! `TryFrom` (a bad value is an error there, never a panic).
+#![no_std]
+
+pub mod errno;
+
+/// Names of the maps in the BPF object. The userspace `maps` module turns these into typed
+/// handles; nothing else spells a map name.
+pub mod map_names {
+    pub const SCOPE_LEVELS: &str = "SCOPE_LEVELS";
+    pub const CGROUP_POLICY: &str = "CGROUP_POLICY";
+    pub const POLICIES: &str = "POLICIES";
+    pub const DFA_CLASSES: &str = "DFA_CLASSES";
+    pub const DFA_TRANS: &str = "DFA_TRANS";
+    pub const DFA_ACCEPT: &str = "DFA_ACCEPT";
+    pub const SB_START: &str = "SB_START";
+    pub const INODE_RULES: &str = "INODE_RULES";
+    pub const NET_V4: &str = "NET_V4";
+    pub const NET_V6: &str = "NET_V6";
+    pub const EVENTS: &str = "EVENTS";
+    pub const DROPS: &str = "DROPS";
+}
+
+/// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
+pub const OFFSETS_GLOBAL: &str = "OFFSETS";
+
+/// Longest path the kernel side builds. A longer canonical path is denied for in-scope
+/// processes (fail closed) and reported with [`EVENT_F_PATH_TRUNCATED`].
+pub const PATH_MAX: usize = 4096;
+/// Size of the per-CPU buffer the path is built in (backwards, from the end). Twice
+/// [`PATH_MAX`] so that masked offsets always stay inside it.
+pub const PATH_BUF: usize = 2 * PATH_MAX;
+/// Longest single path component the kernel copies (`NAME_MAX` is 255).
+pub const NAME_MAX: usize = 256;
+/// Dentry levels walked at most; a deeper file is denied (fail closed) and reported.
+pub const MAX_DEPTH: u32 = 1024;
+/// Cgroup v2 levels checked for a bound ancestor (level 0 is the root cgroup).
+pub const MAX_CGROUP_LEVEL: u32 = 32;
+/// Policies that can be live at once.
+pub const MAX_POLICIES: u32 = 64;
+/// Port rules one network prefix can carry (own rules first, then inherited ones).
+pub const NET_RULES_PER_PREFIX: usize = 12;
+/// "No rule" marker in rule-id slots.
+pub const NO_RULE: u16 = u16::MAX;
+
+/// Policy flags (`PolicyInfo::flags`).
+pub mod policy_flags {
+    /// `files.write` is non-empty: writes are allowed only where a write rule matches.
+    pub const WRITE_ALLOWLIST: u32 = 1 << 0;
+    /// `files.read` is non-empty: content reads are allowed only where a read rule matches.
+    pub const READ_ALLOWLIST: u32 = 1 << 1;
+    /// `exec.allow` is non-empty: only matching binaries may be executed.
+    pub const EXEC_ALLOWLIST: u32 = 1 << 2;
+    /// `exec.allow_privileged: false`: setuid/setgid binaries may not be executed.
+    pub const DENY_PRIVILEGED: u32 = 1 << 3;
+    /// Network default is deny (an allowlist is set); otherwise unmatched is allowed.
+    pub const NET_DEFAULT_DENY: u32 = 1 << 4;
+    /// Section modes: when set, that section reports instead of denying.
+    pub const AUDIT_FILES: u32 = 1 << 8;
+    pub const AUDIT_NET: u32 = 1 << 9;
+    pub const AUDIT_EXEC: u32 = 1 << 10;
+}
+
+/// Slots of [`Accept::rules`]: which kind of rule matched a path.
+pub mod accept {
+    pub const FILE_DENY: usize = 0;
+    pub const FILE_READ_ONLY: usize = 1;
+    pub const FILE_WRITE: usize = 2;
+    pub const FILE_READ: usize = 3;
+    pub const EXEC_DENY: usize = 4;
+    pub const EXEC_ALLOW: usize = 5;
+    pub const SLOTS: usize = 8;
+}
+
+/// Per-policy header, `POLICIES[policy_id]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyInfo {
+    pub flags: u32,
+    /// Number of byte classes: the row width of this policy's transition table.
+    pub dfa_stride: u32,
+    /// Index of this policy's state 0 in `DFA_TRANS`.
+    pub dfa_trans_base: u32,
+    /// Index of this policy's state 0 in `DFA_ACCEPT`.
+    pub dfa_accept_base: u32,
+    /// Number of states of this policy's DFA.
+    pub dfa_states: u32,
+    /// State to start from on a superblock whose mount point is unknown.
+    pub dfa_start: u32,
+    /// The dead state: no pattern can match any more.
+    pub dfa_dead: u32,
+    /// Non-zero when the policy is live (a zeroed array slot is not).
+    pub live: u32,
+}
+const _: () = assert!(size_of::<PolicyInfo>() == 32);
+
+/// `DFA_CLASSES[policy_id]`: byte to byte-class map of the policy's DFA.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteClasses {
+    pub classes: [u8; 256],
+}
+const _: () = assert!(size_of::<ByteClasses>() == 256);
+
+/// `DFA_ACCEPT[base + state]`: for each rule kind (see [`accept`]), the id of the first rule
+/// of that kind whose pattern matches a path that ends in this state, or [`NO_RULE`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accept {
+    pub rules: [u16; accept::SLOTS],
+}
+const _: () = assert!(size_of::<Accept>() == 16);
+
+impl Accept {
+    pub const NONE: Self = Self {
+        rules: [NO_RULE; accept::SLOTS],
+    };
+}
+
+/// `SB_START` key: a superblock (kernel `s_dev` encoding) in one policy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SbKey {
+    pub policy_id: u32,
+    pub dev: u32,
+}
+const _: () = assert!(size_of::<SbKey>() == 8);
+
+/// `INODE_RULES` key: a file that existed when the policy loaded, by identity.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InodeKey {
+    pub ino: u64,
+    pub dev: u32,
+    pub policy_id: u32,
+}
+const _: () = assert!(size_of::<InodeKey>() == 16);
+
+/// Network rule actions.
+pub mod net_action {
+    pub const ALLOW: u8 = 1;
+    pub const DENY: u8 = 2;
+}
+
+/// One port-range rule of a network prefix.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortRule {
+    pub port_lo: u16,
+    pub port_hi: u16,
+    pub rule: u16,
+    pub action: u8,
+    pub _pad: u8,
+}
+const _: () = assert!(size_of::<PortRule>() == 8);
+
+/// `NET_V4` / `NET_V6` value: the ordered port rules that apply to the longest matching
+/// prefix (its own, then those inherited from shorter prefixes). First match wins.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetRules {
+    pub count: u32,
+    pub _pad: u32,
+    pub rules: [PortRule; NET_RULES_PER_PREFIX],
+}
+const _: () = assert!(size_of::<NetRules>() == 8 + 8 * NET_RULES_PER_PREFIX);
+
+/// `NET_V4` key data: policy id (big endian) then the address, so the prefix length of a
+/// rule is `32 + cidr_prefix`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetKeyV4 {
+    pub policy_id_be: [u8; 4],
+    pub addr: [u8; 4],
+}
+const _: () = assert!(size_of::<NetKeyV4>() == 8);
+
+/// `NET_V6` key data, as [`NetKeyV4`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetKeyV6 {
+    pub policy_id_be: [u8; 4],
+    pub addr: [u8; 16],
+}
+const _: () = assert!(size_of::<NetKeyV6>() == 20);
+
+/// LPM trie key as the kernel lays it out: prefix length, then the data.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug)]
+pub struct LpmKey<K> {
+    pub prefix_len: u32,
+    pub data: K,
+}
+
+/// Struct member offsets of the running kernel, read from its BTF by the loader and written
+/// into the programs' `OFFSETS` global before load. Nothing else tells the programs where a
+/// field is: no offset is compiled in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    pub file_f_path_dentry: u32,
+    pub file_f_inode: u32,
+    pub file_f_mode: u32,
+    pub dentry_d_parent: u32,
+    pub dentry_d_name_len: u32,
+    pub dentry_d_name_name: u32,
+    pub dentry_d_inode: u32,
+    pub dentry_d_sb: u32,
+    pub inode_i_ino: u32,
+    pub inode_i_mode: u32,
+    pub super_block_s_dev: u32,
+    pub linux_binprm_file: u32,
+    pub task_struct_real_parent: u32,
+    pub task_struct_tgid: u32,
+    /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
+    /// with zero offsets (they deny in-scope operations instead).
+    pub valid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<KernelOffsets>() == 64);
+
+/// Hooks that report events (`EventHeader::hook`).
+pub mod hook {
+    pub const FILE_OPEN: u32 = 1;
+    pub const SOCKET_CONNECT: u32 = 2;
+    pub const BPRM_CHECK: u32 = 3;
+}
+
+/// What happened (`EventHeader::decision`).
+pub mod decision {
+    /// The operation was denied.
+    pub const DENY: u32 = 1;
+    /// The policy (or section) is in audit mode: it would have been denied.
+    pub const AUDIT: u32 = 2;
+}
+
+/// Why (`EventHeader::reason`), beyond the rule id.
+pub mod reason {
+    /// A rule matched; `EventHeader::rule` says which.
+    pub const RULE: u32 = 1;
+    /// Writes are restricted to `files.write` and this path is not under it.
+    pub const NOT_IN_WRITE_ALLOWLIST: u32 = 2;
+    /// Reads are restricted to `files.read` and this path is not under it.
+    pub const NOT_IN_READ_ALLOWLIST: u32 = 3;
+    /// Exec is restricted to `exec.allow` and this binary is not in it.
+    pub const NOT_IN_EXEC_ALLOWLIST: u32 = 4;
+    /// The binary is setuid/setgid and `exec.allow_privileged` is false.
+    pub const PRIVILEGED_BINARY: u32 = 5;
+    /// The network allowlist is set and this destination is not in it.
+    pub const NOT_IN_NET_ALLOWLIST: u32 = 6;
+    /// The path could not be resolved within the limits (too long, too deep): fail closed.
+    pub const PATH_UNRESOLVED: u32 = 7;
+    /// The kernel offsets were not supplied: fail closed.
+    pub const NO_OFFSETS: u32 = 8;
+    /// The file is denied by its identity (inode), e.g. through a hard link.
+    pub const INODE: u32 = 9;
+}
+
+/// `EventHeader::flags`.
+pub const EVENT_F_PATH_TRUNCATED: u32 = 1;
+
+/// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
+/// path (relative to the superblock root of `dev`) follow the header.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    pub hook: u32,
+    pub decision: u32,
+    pub reason: u32,
+    pub flags: u32,
+    pub pid: u32,
+    pub tgid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub policy_id: u32,
+    pub cgroup_id: u64,
+    pub comm: [u8; 16],
+    /// Rule id (index into the loader's rule table) or `NO_RULE as u32`.
+    pub rule: u32,
+    /// File events: `f_mode` bits of the open (`FMODE_READ` 1, `FMODE_WRITE` 2).
+    pub access: u32,
+    /// File and exec events: kernel `s_dev` and inode number of the file.
+    pub dev: u32,
+    pub path_len: u32,
+    pub ino: u64,
+    /// Network events: `AF_INET` or `AF_INET6`, port (host order), address (v4 in the first
+    /// four bytes).
+    pub family: u16,
+    pub port: u16,
+    pub _pad: u32,
+    pub addr: [u8; 16],
+}
+const _: () = assert!(size_of::<EventHeader>() == 112);
+
+/// Largest record the programs write: header plus a full path.
+pub const EVENT_MAX: usize = size_of::<EventHeader>() + PATH_MAX;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY (all impls): repr(C) structs of integers and integer arrays with explicit
+    // padding fields, so every bit pattern is valid and there are no hidden padding bytes.
+    unsafe impl aya::Pod for super::PolicyInfo {}
+    unsafe impl aya::Pod for super::ByteClasses {}
+    unsafe impl aya::Pod for super::Accept {}
+    unsafe impl aya::Pod for super::SbKey {}
+    unsafe impl aya::Pod for super::InodeKey {}
+    unsafe impl aya::Pod for super::NetRules {}
+    unsafe impl aya::Pod for super::NetKeyV4 {}
+    unsafe impl aya::Pod for super::NetKeyV6 {}
+    unsafe impl aya::Pod for super::KernelOffsets {}
+    unsafe impl aya::Pod for super::EventHeader {}
+}
+
+impl KernelOffsets {
+    /// All zero, `valid == 0`: what the programs see when the loader supplied nothing.
+    pub const ZERO: Self = Self {
+        file_f_path_dentry: 0,
+        file_f_inode: 0,
+        file_f_mode: 0,
+        dentry_d_parent: 0,
+        dentry_d_name_len: 0,
+        dentry_d_name_name: 0,
+        dentry_d_inode: 0,
+        dentry_d_sb: 0,
+        inode_i_ino: 0,
+        inode_i_mode: 0,
+        super_block_s_dev: 0,
+        linux_binprm_file: 0,
+        task_struct_real_parent: 0,
+        task_struct_tgid: 0,
+        valid: 0,
+        _pad: 0,
+    };
+}

@@ -1,0 +1,149 @@
+//! Deny/audit records: filled in the per-CPU scratch area and copied to the ring buffer in
+//! one `bpf_ringbuf_output` of exactly header + path bytes. A record that does not fit is
+//! counted in `DROPS`, never lost silently.
+
+use core::ffi::c_void;
+
+use aya_ebpf::helpers::generated::{
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+    bpf_get_current_task, bpf_get_current_uid_gid, bpf_ringbuf_output,
+};
+use sandbox_common::{EventHeader, NO_RULE, PATH_MAX, hook};
+
+use crate::kread;
+use crate::maps::{DROPS, EVENTS, SCRATCH};
+use crate::net::Dest;
+use crate::path::{self, FileFacts, PATH_END};
+
+/// What a hook wants to report; the task fields are filled in by `send`.
+pub struct Report {
+    pub hook: u32,
+    pub decision: u32,
+    pub reason: u32,
+    pub flags: u32,
+    pub policy_id: u32,
+    pub rule: u16,
+    pub access: u32,
+    pub dev: u32,
+    pub ino: u64,
+    /// Path start in `SCRATCH.path` (`PATH_END` = no path).
+    pub path_start: u32,
+    pub family: u16,
+    pub port: u16,
+    pub addr: [u8; 16],
+}
+
+impl Report {
+    #[inline(always)]
+    pub fn bare(hook: u32, policy_id: u32) -> Self {
+        Self {
+            hook,
+            decision: 0,
+            reason: 0,
+            flags: 0,
+            policy_id,
+            rule: NO_RULE,
+            access: 0,
+            dev: 0,
+            ino: 0,
+            path_start: PATH_END,
+            family: 0,
+            port: 0,
+            addr: [0; 16],
+        }
+    }
+
+    #[inline(always)]
+    pub fn file(hook: u32, policy_id: u32, f: &FileFacts, access: u32, flags: u32) -> Self {
+        let mut r = Self::bare(hook, policy_id);
+        r.access = access;
+        r.flags = flags;
+        r.dev = f.dev;
+        r.ino = f.ino;
+        r.path_start = f.start;
+        r
+    }
+
+    #[inline(always)]
+    pub fn net(policy_id: u32, d: &Dest) -> Self {
+        let mut r = Self::bare(hook::SOCKET_CONNECT, policy_id);
+        r.family = d.family;
+        r.port = d.port;
+        r.addr = d.addr;
+        r
+    }
+}
+
+#[inline(never)]
+pub fn send(rep: &Report) {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        count_drop();
+        return;
+    };
+    // SAFETY: per-CPU map value, exclusively ours for the duration of this program run.
+    let s = unsafe { &mut *scratch };
+    let off = path::offsets();
+    let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
+    let uid_gid = unsafe { bpf_get_current_uid_gid() };
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let parent = kread::read_ptr(task, off.task_struct_real_parent).unwrap_or(core::ptr::null());
+    let ppid: u32 = kread::read(parent, off.task_struct_tgid).unwrap_or(0);
+    let path_len = (PATH_END.saturating_sub(rep.path_start)) & (PATH_MAX as u32 - 1);
+    let e: &mut EventHeader = &mut s.event;
+    e.hook = rep.hook;
+    e.decision = rep.decision;
+    e.reason = rep.reason;
+    e.flags = rep.flags;
+    e.pid = pid_tgid as u32;
+    e.tgid = (pid_tgid >> 32) as u32;
+    e.ppid = ppid;
+    e.uid = uid_gid as u32;
+    e.gid = (uid_gid >> 32) as u32;
+    e.policy_id = rep.policy_id;
+    e.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    // SAFETY: the helper writes at most 16 bytes into the 16-byte array.
+    unsafe { bpf_get_current_comm(e.comm.as_mut_ptr().cast(), 16) };
+    e.rule = u32::from(rep.rule);
+    e.access = rep.access;
+    e.dev = rep.dev;
+    e.path_len = path_len;
+    e.ino = rep.ino;
+    e.family = rep.family;
+    e.port = rep.port;
+    e._pad = 0;
+    e.addr = rep.addr;
+    if path_len > 0 {
+        let src = rep.path_start & (PATH_MAX as u32 - 1);
+        // SAFETY: both ranges are inside the per-CPU value: src < PATH_MAX and
+        // len < PATH_MAX within the PATH_BUF-sized path buffer, len < PATH_MAX for event_path.
+        unsafe {
+            aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+                s.event_path.as_mut_ptr().cast(),
+                path_len,
+                s.path.as_ptr().add(src as usize).cast(),
+            );
+        }
+    }
+    let size = size_of::<EventHeader>() as u64 + u64::from(path_len);
+    // SAFETY: `event` and `event_path` are contiguous (repr(C), header size is a multiple of
+    // 8) and `size` never exceeds their sum.
+    let ret = unsafe {
+        bpf_ringbuf_output(
+            (&raw const EVENTS).cast_mut().cast::<c_void>(),
+            (&raw mut s.event).cast(),
+            size,
+            0,
+        )
+    };
+    if ret != 0 {
+        count_drop();
+    }
+}
+
+#[inline(always)]
+fn count_drop() {
+    if let Some(n) = DROPS.get_ptr_mut(0) {
+        // SAFETY: per-CPU counter, no concurrent writer on this CPU while we run.
+        unsafe { *n += 1 };
+    }
+}

@@ -1,0 +1,37 @@
+//! Raw reads of kernel memory. The only module that dereferences kernel pointers: every read
+//! goes through `bpf_probe_read_kernel`, which faults safely (returns an error) on a bad
+//! address, at an offset the loader read from the running kernel's BTF.
+
+use aya_ebpf::helpers::bpf_probe_read_kernel;
+
+/// Reads a `T` at `base + off`.
+#[inline(always)]
+pub fn read<T: Copy>(base: *const u8, off: u32) -> Result<T, i32> {
+    if base.is_null() {
+        return Err(-1);
+    }
+    // SAFETY: bpf_probe_read_kernel validates the address; a bad one yields Err, never a
+    // fault. `T: Copy` is a plain integer or pointer here.
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize).cast::<T>()) }
+}
+
+/// Reads a kernel pointer at `base + off`.
+#[inline(always)]
+pub fn read_ptr(base: *const u8, off: u32) -> Result<*const u8, i32> {
+    read::<*const u8>(base, off)
+}
+
+/// Copies `len` bytes (masked to below `NAME_MAX`) from kernel address `src` into `dst`.
+#[inline(always)]
+pub fn read_bytes(dst: *mut u8, len: u32, src: *const u8) -> Result<(), i32> {
+    // SAFETY: `dst` points into a per-CPU map value with at least NAME_MAX bytes after it
+    // (the callers mask the offset); the helper validates `src`.
+    let ret = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            dst.cast(),
+            len & (sandbox_common::NAME_MAX as u32 - 1),
+            src.cast(),
+        )
+    };
+    if ret == 0 { Ok(()) } else { Err(ret as i32) }
+}

@@ -1,0 +1,219 @@
+//! BPF-LSM programs of `sandbox`. Thin hooks: all policy lives in maps that the loader fills;
+//! these programs only find the policy of the current task's cgroup, resolve what is being
+//! accessed (canonical path, address, binary), look it up and report denies.
+#![no_std]
+#![no_main]
+
+mod event;
+mod kread;
+mod maps;
+mod net;
+mod path;
+mod scope;
+
+use aya_ebpf::macros::lsm;
+use aya_ebpf::programs::LsmContext;
+use sandbox_common::{accept, decision, errno, hook, policy_flags, reason, NO_RULE};
+
+use crate::event::Report;
+use crate::path::Resolved;
+
+/// `f_mode` bits (include/linux/fs.h); stable since the beginning of git history.
+const FMODE_READ: u32 = 1;
+const FMODE_WRITE: u32 = 2;
+const FMODE_EXEC: u32 = 0x20;
+/// `i_mode` bits (include/uapi/linux/stat.h).
+const S_IFMT: u16 = 0o170_000;
+const S_IFDIR: u16 = 0o040_000;
+const S_ISUID: u16 = 0o4000;
+const S_ISGID: u16 = 0o2000;
+const S_IXGRP: u16 = 0o0010;
+
+/// A deny decision before it is turned into an errno and an event.
+#[derive(Clone, Copy)]
+struct Verdict {
+    reason: u32,
+    rule: u16,
+}
+
+#[lsm(hook = "file_open")]
+pub fn file_open(ctx: LsmContext) -> i32 {
+    // Honour a deny from an earlier LSM program on this hook.
+    let prev: i32 = ctx.arg(1);
+    if prev != 0 {
+        return prev;
+    }
+    match try_file_open(&ctx) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
+    let Some((policy_id, info)) = scope::current_policy() else {
+        return Ok(0);
+    };
+    let file: *const u8 = ctx.arg(0);
+    let off = path::offsets();
+    let audit = info.flags & policy_flags::AUDIT_FILES != 0;
+    if off.valid == 0 {
+        return Ok(deny_unresolved(hook::FILE_OPEN, policy_id, reason::NO_OFFSETS, audit));
+    }
+    let f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
+    let mut facts = path::file_facts(file, &off);
+    let resolved = path::resolve(policy_id, info, &mut facts, &off);
+    let acc = match resolved {
+        Resolved::Matched(acc) => acc,
+        Resolved::Unresolved(flags) => {
+            let rep = Report::file(hook::FILE_OPEN, policy_id, &facts, f_mode, flags);
+            return Ok(finish(rep, Verdict { reason: reason::PATH_UNRESOLVED, rule: NO_RULE }, audit, errno::EACCES));
+        }
+    };
+    let Some(v) = file_verdict(info.flags, f_mode, facts.mode, &acc) else {
+        return Ok(0);
+    };
+    let rep = Report::file(hook::FILE_OPEN, policy_id, &facts, f_mode, 0);
+    Ok(finish(rep, v, audit, errno::EACCES))
+}
+
+/// The file rules, in order: deny > write rules > read rules.
+#[inline(always)]
+fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Option<Verdict> {
+    let r = &acc.rules;
+    if r[accept::FILE_DENY] != NO_RULE {
+        return Some(Verdict { reason: acc.reason(accept::FILE_DENY), rule: r[accept::FILE_DENY] });
+    }
+    let exec_open = f_mode & FMODE_EXEC != 0;
+    // A denied binary may not be read either: no copying it, no `ld.so denied`.
+    if !exec_open && r[accept::EXEC_DENY] != NO_RULE {
+        return Some(Verdict { reason: acc.reason(accept::EXEC_DENY), rule: r[accept::EXEC_DENY] });
+    }
+    if f_mode & FMODE_WRITE != 0 {
+        if r[accept::FILE_READ_ONLY] != NO_RULE {
+            return Some(Verdict {
+                reason: acc.reason(accept::FILE_READ_ONLY),
+                rule: r[accept::FILE_READ_ONLY],
+            });
+        }
+        if flags & policy_flags::WRITE_ALLOWLIST != 0 && r[accept::FILE_WRITE] == NO_RULE {
+            return Some(Verdict { reason: reason::NOT_IN_WRITE_ALLOWLIST, rule: NO_RULE });
+        }
+    }
+    let is_dir = i_mode & S_IFMT == S_IFDIR;
+    if f_mode & FMODE_READ != 0
+        && !exec_open
+        && !is_dir
+        && flags & policy_flags::READ_ALLOWLIST != 0
+        && r[accept::FILE_READ] == NO_RULE
+        && r[accept::FILE_WRITE] == NO_RULE
+    {
+        return Some(Verdict { reason: reason::NOT_IN_READ_ALLOWLIST, rule: NO_RULE });
+    }
+    None
+}
+
+#[lsm(hook = "bprm_check_security")]
+pub fn bprm_check_security(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(1);
+    if prev != 0 {
+        return prev;
+    }
+    match try_bprm_check(&ctx) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+fn try_bprm_check(ctx: &LsmContext) -> Result<i32, i32> {
+    let Some((policy_id, info)) = scope::current_policy() else {
+        return Ok(0);
+    };
+    let bprm: *const u8 = ctx.arg(0);
+    let off = path::offsets();
+    let audit = info.flags & policy_flags::AUDIT_EXEC != 0;
+    if off.valid == 0 {
+        return Ok(deny_unresolved(hook::BPRM_CHECK, policy_id, reason::NO_OFFSETS, audit));
+    }
+    // bprm->file is the binary being checked: on the second round of a shebang script it is
+    // the interpreter, so a denied interpreter is caught as well.
+    let file = kread::read_ptr(bprm, off.linux_binprm_file)?;
+    let mut facts = path::file_facts(file, &off);
+    let acc = match path::resolve(policy_id, info, &mut facts, &off) {
+        Resolved::Matched(acc) => acc,
+        Resolved::Unresolved(flags) => {
+            let rep = Report::file(hook::BPRM_CHECK, policy_id, &facts, 0, flags);
+            return Ok(finish(rep, Verdict { reason: reason::PATH_UNRESOLVED, rule: NO_RULE }, audit, errno::EACCES));
+        }
+    };
+    let r = &acc.rules;
+    let v = if r[accept::EXEC_DENY] != NO_RULE {
+        Some(Verdict { reason: acc.reason(accept::EXEC_DENY), rule: r[accept::EXEC_DENY] })
+    } else if r[accept::FILE_DENY] != NO_RULE {
+        Some(Verdict { reason: acc.reason(accept::FILE_DENY), rule: r[accept::FILE_DENY] })
+    } else if info.flags & policy_flags::EXEC_ALLOWLIST != 0 && r[accept::EXEC_ALLOW] == NO_RULE {
+        Some(Verdict { reason: reason::NOT_IN_EXEC_ALLOWLIST, rule: NO_RULE })
+    } else if info.flags & policy_flags::DENY_PRIVILEGED != 0
+        && (facts.mode & S_ISUID != 0 || facts.mode & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP))
+    {
+        Some(Verdict { reason: reason::PRIVILEGED_BINARY, rule: NO_RULE })
+    } else {
+        None
+    };
+    let Some(v) = v else {
+        return Ok(0);
+    };
+    let rep = Report::file(hook::BPRM_CHECK, policy_id, &facts, 0, 0);
+    Ok(finish(rep, v, audit, errno::EACCES))
+}
+
+#[lsm(hook = "socket_connect")]
+pub fn socket_connect(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(3);
+    if prev != 0 {
+        return prev;
+    }
+    match try_socket_connect(&ctx) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
+fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
+    let Some((policy_id, info)) = scope::current_policy() else {
+        return Ok(0);
+    };
+    let addr: *const u8 = ctx.arg(1);
+    let addrlen: i32 = ctx.arg(2);
+    let Some(dest) = net::Dest::parse(addr, addrlen) else {
+        return Ok(0);
+    };
+    let Some(v) = net::verdict(policy_id, info.flags, &dest) else {
+        return Ok(0);
+    };
+    let audit = info.flags & policy_flags::AUDIT_NET != 0;
+    let rep = Report::net(policy_id, &dest);
+    Ok(finish(rep, v, audit, errno::EPERM))
+}
+
+/// Reports a decision and turns it into the hook's return value.
+#[inline(always)]
+fn finish(mut rep: Report, v: Verdict, audit: bool, err: i32) -> i32 {
+    rep.decision = if audit { decision::AUDIT } else { decision::DENY };
+    rep.reason = v.reason;
+    rep.rule = v.rule;
+    event::send(&rep);
+    if audit { 0 } else { -err }
+}
+
+/// Fail closed when the programs cannot decide (no offsets supplied).
+#[inline(always)]
+fn deny_unresolved(hook_id: u32, policy_id: u32, why: u32, audit: bool) -> i32 {
+    let rep = Report::bare(hook_id, policy_id);
+    let err = if hook_id == hook::SOCKET_CONNECT { errno::EPERM } else { errno::EACCES };
+    finish(rep, Verdict { reason: why, rule: NO_RULE }, audit, err)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: the programs are written so that no panicking path is reachable (indexes are
+    // masked); the verifier rejects any program that could reach this.
+    unsafe { core::hint::unreachable_unchecked() }
+}

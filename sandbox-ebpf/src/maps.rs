@@ -1,0 +1,71 @@
+//! The maps. Sizes marked "sized by the loader" are placeholders: the loader sets
+//! `max_entries` from the compiled policy before the maps are created.
+
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf};
+use sandbox_common::{
+    Accept, ByteClasses, EventHeader, InodeKey, MAX_POLICIES, NetKeyV4, NetKeyV6, NetRules,
+    PATH_BUF, PATH_MAX, PolicyInfo, SbKey,
+};
+
+/// Bit `n` set: some bound cgroup sits at level `n`. Written by the loader, read by every hook
+/// to know which ancestor levels to look up.
+#[map]
+pub static SCOPE_LEVELS: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Bound cgroup id -> policy id. Written by the loader (bind/unbind), read by every hook.
+#[map]
+pub static CGROUP_POLICY: HashMap<u64, u32> = HashMap::with_max_entries(1024, 0);
+
+/// Policy id -> header (flags, DFA geometry). Written by the loader, read by every hook.
+#[map]
+pub static POLICIES: Array<PolicyInfo> = Array::with_max_entries(MAX_POLICIES, 0);
+
+/// Policy id -> byte classes of its DFA. Written by the loader, read by file/exec hooks.
+#[map]
+pub static DFA_CLASSES: Array<ByteClasses> = Array::with_max_entries(MAX_POLICIES, 0);
+
+/// DFA transitions of all policies (sized by the loader). Read by file/exec hooks.
+#[map]
+pub static DFA_TRANS: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Per-state match classes of all policies (sized by the loader). Read by file/exec hooks.
+#[map]
+pub static DFA_ACCEPT: Array<Accept> = Array::with_max_entries(1, 0);
+
+/// (policy, superblock) -> DFA state after feeding that superblock's canonical mount point.
+/// Written by the loader from /proc/self/mountinfo; read by file/exec hooks.
+#[map]
+pub static SB_START: HashMap<SbKey, u32> = HashMap::with_max_entries(4096, 0);
+
+/// Files protected by identity (dev, inode) when the policy loaded, so that hard links to
+/// them are covered too (sized by the loader). Read by file/exec hooks.
+#[map]
+pub static INODE_RULES: HashMap<InodeKey, Accept> = HashMap::with_max_entries(1, 0);
+
+/// (policy, IPv4 prefix) -> port rules (sized by the loader). Read by socket_connect.
+#[map]
+pub static NET_V4: LpmTrie<NetKeyV4, NetRules> = LpmTrie::with_max_entries(1, 0);
+
+/// (policy, IPv6 prefix) -> port rules (sized by the loader). Read by socket_connect.
+#[map]
+pub static NET_V6: LpmTrie<NetKeyV6, NetRules> = LpmTrie::with_max_entries(1, 0);
+
+/// Deny/audit records to the loader.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
+
+/// Records that did not fit in `EVENTS`, per CPU. Read by the loader, reported as records.
+#[map]
+pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU working memory: the path being built and the record being sent.
+#[repr(C)]
+pub struct Scratch {
+    pub path: [u8; PATH_BUF],
+    pub event: EventHeader,
+    pub event_path: [u8; PATH_MAX],
+}
+
+#[map]
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);

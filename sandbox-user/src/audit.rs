@@ -1,0 +1,321 @@
+//! Audit records: decoding kernel events, the JSON-lines schema, the terminal line, and the
+//! owner-only file sink.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sandbox_common::{EventHeader, NO_RULE, decision, hook, reason};
+use serde_json::{Value, json};
+
+use crate::compile::CompiledPolicy;
+use crate::mounts::Superblock;
+
+/// Version of the JSON record layout; bumped on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    FileOpen,
+    SocketConnect,
+    Exec,
+}
+
+impl TryFrom<u32> for Hook {
+    type Error = u32;
+    fn try_from(v: u32) -> Result<Self, u32> {
+        match v {
+            hook::FILE_OPEN => Ok(Self::FileOpen),
+            hook::SOCKET_CONNECT => Ok(Self::SocketConnect),
+            hook::BPRM_CHECK => Ok(Self::Exec),
+            other => Err(other),
+        }
+    }
+}
+
+/// A decoded kernel record.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub header: EventHeader,
+    pub hook: Hook,
+    /// Path relative to the superblock root (file and exec events).
+    pub sb_path: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("record of {0} bytes is shorter than the header")]
+    Short(usize),
+    #[error("unknown hook {0}")]
+    Hook(u32),
+    #[error("path length {len} exceeds the record ({avail} bytes)")]
+    PathLen { len: u32, avail: usize },
+}
+
+impl Event {
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let n = size_of::<EventHeader>();
+        if bytes.len() < n {
+            return Err(DecodeError::Short(bytes.len()));
+        }
+        // SAFETY: EventHeader is repr(C) plain integers (any bit pattern is valid) and the
+        // slice holds at least size_of::<EventHeader>() bytes; read_unaligned copes with
+        // any alignment.
+        let header: EventHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let hook = Hook::try_from(header.hook).map_err(DecodeError::Hook)?;
+        let avail = bytes.len() - n;
+        if header.path_len as usize > avail {
+            return Err(DecodeError::PathLen { len: header.path_len, avail });
+        }
+        Ok(Self { header, hook, sb_path: bytes[n..n + header.path_len as usize].to_vec() })
+    }
+}
+
+/// Turns records into JSON and text, with the policy and mount table for names.
+pub struct Formatter<'a> {
+    pub policy: &'a CompiledPolicy,
+    pub mounts: &'a [Superblock],
+}
+
+impl Formatter<'_> {
+    /// The full path: superblock mount point + path inside it.
+    pub fn full_path(&self, e: &Event) -> String {
+        let inner = String::from_utf8_lossy(&e.sb_path);
+        match self.mounts.iter().find(|m| m.dev == e.header.dev) {
+            Some(m) => {
+                let p = crate::mounts::prefix(&m.mount_point);
+                if inner == "/" && !p.is_empty() { p.to_owned() } else { format!("{p}{inner}") }
+            }
+            None => format!("dev{}:{}:{inner}", e.header.dev >> 20, e.header.dev & 0xfffff),
+        }
+    }
+
+    fn rule(&self, e: &Event) -> (String, String) {
+        let id = e.header.rule;
+        if id != u32::from(NO_RULE)
+            && let Some(r) = self.policy.rule(id as u16)
+        {
+            return (r.field.clone(), r.source.clone());
+        }
+        let implicit = match e.header.reason {
+            reason::NOT_IN_WRITE_ALLOWLIST => "files.write",
+            reason::NOT_IN_READ_ALLOWLIST => "files.read",
+            reason::NOT_IN_EXEC_ALLOWLIST => "exec.allow",
+            reason::PRIVILEGED_BINARY => "exec.allow_privileged",
+            reason::NOT_IN_NET_ALLOWLIST => "network.default",
+            reason::PATH_UNRESOLVED => "(path too long or too deep)",
+            reason::NO_OFFSETS => "(kernel offsets missing)",
+            _ => "(unknown)",
+        };
+        (implicit.to_owned(), String::new())
+    }
+
+    pub fn reason_name(r: u32) -> &'static str {
+        match r {
+            reason::RULE => "rule",
+            reason::NOT_IN_WRITE_ALLOWLIST => "not_in_write_allowlist",
+            reason::NOT_IN_READ_ALLOWLIST => "not_in_read_allowlist",
+            reason::NOT_IN_EXEC_ALLOWLIST => "not_in_exec_allowlist",
+            reason::PRIVILEGED_BINARY => "privileged_binary",
+            reason::NOT_IN_NET_ALLOWLIST => "not_in_network_allowlist",
+            reason::PATH_UNRESOLVED => "path_unresolved",
+            reason::NO_OFFSETS => "no_offsets",
+            reason::INODE => "inode_identity",
+            _ => "unknown",
+        }
+    }
+
+    pub fn dest(e: &Event) -> IpAddr {
+        let a = e.header.addr;
+        if u32::from(e.header.family) == libc::AF_INET as u32 {
+            IpAddr::from([a[0], a[1], a[2], a[3]])
+        } else {
+            IpAddr::from(a)
+        }
+    }
+
+    fn access(e: &Event) -> &'static str {
+        match e.header.access & 3 {
+            1 => "read",
+            2 => "write",
+            3 => "read_write",
+            _ => "none",
+        }
+    }
+
+    pub fn json(&self, e: &Event) -> Value {
+        let h = &e.header;
+        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
+        let exe = std::fs::read_link(format!("/proc/{}/exe", h.tgid)).ok().map(|p| p.display().to_string());
+        let cgroup = crate::cgroup::of_pid(h.tgid);
+        let (rule, source) = self.rule(e);
+        let blocked = h.decision == decision::DENY;
+        let mut v = json!({
+            "schema_version": SCHEMA_VERSION,
+            "time": rfc3339(SystemTime::now()),
+            "disposition": if blocked { "blocked" } else { "audited" },
+            "decision": if blocked { "deny" } else { "audit" },
+            "actor": { "process": {
+                "pid": h.tgid, "tid": h.pid, "ppid": h.ppid, "uid": h.uid, "gid": h.gid,
+                "comm": comm, "exe": exe, "cgroup": cgroup, "cgroup_id": h.cgroup_id,
+            }},
+            "policy": { "name": self.policy.name, "rule": rule, "rule_source": source,
+                        "reason": Self::reason_name(h.reason) },
+        });
+        let obj = v.as_object_mut().expect("object");
+        match e.hook {
+            Hook::FileOpen => {
+                obj.insert("class".into(), json!("file_activity"));
+                obj.insert("class_uid".into(), json!(1001));
+                obj.insert("activity".into(), json!("open"));
+                obj.insert("file".into(), json!({
+                    "path": self.full_path(e), "inode": h.ino, "dev": h.dev, "access": Self::access(e),
+                    "truncated": h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
+                }));
+            }
+            Hook::Exec => {
+                obj.insert("class".into(), json!("process_activity"));
+                obj.insert("class_uid".into(), json!(1007));
+                obj.insert("activity".into(), json!("launch"));
+                obj.insert("process".into(), json!({ "file": { "path": self.full_path(e), "inode": h.ino, "dev": h.dev } }));
+            }
+            Hook::SocketConnect => {
+                obj.insert("class".into(), json!("network_activity"));
+                obj.insert("class_uid".into(), json!(4001));
+                obj.insert("activity".into(), json!("connect"));
+                let ip = Self::dest(e);
+                obj.insert("dst_endpoint".into(), json!({
+                    "ip": ip.to_string(), "port": h.port,
+                    "family": if ip.is_ipv4() { "ipv4" } else { "ipv6" },
+                }));
+            }
+        }
+        v
+    }
+
+    /// One readable line for the terminal.
+    pub fn line(&self, e: &Event) -> String {
+        let h = &e.header;
+        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
+        let verb = if h.decision == decision::DENY { "denied" } else { "would deny (audit)" };
+        let what = match e.hook {
+            Hook::FileOpen => format!("open ({}) {}", Self::access(e), self.full_path(e)),
+            Hook::Exec => format!("exec {}", self.full_path(e)),
+            Hook::SocketConnect => match Self::dest(e) {
+                IpAddr::V6(a) => format!("connect [{a}]:{}", h.port),
+                IpAddr::V4(a) => format!("connect {a}:{}", h.port),
+            },
+        };
+        let (rule, source) = self.rule(e);
+        let source = if source.is_empty() { String::new() } else { format!(" '{source}'") };
+        format!("sandbox: {verb} {what} by {rule}{source} [pid {} {comm}]", h.tgid)
+    }
+}
+
+/// An append-only JSON-lines file, created with mode 0600.
+pub struct AuditFile {
+    file: File,
+}
+
+impl AuditFile {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+        // An existing file keeps its mode on open: make it owner-only too.
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        Ok(Self { file })
+    }
+
+    pub fn write(&mut self, v: &Value) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(v)?;
+        line.push(b'\n');
+        self.file.write_all(&line)
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// A record for events the kernel could not deliver (ring buffer full).
+pub fn drop_record(policy: &str, dropped: u64) -> Value {
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "time": rfc3339(SystemTime::now()),
+        "class": "audit_loss",
+        "dropped_events": dropped,
+        "policy": { "name": policy },
+    })
+}
+
+/// A record for bytes from the kernel that could not be decoded.
+pub fn undecodable_record(policy: &str, err: &DecodeError) -> Value {
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "time": rfc3339(SystemTime::now()),
+        "class": "audit_error",
+        "error": err.to_string(),
+        "policy": { "name": policy },
+    })
+}
+
+/// UTC time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + std::time::Duration::from_millis(1_795_000_000_123);
+        assert_eq!(rfc3339(t), "2026-11-17T11:06:40.123Z");
+    }
+
+    #[test]
+    fn decode_rejects_bad_records_without_panicking() {
+        assert_eq!(Event::decode(&[0u8; 10]).unwrap_err(), DecodeError::Short(10));
+        let mut h = EventHeader { hook: 99, ..EventHeader::default() };
+        let bytes = |h: &EventHeader| {
+            // SAFETY: EventHeader is plain old data.
+            unsafe { std::slice::from_raw_parts((h as *const EventHeader).cast::<u8>(), size_of::<EventHeader>()) }.to_vec()
+        };
+        assert_eq!(Event::decode(&bytes(&h)).unwrap_err(), DecodeError::Hook(99));
+        h.hook = hook::FILE_OPEN;
+        h.path_len = 5;
+        assert!(matches!(Event::decode(&bytes(&h)), Err(DecodeError::PathLen { .. })));
+        let mut b = bytes(&h);
+        b.extend_from_slice(b"/a/bc");
+        assert_eq!(Event::decode(&b).unwrap().sb_path, b"/a/bc");
+    }
+}

@@ -1,0 +1,160 @@
+//! Struct offsets of the running kernel, read from its BTF.
+//!
+//! Rust eBPF cannot emit CO-RE relocations, and layouts differ between the kernels we support
+//! (`file.f_path` is at 64 on 6.1 and 16 on 6.18, and a union member on newer kernels). So
+//! the loader resolves every field the programs read here, checks its size, and hands the
+//! offsets to the programs as the `OFFSETS` global.
+
+use std::path::Path;
+
+use btf_rs::{Btf, Type};
+use sandbox_common::KernelOffsets;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("cannot read kernel BTF from {path}: {source}")]
+    Read { path: String, source: btf_rs::Error },
+    #[error("kernel BTF has no struct {0}")]
+    NoStruct(String),
+    #[error("kernel BTF: struct {strukt} has no member {member}")]
+    NoMember { strukt: String, member: String },
+    #[error("kernel BTF: {field} is {got} bytes, expected {want}")]
+    Size { field: String, got: usize, want: usize },
+    #[error("kernel BTF: {0}")]
+    Other(String),
+}
+
+/// Reads offsets from a BTF file (normally `/sys/kernel/btf/vmlinux`).
+pub fn offsets_from_file(path: &Path) -> Result<KernelOffsets, BtfError> {
+    let btf = Btf::from_file(path).map_err(|source| BtfError::Read { path: path.display().to_string(), source })?;
+    offsets(&btf)
+}
+
+pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
+    let r = Resolver { btf };
+    let f = |s: &str, p: &[&str], size: Option<usize>| r.offset(s, p, size);
+    Ok(KernelOffsets {
+        file_f_path_dentry: f("file", &["f_path", "dentry"], Some(8))?,
+        file_f_inode: f("file", &["f_inode"], Some(8))?,
+        file_f_mode: f("file", &["f_mode"], Some(4))?,
+        dentry_d_parent: f("dentry", &["d_parent"], Some(8))?,
+        dentry_d_name_len: f("dentry", &["d_name", "len"], Some(4))?,
+        dentry_d_name_name: f("dentry", &["d_name", "name"], Some(8))?,
+        dentry_d_inode: f("dentry", &["d_inode"], Some(8))?,
+        dentry_d_sb: f("dentry", &["d_sb"], Some(8))?,
+        inode_i_ino: f("inode", &["i_ino"], Some(8))?,
+        inode_i_mode: f("inode", &["i_mode"], Some(2))?,
+        super_block_s_dev: f("super_block", &["s_dev"], Some(4))?,
+        linux_binprm_file: f("linux_binprm", &["file"], Some(8))?,
+        task_struct_real_parent: f("task_struct", &["real_parent"], Some(8))?,
+        task_struct_tgid: f("task_struct", &["tgid"], Some(4))?,
+        valid: 1,
+        _pad: 0,
+    })
+}
+
+struct Resolver<'a> {
+    btf: &'a Btf,
+}
+
+impl Resolver<'_> {
+    /// Byte offset of `path` (a chain of member names) inside `struct strukt`; anonymous
+    /// struct/union members are searched through. Checks the final member's size.
+    fn offset(&self, strukt: &str, path: &[&str], size: Option<usize>) -> Result<u32, BtfError> {
+        let mut ty = self.find_struct(strukt)?;
+        let mut total_bits = 0u32;
+        let mut last: Option<Type> = None;
+        for (i, name) in path.iter().enumerate() {
+            let (bits, member_ty) = self
+                .find_member(&ty, name)?
+                .ok_or_else(|| BtfError::NoMember { strukt: strukt.to_owned(), member: path[..=i].join(".") })?;
+            total_bits += bits;
+            if i + 1 < path.len() {
+                ty = self.strip(member_ty.clone())?;
+            }
+            last = Some(member_ty);
+        }
+        if total_bits % 8 != 0 {
+            return Err(BtfError::Other(format!("{strukt}.{} is a bitfield", path.join("."))));
+        }
+        if let (Some(want), Some(t)) = (size, last) {
+            let got = self.size_of(&t)?;
+            if got != want {
+                return Err(BtfError::Size { field: format!("{strukt}.{}", path.join(".")), got, want });
+            }
+        }
+        Ok(total_bits / 8)
+    }
+
+    fn find_struct(&self, name: &str) -> Result<Type, BtfError> {
+        let types = self.btf.resolve_types_by_name(name).map_err(|_| BtfError::NoStruct(name.to_owned()))?;
+        types
+            .into_iter()
+            .find(|t| matches!(t, Type::Struct(s) if !s.members.is_empty()))
+            .ok_or_else(|| BtfError::NoStruct(name.to_owned()))
+    }
+
+    /// Finds `name` in a struct/union, descending into anonymous members. Returns the bit
+    /// offset relative to `ty` and the member's type.
+    fn find_member(&self, ty: &Type, name: &str) -> Result<Option<(u32, Type)>, BtfError> {
+        let (Type::Struct(s) | Type::Union(s)) = ty else {
+            return Ok(None);
+        };
+        for m in &s.members {
+            let mname = self.btf.resolve_name(m).unwrap_or_default();
+            let mty = self.btf.resolve_chained_type(m).map_err(|e| BtfError::Other(e.to_string()))?;
+            if mname == name {
+                return Ok(Some((m.bit_offset(), mty)));
+            }
+            if mname.is_empty() {
+                let inner = self.strip(mty)?;
+                if let Some((bits, t)) = self.find_member(&inner, name)? {
+                    return Ok(Some((m.bit_offset() + bits, t)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Follows typedefs and qualifiers to the underlying type.
+    fn strip(&self, mut ty: Type) -> Result<Type, BtfError> {
+        for _ in 0..32 {
+            ty = match &ty {
+                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_) | Type::TypeTag(_) => {
+                    let bt = ty.as_btf_type().ok_or_else(|| BtfError::Other("untyped qualifier".into()))?;
+                    self.btf.resolve_chained_type(bt).map_err(|e| BtfError::Other(e.to_string()))?
+                }
+                _ => return Ok(ty),
+            };
+        }
+        Err(BtfError::Other("type chain too long".into()))
+    }
+
+    fn size_of(&self, ty: &Type) -> Result<usize, BtfError> {
+        Ok(match self.strip(ty.clone())? {
+            Type::Int(i) => i.size(),
+            Type::Ptr(_) => 8,
+            Type::Enum(e) => e.size(),
+            Type::Struct(s) | Type::Union(s) => s.size(),
+            other => return Err(BtfError::Other(format!("cannot size a {}", other.name()))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The machine running the unit tests has BTF (every kernel we support does); its layout
+    /// differs from the guests', which is the point: the resolver must work on any of them.
+    #[test]
+    fn resolves_offsets_from_host_btf() {
+        let path = Path::new("/sys/kernel/btf/vmlinux");
+        assert!(path.exists(), "this test needs /sys/kernel/btf/vmlinux");
+        let off = offsets_from_file(path).unwrap();
+        assert_eq!(off.valid, 1);
+        // struct qstr { union { struct { u32 hash; u32 len; }; u64 hash_len; }; const char *name; }
+        assert_eq!(off.dentry_d_name_name, off.dentry_d_name_len + 4);
+        assert!(off.file_f_path_dentry > 0 && off.linux_binprm_file > 0);
+    }
+}

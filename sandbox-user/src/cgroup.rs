@@ -1,0 +1,142 @@
+//! cgroup v2: finding the hierarchy, creating the per-run cgroup, moving into it, and
+//! tearing it down (every process in it killed) when the run ends.
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sandbox_common::MAX_CGROUP_LEVEL;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no cgroup v2 hierarchy is mounted (mount one: mount -t cgroup2 none /sys/fs/cgroup)")]
+    NoCgroup2,
+    #[error("the cgroup v2 mount at {0} is not the root of the hierarchy (cgroup namespaces are not supported)")]
+    NotRoot(String),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path} is nested {level} levels deep; at most {MAX_CGROUP_LEVEL} are supported")]
+    TooDeep { path: String, level: u32 },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
+    move |source| CgroupError::Io { path: path.display().to_string(), source }
+}
+
+/// Mount point of the cgroup v2 hierarchy.
+pub fn root() -> Result<PathBuf, CgroupError> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(io(Path::new("/proc/self/mountinfo")))?;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
+        if f.get(sep + 1) == Some(&"cgroup2") {
+            if f[3] != "/" {
+                return Err(CgroupError::NotRoot(f[4].to_owned()));
+            }
+            return Ok(PathBuf::from(f[4]));
+        }
+    }
+    Err(CgroupError::NoCgroup2)
+}
+
+/// A cgroup directory with what the kernel knows it by.
+#[derive(Debug, Clone)]
+pub struct Cgroup {
+    pub path: PathBuf,
+    /// `bpf_get_current_cgroup_id()`: the inode number of the directory.
+    pub id: u64,
+    /// Depth below the root cgroup (the root is level 0).
+    pub level: u32,
+}
+
+impl Cgroup {
+    pub fn open(root: &Path, path: &Path) -> Result<Self, CgroupError> {
+        let meta = std::fs::metadata(path).map_err(io(path))?;
+        let rel = path.strip_prefix(root).map_err(|_| CgroupError::Io {
+            path: path.display().to_string(),
+            source: std::io::Error::other(format!("not under the cgroup v2 root {}", root.display())),
+        })?;
+        let level = rel.components().count() as u32;
+        if level >= MAX_CGROUP_LEVEL {
+            return Err(CgroupError::TooDeep { path: path.display().to_string(), level });
+        }
+        Ok(Self { path: path.to_path_buf(), id: meta.ino(), level })
+    }
+
+    /// Creates `<root>/sandbox/<name>`.
+    pub fn create(root: &Path, name: &str) -> Result<Self, CgroupError> {
+        let parent = root.join("sandbox");
+        match std::fs::create_dir(&parent) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(&parent)(e)),
+        }
+        let path = parent.join(name);
+        std::fs::create_dir(&path).map_err(io(&path))?;
+        Self::open(root, &path)
+    }
+
+    pub fn procs_path(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    /// Moves a process into this cgroup.
+    pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
+        let p = self.procs_path();
+        let mut f = std::fs::OpenOptions::new().write(true).open(&p).map_err(io(&p))?;
+        f.write_all(pid.to_string().as_bytes()).map_err(io(&p))
+    }
+
+    /// Pids of every process in this cgroup and below it.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        collect_pids(&self.path, &mut out);
+        out
+    }
+
+    /// Kills every process in the subtree and removes the directories.
+    pub fn destroy(&self) -> Result<(), CgroupError> {
+        let kill = self.path.join("cgroup.kill");
+        if std::fs::write(&kill, b"1").is_err() {
+            for pid in self.pids() {
+                // SAFETY: plain syscall; a pid that is gone just fails.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.pids().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        remove_tree(&self.path).map_err(io(&self.path))
+    }
+}
+
+fn collect_pids(dir: &Path, out: &mut Vec<u32>) {
+    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+        out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+    }
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_pids(&e.path(), out);
+            }
+        }
+    }
+}
+
+/// cgroup directories are removed bottom-up with rmdir.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&e.path())?;
+        }
+    }
+    std::fs::remove_dir(dir)
+}
+
+/// The cgroup v2 path of a process, relative to the hierarchy root (`/proc/PID/cgroup`).
+pub fn of_pid(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+}

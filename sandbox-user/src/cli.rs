@@ -1,0 +1,136 @@
+//! Command-line interface: argument types and dispatch.
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::run::{RunOptions, Target};
+use crate::{compile, explain, loader, policy, preflight, run};
+
+/// Exit status when sandbox itself fails (as `env` and `timeout` do): the command did not run.
+pub const EXIT_SANDBOX_FAILED: u8 = 125;
+
+#[derive(Debug, Parser)]
+#[command(name = "sandbox", version, about = "Confine AI agents and their children with BPF-LSM: files, network and exec, enforced in the kernel")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run COMMAND confined by a policy (the built-in default without --policy).
+    Run {
+        /// Policy file (YAML). Without it, the built-in default policy applies.
+        #[arg(long, short)]
+        policy: Option<PathBuf>,
+        /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else /var/log/sandbox/audit.jsonl.
+        #[arg(long)]
+        audit_log: Option<PathBuf>,
+        /// No per-deny lines on stderr (the audit log still gets every record).
+        #[arg(long, short)]
+        quiet: bool,
+        /// Under sudo, run COMMAND as root instead of as the invoking user.
+        #[arg(long)]
+        as_root: bool,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
+    /// Validate a policy file and summarise what it enforces.
+    Check {
+        file: PathBuf,
+    },
+    /// Print the built-in default policy.
+    DefaultPolicy,
+    /// Check that this host can enforce policies (privileges, BPF LSM, BTF, cgroup v2, loading).
+    Preflight,
+    /// Say what a policy decides for one operation, and which rule decides it.
+    Explain {
+        /// Policy file (default: the built-in policy).
+        #[arg(long, short)]
+        policy: Option<PathBuf>,
+        #[command(subcommand)]
+        what: ExplainWhat,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExplainWhat {
+    /// Opening PATH for reading.
+    Read { path: PathBuf },
+    /// Opening PATH for writing.
+    Write { path: PathBuf },
+    /// Executing the binary at PATH.
+    Exec { path: PathBuf },
+    /// Connecting to ADDR PORT.
+    Connect { addr: IpAddr, port: u16 },
+}
+
+pub fn main(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Run { policy, audit_log, quiet, as_root, command } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(run::run(RunOptions { policy, audit_log, quiet, as_root, command }))
+        }
+        Command::Check { file } => {
+            let ctx = context()?;
+            let p = policy::load_file(&file, &ctx)?;
+            let c = compile::compile(&p)?;
+            println!("{}: ok", file.display());
+            println!("{}", explain::summary(&p, &c));
+            Ok(0)
+        }
+        Command::DefaultPolicy => {
+            print!("{}", policy::DEFAULT_POLICY);
+            Ok(0)
+        }
+        Command::Preflight => preflight_cmd(),
+        Command::Explain { policy, what } => {
+            let ctx = context()?;
+            let p = run::load_policy(policy.as_deref(), &ctx)?;
+            let c = compile::compile(&p)?;
+            let d = match what {
+                ExplainWhat::Read { path } => explain::file(&c, &path, explain::Access::Read)?,
+                ExplainWhat::Write { path } => explain::file(&c, &path, explain::Access::Write)?,
+                ExplainWhat::Exec { path } => explain::exec(&c, &path)?,
+                ExplainWhat::Connect { addr, port } => explain::connect(&c, addr, port),
+            };
+            println!("{d}");
+            Ok(if d.allowed { 0 } else { 1 })
+        }
+    }
+}
+
+fn context() -> anyhow::Result<policy::Context> {
+    let t = Target::detect(false)?;
+    Ok(policy::Context::from_process(t.home)?)
+}
+
+fn preflight_cmd() -> anyhow::Result<i32> {
+    let mut ok = true;
+    for c in preflight::static_checks() {
+        println!("{} {:<11} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+        ok &= c.ok;
+    }
+    if !ok {
+        println!("\nBPF-LSM enforcement is not possible here; `sandbox run` will refuse to start commands.");
+        return Ok(1);
+    }
+    let ctx = context()?;
+    let p = run::load_policy(None, &ctx)?;
+    let c = compile::compile(&p)?;
+    let loaded = loader::kernel_offsets().and_then(|off| loader::Enforcer::load(&c, &off, 1));
+    match loaded {
+        Ok(_) => {
+            println!("ok   load        BPF-LSM programs load and attach ({})", loader::HOOKS.join(", "));
+            Ok(0)
+        }
+        Err(e) => {
+            println!("FAIL load        {}", preflight::explain_load_failure(&e));
+            Ok(1)
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Policy pipeline, third stage: [`Policy`] -> [`CompiledPolicy`], the exact contents of the
+//! BPF maps for one policy. Pure: no I/O, and the same policy always gives the same output.
+//!
+//! - File and exec patterns become one DFA over canonical paths (see `dfa`).
+//! - Network rules become LPM-trie entries whose values already hold the inherited rules of
+//!   shorter prefixes (see `net`), so the kernel needs one lookup.
+
+pub mod dfa;
+pub mod net;
+
+use sandbox_common::{Accept, NO_RULE, PolicyInfo, accept, policy_flags};
+
+use crate::policy::{Mode, NetDefault, PathRule, Policy};
+
+/// What a rule id stands for (ids index this table; the kernel reports ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleInfo {
+    /// e.g. `files.deny[2]`, `network.block_private`.
+    pub field: String,
+    /// The rule as written, e.g. `~/.ssh`.
+    pub source: String,
+}
+
+/// A path rule that protects existing files by identity too (see `loader`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityRule {
+    pub path: std::path::PathBuf,
+    pub slot: usize,
+    pub rule: u16,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledPolicy {
+    pub name: String,
+    pub flags: u32,
+    pub dfa: dfa::Dfa,
+    pub rules: Vec<RuleInfo>,
+    pub identity: Vec<IdentityRule>,
+    pub net_v4: Vec<net::Entry<4>>,
+    pub net_v6: Vec<net::Entry<16>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("file and exec patterns: {0}")]
+    Dfa(String),
+    #[error("network rules: {0}")]
+    Net(String),
+    #[error("{0} rules: rule ids are 16-bit, at most {max} fit", max = NO_RULE - 1)]
+    TooManyRules(usize),
+}
+
+pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
+    let mut rules: Vec<RuleInfo> = Vec::new();
+    let mut patterns: Vec<dfa::Pattern> = Vec::new();
+    let mut identity = Vec::new();
+    let mut add_paths = |list: &[PathRule], slot: usize, rules: &mut Vec<RuleInfo>| {
+        for r in list {
+            let id = rules.len();
+            rules.push(RuleInfo { field: r.field.clone(), source: r.source.clone() });
+            patterns.push(dfa::Pattern { glob: r.glob.clone(), slot, rule: id });
+            if let Some(p) = &r.literal
+                && matches!(slot, accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY)
+            {
+                identity.push(IdentityRule { path: p.clone(), slot, rule: id as u16 });
+            }
+        }
+    };
+    let f = &policy.files;
+    add_paths(&f.deny, accept::FILE_DENY, &mut rules);
+    add_paths(&f.read_only, accept::FILE_READ_ONLY, &mut rules);
+    let workspace = PathRule {
+        field: "files.workspace".into(),
+        source: f.workspace.display().to_string(),
+        glob: crate::policy::expand::escape_glob(&f.workspace.display().to_string()),
+        literal: None,
+    };
+    if !f.write.is_empty() {
+        add_paths(&f.write, accept::FILE_WRITE, &mut rules);
+        add_paths(std::slice::from_ref(&workspace), accept::FILE_WRITE, &mut rules);
+    }
+    if !f.read.is_empty() {
+        add_paths(&f.read, accept::FILE_READ, &mut rules);
+        add_paths(std::slice::from_ref(&workspace), accept::FILE_READ, &mut rules);
+    }
+    add_paths(&policy.exec.deny, accept::EXEC_DENY, &mut rules);
+    add_paths(&policy.exec.allow, accept::EXEC_ALLOW, &mut rules);
+
+    let (net_v4, net_v6) = net::compile(&policy.network, &mut rules).map_err(CompileError::Net)?;
+    if rules.len() >= usize::from(NO_RULE) {
+        return Err(CompileError::TooManyRules(rules.len()));
+    }
+    let dfa = dfa::build(&patterns).map_err(CompileError::Dfa)?;
+
+    let mut flags = 0;
+    let mut set = |cond: bool, flag: u32| {
+        if cond {
+            flags |= flag;
+        }
+    };
+    set(!f.write.is_empty(), policy_flags::WRITE_ALLOWLIST);
+    set(!f.read.is_empty(), policy_flags::READ_ALLOWLIST);
+    set(!policy.exec.allow.is_empty(), policy_flags::EXEC_ALLOWLIST);
+    set(!policy.exec.allow_privileged, policy_flags::DENY_PRIVILEGED);
+    set(policy.network.default == NetDefault::Deny, policy_flags::NET_DEFAULT_DENY);
+    set(f.mode == Mode::Audit, policy_flags::AUDIT_FILES);
+    set(policy.network.mode == Mode::Audit, policy_flags::AUDIT_NET);
+    set(policy.exec.mode == Mode::Audit, policy_flags::AUDIT_EXEC);
+
+    Ok(CompiledPolicy { name: policy.name.clone(), flags, dfa, rules, identity, net_v4, net_v6 })
+}
+
+impl CompiledPolicy {
+    /// The `POLICIES` entry, given where this policy's DFA sits in the shared arrays.
+    pub fn info(&self, trans_base: u32, accept_base: u32) -> PolicyInfo {
+        PolicyInfo {
+            flags: self.flags,
+            dfa_stride: self.dfa.stride,
+            dfa_trans_base: trans_base,
+            dfa_accept_base: accept_base,
+            dfa_states: self.dfa.states(),
+            dfa_start: self.dfa.start,
+            dfa_dead: self.dfa.dead,
+            live: 1,
+        }
+    }
+
+    /// Rules matching an absolute canonical path (what the kernel computes).
+    pub fn match_path(&self, path: &[u8]) -> Accept {
+        let state = self.dfa.feed(self.dfa.start, path);
+        self.dfa.accept_of(state)
+    }
+
+    pub fn rule(&self, id: u16) -> Option<&RuleInfo> {
+        self.rules.get(usize::from(id))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,167 @@
+//! Network rules -> LPM-trie entries.
+//!
+//! The kernel does one longest-prefix lookup and then takes the first port rule that covers
+//! the port. For that to be right, every prefix's value lists its own rules (user `deny`,
+//! then user `allow`, then the built-in private set) followed by the rules of every shorter
+//! prefix that contains it, longest first. So `allow 10.1.2.3:443` punches through
+//! `block_private` for port 443 only, and 10.1.2.3:22 still falls through to 10.0.0.0/8.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use sandbox_common::{NET_RULES_PER_PREFIX, NetRules, PortRule, net_action};
+
+use super::RuleInfo;
+use crate::policy::Network;
+
+/// The built-in private set (`network.block_private`). IPv4 embedded in IPv6 (mapped, NAT64,
+/// 6to4) is checked against the IPv4 set by the kernel itself.
+pub const PRIVATE_V4: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+pub const PRIVATE_V6: &[&str] = &["::/128", "::1/128", "fe80::/10", "fc00::/7", "ff00::/8"];
+
+/// One LPM entry: prefix length (of the address only), address bytes, port rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<const N: usize> {
+    pub prefix_len: u8,
+    pub addr: [u8; N],
+    pub rules: NetRules,
+}
+
+type Own = BTreeMap<(u8, Vec<u8>), Vec<PortRule>>;
+
+pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<(Vec<Entry<4>>, Vec<Entry<16>>), String> {
+    let mut own: Own = BTreeMap::new();
+    let mut push = |net: IpNet, ports: (u16, u16), action: u8, rule: usize| {
+        let key = (net.prefix_len(), addr_bytes(net.network()));
+        own.entry(key).or_default().push(PortRule {
+            port_lo: ports.0,
+            port_hi: ports.1,
+            rule: rule as u16,
+            action,
+            _pad: 0,
+        });
+    };
+    for r in &n.deny {
+        push(r.net, r.ports, net_action::DENY, rules.len());
+        rules.push(RuleInfo { field: r.field.clone(), source: r.source.clone() });
+    }
+    for r in &n.allow {
+        push(r.net, r.ports, net_action::ALLOW, rules.len());
+        rules.push(RuleInfo { field: r.field.clone(), source: r.source.clone() });
+    }
+    if n.block_private {
+        for s in PRIVATE_V4.iter().chain(PRIVATE_V6) {
+            let net: IpNet = s.parse().expect("built-in prefix");
+            push(net, (0, u16::MAX), net_action::DENY, rules.len());
+            rules.push(RuleInfo { field: "network.block_private".into(), source: (*s).to_owned() });
+        }
+    }
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for ((len, addr), _) in &own {
+        let list = inherited(&own, *len, addr);
+        if list.len() > NET_RULES_PER_PREFIX {
+            return Err(format!(
+                "{} port rules apply to {}/{len}; at most {NET_RULES_PER_PREFIX} fit on one prefix",
+                list.len(),
+                show(addr)
+            ));
+        }
+        let mut value = NetRules { count: list.len() as u32, ..NetRules::default() };
+        value.rules[..list.len()].copy_from_slice(&list);
+        match addr.len() {
+            4 => v4.push(Entry { prefix_len: *len, addr: addr[..].try_into().expect("4 bytes"), rules: value }),
+            _ => v6.push(Entry { prefix_len: *len, addr: addr[..].try_into().expect("16 bytes"), rules: value }),
+        }
+    }
+    Ok((v4, v6))
+}
+
+/// The prefix's own rules, then those of each containing shorter prefix, longest first.
+fn inherited(own: &Own, len: u8, addr: &[u8]) -> Vec<PortRule> {
+    let mut out = Vec::new();
+    for l in (0..=len).rev() {
+        let key = (l, truncate(addr, l));
+        if let Some(list) = own.get(&key) {
+            out.extend_from_slice(list);
+        }
+    }
+    out
+}
+
+fn truncate(addr: &[u8], len: u8) -> Vec<u8> {
+    let mut out = addr.to_vec();
+    for (i, b) in out.iter_mut().enumerate() {
+        let bit = (i * 8) as u32;
+        let keep = u32::from(len).saturating_sub(bit).min(8);
+        *b &= if keep == 0 { 0 } else { 0xffu8 << (8 - keep) };
+    }
+    out
+}
+
+fn addr_bytes(a: IpAddr) -> Vec<u8> {
+    match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+fn show(addr: &[u8]) -> String {
+    match addr.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(addr).expect("4 bytes")).to_string(),
+        _ => IpAddr::from(<[u8; 16]>::try_from(addr).expect("16 bytes")).to_string(),
+    }
+}
+
+/// What the kernel decides for a destination: `(action, rule)` of the first matching port
+/// rule of the longest matching prefix. Mirrors `sandbox-ebpf/src/net.rs`, for `explain`.
+pub fn lookup(v4: &[Entry<4>], v6: &[Entry<16>], addr: IpAddr, port: u16) -> Option<(u8, u16)> {
+    let addr = embedded_v4(addr).map_or(addr, IpAddr::V4);
+    let first = |rules: &NetRules| {
+        rules.rules[..rules.count as usize]
+            .iter()
+            .find(|r| port >= r.port_lo && port <= r.port_hi)
+            .map(|r| (r.action, r.rule))
+    };
+    match addr {
+        IpAddr::V4(a) => {
+            let b = a.octets();
+            v4.iter().filter(|e| truncate(&b, e.prefix_len) == e.addr).max_by_key(|e| e.prefix_len).and_then(|e| first(&e.rules))
+        }
+        IpAddr::V6(a) => {
+            let b = a.octets();
+            v6.iter().filter(|e| truncate(&b, e.prefix_len) == e.addr).max_by_key(|e| e.prefix_len).and_then(|e| first(&e.rules))
+        }
+    }
+}
+
+/// IPv4 reached through an IPv6 address: mapped, NAT64 and 6to4.
+pub fn embedded_v4(addr: IpAddr) -> Option<std::net::Ipv4Addr> {
+    let IpAddr::V6(a) = addr else { return None };
+    let o = a.octets();
+    let mapped = o[..10].iter().all(|b| *b == 0) && o[10] == 0xff && o[11] == 0xff;
+    let nat64 = o[..4] == [0x00, 0x64, 0xff, 0x9b] && o[4..12].iter().all(|b| *b == 0);
+    if mapped || nat64 {
+        return Some([o[12], o[13], o[14], o[15]].into());
+    }
+    if o[0] == 0x20 && o[1] == 0x02 {
+        return Some([o[2], o[3], o[4], o[5]].into());
+    }
+    None
+}

@@ -1,0 +1,174 @@
+//! `sandbox explain` and `sandbox check`'s summary. Decisions are computed from the same
+//! `CompiledPolicy` the kernel receives (the same DFA tables and LPM entries), following the
+//! same order as the BPF programs; the VM tests check both agree.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use sandbox_common::{Accept, NO_RULE, accept, net_action, policy_flags};
+
+use crate::compile::{CompiledPolicy, net};
+use crate::policy::Policy;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub what: String,
+    /// The rule that decides (`files.deny[0] '~/.ssh'`), or why nothing does.
+    pub because: String,
+    pub audit_only: bool,
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verdict = match (self.allowed, self.audit_only) {
+            (true, _) => "allow",
+            (false, false) => "deny",
+            (false, true) => "audit (would deny; the section is in audit mode)",
+        };
+        write!(f, "{verdict}: {} ({})", self.what, self.because)
+    }
+}
+
+fn rule_text(c: &CompiledPolicy, id: u16) -> String {
+    c.rule(id).map_or_else(|| format!("rule {id}"), |r| format!("{} '{}'", r.field, r.source))
+}
+
+/// The canonical path the kernel would see: symlinks resolved (for a path that does not
+/// exist yet, its existing parent's).
+pub fn canonical(p: &Path) -> std::io::Result<PathBuf> {
+    let abs = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) };
+    if let Ok(c) = std::fs::canonicalize(&abs) {
+        return Ok(c);
+    }
+    let parent = abs.parent().map(canonical).transpose()?.unwrap_or_else(|| PathBuf::from("/"));
+    Ok(parent.join(abs.file_name().unwrap_or_default()))
+}
+
+/// File rule order, as in `sandbox-ebpf/src/main.rs`: deny > write rules > read rules.
+pub fn file_rules(c: &CompiledPolicy, acc: &Accept, access: Access, is_dir: bool) -> Option<String> {
+    let r = &acc.rules;
+    if r[accept::FILE_DENY] != NO_RULE {
+        return Some(rule_text(c, r[accept::FILE_DENY]));
+    }
+    if r[accept::EXEC_DENY] != NO_RULE {
+        return Some(format!("{} (a denied binary cannot be read or written either)", rule_text(c, r[accept::EXEC_DENY])));
+    }
+    if access == Access::Write {
+        if r[accept::FILE_READ_ONLY] != NO_RULE {
+            return Some(rule_text(c, r[accept::FILE_READ_ONLY]));
+        }
+        if c.flags & policy_flags::WRITE_ALLOWLIST != 0 && r[accept::FILE_WRITE] == NO_RULE {
+            return Some("files.write is set and no write rule matches".into());
+        }
+    }
+    if access == Access::Read
+        && !is_dir
+        && c.flags & policy_flags::READ_ALLOWLIST != 0
+        && r[accept::FILE_READ] == NO_RULE
+        && r[accept::FILE_WRITE] == NO_RULE
+    {
+        return Some("files.read is set and no read rule matches".into());
+    }
+    None
+}
+
+pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<Decision> {
+    let p = canonical(path)?;
+    let acc = c.match_path(p.as_os_str().as_encoded_bytes());
+    let deny = file_rules(c, &acc, access, p.is_dir());
+    let what = format!("{} {}", if access == Access::Read { "read" } else { "write" }, p.display());
+    Ok(decision(what, deny, c.flags & policy_flags::AUDIT_FILES != 0, "no file rule matches"))
+}
+
+pub fn exec(c: &CompiledPolicy, path: &Path) -> std::io::Result<Decision> {
+    let p = canonical(path)?;
+    let acc = c.match_path(p.as_os_str().as_encoded_bytes());
+    let r = &acc.rules;
+    let deny = if r[accept::EXEC_DENY] != NO_RULE {
+        Some(rule_text(c, r[accept::EXEC_DENY]))
+    } else if r[accept::FILE_DENY] != NO_RULE {
+        Some(rule_text(c, r[accept::FILE_DENY]))
+    } else if c.flags & policy_flags::EXEC_ALLOWLIST != 0 && r[accept::EXEC_ALLOW] == NO_RULE {
+        Some("exec.allow is set and no allow rule matches".into())
+    } else if c.flags & policy_flags::DENY_PRIVILEGED != 0 && is_privileged(&p) {
+        Some("setuid/setgid binary and exec.allow_privileged is false".into())
+    } else {
+        None
+    };
+    Ok(decision(format!("exec {}", p.display()), deny, c.flags & policy_flags::AUDIT_EXEC != 0, "no exec rule matches"))
+}
+
+fn is_privileged(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| {
+        let mode = m.permissions().mode();
+        mode & 0o4000 != 0 || mode & 0o2010 == 0o2010
+    })
+}
+
+pub fn connect(c: &CompiledPolicy, addr: IpAddr, port: u16) -> Decision {
+    let what = match addr {
+        IpAddr::V4(a) => format!("connect {a}:{port}"),
+        IpAddr::V6(a) => format!("connect [{a}]:{port}"),
+    };
+    let deny = match net::lookup(&c.net_v4, &c.net_v6, addr, port) {
+        Some((net_action::ALLOW, _)) => None,
+        Some((_, rule)) => Some(rule_text(c, rule)),
+        None if c.flags & policy_flags::NET_DEFAULT_DENY != 0 => Some("network.default is deny and no allow rule matches".into()),
+        None => None,
+    };
+    let allowed_by = net::lookup(&c.net_v4, &c.net_v6, addr, port)
+        .filter(|(a, _)| *a == net_action::ALLOW)
+        .map(|(_, r)| rule_text(c, r));
+    let mut d = decision(what, deny, c.flags & policy_flags::AUDIT_NET != 0, "no network rule matches");
+    if let Some(r) = allowed_by {
+        d.because = r;
+    }
+    d
+}
+
+fn decision(what: String, deny: Option<String>, audit: bool, none: &str) -> Decision {
+    match deny {
+        Some(because) => Decision { allowed: audit, what, because, audit_only: audit },
+        None => Decision { allowed: true, what, because: none.to_owned(), audit_only: false },
+    }
+}
+
+/// What `sandbox check` prints after "ok".
+pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
+    let f = &p.files;
+    let n = &p.network;
+    let e = &p.exec;
+    format!(
+        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  kernel form: DFA {} states x {} classes, {} IPv4 + {} IPv6 prefixes",
+        p.name,
+        p.rule_count(),
+        f.mode,
+        f.workspace.display(),
+        f.deny.len(),
+        f.read_only.len(),
+        f.write.len(),
+        f.read.len(),
+        n.mode,
+        n.block_private,
+        n.allow.len(),
+        n.deny.len(),
+        n.default,
+        e.mode,
+        e.deny.len(),
+        e.allow.len(),
+        e.allow_privileged,
+        c.dfa.states(),
+        c.dfa.stride,
+        c.net_v4.len(),
+        c.net_v6.len(),
+    )
+}

@@ -1,0 +1,357 @@
+//! Policy pipeline, first two stages: text -> [`raw::RawPolicy`] (syntax, types, unknown and
+//! duplicate keys, with line:column) -> [`Policy`] (globs and CIDRs parsed, variables
+//! expanded, paths canonicalised). Compilation to maps is `compile`.
+
+pub mod expand;
+pub mod raw;
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+pub use raw::{AuditFormat, Mode, NetDefault};
+
+/// The built-in default policy.
+pub const DEFAULT_POLICY: &str = include_str!("default.yaml");
+
+/// Newest policy schema version this build understands.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A validated policy: everything parsed, expanded and absolute.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub name: String,
+    pub files: Files,
+    pub network: Network,
+    pub exec: Exec,
+    pub audit: Audit,
+}
+
+#[derive(Debug, Clone)]
+pub struct Files {
+    pub mode: Mode,
+    pub workspace: PathBuf,
+    pub deny: Vec<PathRule>,
+    pub read_only: Vec<PathRule>,
+    pub write: Vec<PathRule>,
+    pub read: Vec<PathRule>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub mode: Mode,
+    pub block_private: bool,
+    pub allow: Vec<NetRule>,
+    pub deny: Vec<NetRule>,
+    pub allow_hosts: Vec<String>,
+    pub default: NetDefault,
+}
+
+#[derive(Debug, Clone)]
+pub struct Exec {
+    pub mode: Mode,
+    pub deny: Vec<PathRule>,
+    pub allow: Vec<PathRule>,
+    pub allow_privileged: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Audit {
+    pub path: Option<PathBuf>,
+    pub format: AuditFormat,
+}
+
+/// One path or exec pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathRule {
+    /// Where it came from, e.g. `files.deny[2]`.
+    pub field: String,
+    /// As written in the policy.
+    pub source: String,
+    /// Absolute, expanded, canonical glob (globset syntax). Matches the path and, unless it
+    /// ends in a glob that says otherwise, everything below it.
+    pub glob: String,
+    /// The canonical path when the pattern has no glob characters.
+    pub literal: Option<PathBuf>,
+}
+
+/// One network rule: a prefix and a port range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetRule {
+    pub field: String,
+    pub source: String,
+    pub net: IpNet,
+    pub ports: (u16, u16),
+}
+
+/// A policy that cannot be used, with where and why.
+#[derive(Debug)]
+pub enum PolicyError {
+    /// YAML syntax or type error, at a position in the file.
+    Syntax { file: String, line: usize, column: usize, message: String },
+    /// One or more semantic errors: field path, value, reason.
+    Invalid { file: String, errors: Vec<FieldError> },
+    Io { file: String, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Syntax { file, line, column, message } => write!(f, "{file}:{line}:{column}: {message}"),
+            Self::Invalid { file, errors } => {
+                for (i, e) in errors.iter().enumerate() {
+                    if i > 0 {
+                        writeln!(f)?;
+                    }
+                    write!(f, "{file}: {}: {}", e.field, e.message)?;
+                }
+                Ok(())
+            }
+            Self::Io { file, message } => write!(f, "{file}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// What validation needs from the environment: the process environment for `$VAR`, the
+/// home directory for `~`, the working directory for a relative workspace.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub home: PathBuf,
+    pub cwd: PathBuf,
+    pub env: std::collections::HashMap<String, String>,
+}
+
+impl Context {
+    /// The context of this process, with `~` meaning `home`.
+    pub fn from_process(home: PathBuf) -> std::io::Result<Self> {
+        Ok(Self { home, cwd: std::env::current_dir()?, env: std::env::vars().collect() })
+    }
+}
+
+/// Reads and validates a policy file.
+pub fn load_file(path: &Path, ctx: &Context) -> Result<Policy, PolicyError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Io { file: file.clone(), message: e.to_string() })?;
+    load_str(&text, &file, ctx)
+}
+
+/// Validates policy text; `file` names it in errors.
+pub fn load_str(text: &str, file: &str, ctx: &Context) -> Result<Policy, PolicyError> {
+    let raw = raw::parse(text).map_err(|e| PolicyError::Syntax {
+        file: file.to_owned(),
+        line: e.line,
+        column: e.column,
+        message: e.message,
+    })?;
+    validate(raw, ctx).map_err(|errors| PolicyError::Invalid { file: file.to_owned(), errors })
+}
+
+/// Most rules one policy may hold (rule ids are 16-bit in the kernel).
+pub const MAX_RULES: usize = 60_000;
+
+fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError>> {
+    let mut errs = Vec::new();
+    if let Some(v) = raw.version
+        && (v == 0 || v > SCHEMA_VERSION)
+    {
+        errs.push(FieldError { field: "version".into(), message: format!("unsupported version {v} (this sandbox reads version {SCHEMA_VERSION})") });
+    }
+    let mode = raw.mode.unwrap_or(Mode::Enforce);
+    let workspace = match &raw.files.workspace {
+        None => ctx.cwd.clone(),
+        Some(w) => match expand::expand(w, ctx, &ctx.cwd) {
+            Ok(p) => canonical_or_self(Path::new(&p)),
+            Err(m) => {
+                errs.push(FieldError { field: "files.workspace".into(), message: format!("'{w}': {m}") });
+                ctx.cwd.clone()
+            }
+        },
+    };
+    let mut paths = |section: &str, list: &[String], exec: bool| -> Vec<PathRule> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let field = format!("{section}[{i}]");
+                match path_rule(s, ctx, &workspace, exec) {
+                    Ok((glob, literal)) => Some(PathRule { field, source: s.clone(), glob, literal }),
+                    Err(message) => {
+                        errs.push(FieldError { field, message: format!("'{s}': {message}") });
+                        None
+                    }
+                }
+            })
+            .collect()
+    };
+    let files = Files {
+        mode: raw.files.mode.unwrap_or(mode),
+        deny: paths("files.deny", &raw.files.deny, false),
+        read_only: paths("files.read_only", &raw.files.read_only, false),
+        write: paths("files.write", &raw.files.write, false),
+        read: paths("files.read", &raw.files.read, false),
+        workspace: workspace.clone(),
+    };
+    let exec = Exec {
+        mode: raw.exec.mode.unwrap_or(mode),
+        deny: paths("exec.deny", &raw.exec.deny, true),
+        allow: paths("exec.allow", &raw.exec.allow, true),
+        allow_privileged: raw.exec.allow_privileged.unwrap_or(true),
+    };
+    let mut nets = |section: &str, list: &[String]| -> Vec<NetRule> {
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let field = format!("{section}[{i}]");
+                match parse_net(s) {
+                    Ok((net, ports)) => Some(NetRule { field, source: s.clone(), net, ports }),
+                    Err(message) => {
+                        errs.push(FieldError { field, message: format!("'{s}': {message}") });
+                        None
+                    }
+                }
+            })
+            .collect()
+    };
+    let allow = nets("network.allow", &raw.network.allow);
+    let deny = nets("network.deny", &raw.network.deny);
+    for (i, h) in raw.network.allow_hosts.iter().enumerate() {
+        if !is_hostname(h) {
+            errs.push(FieldError { field: format!("network.allow_hosts[{i}]"), message: format!("'{h}': not a valid host name") });
+        }
+    }
+    if !raw.network.allow_hosts.is_empty() {
+        errs.push(FieldError {
+            field: "network.allow_hosts".into(),
+            message: "host allowlists are not supported by this version yet; use network.allow with addresses".into(),
+        });
+    }
+    let network = Network {
+        mode: raw.network.mode.unwrap_or(mode),
+        block_private: raw.network.block_private.unwrap_or(true),
+        default: raw.network.default.unwrap_or(if raw.network.allow_hosts.is_empty() { NetDefault::Allow } else { NetDefault::Deny }),
+        allow,
+        deny,
+        allow_hosts: raw.network.allow_hosts,
+    };
+    let audit = Audit {
+        path: raw.audit.path.as_ref().and_then(|p| match expand::expand(p, ctx, &workspace) {
+            Ok(p) => Some(PathBuf::from(p)),
+            Err(m) => {
+                errs.push(FieldError { field: "audit.path".into(), message: format!("'{p}': {m}") });
+                None
+            }
+        }),
+        format: raw.audit.format.unwrap_or(AuditFormat::Json),
+    };
+    let policy = Policy { name: raw.name.unwrap_or_else(|| "unnamed".into()), files, network, exec, audit };
+    let total = policy.rule_count();
+    if total > MAX_RULES {
+        errs.push(FieldError { field: "(policy)".into(), message: format!("{total} rules; at most {MAX_RULES} are supported") });
+    }
+    if errs.is_empty() { Ok(policy) } else { Err(errs) }
+}
+
+impl Policy {
+    pub fn rule_count(&self) -> usize {
+        let f = &self.files;
+        f.deny.len() + f.read_only.len() + f.write.len() + f.read.len() + self.exec.deny.len() + self.exec.allow.len()
+            + self.network.allow.len() + self.network.deny.len()
+    }
+}
+
+/// Expands and checks one path pattern. Returns the absolute glob and, when there are no
+/// glob characters, the literal path.
+fn path_rule(s: &str, ctx: &Context, workspace: &Path, exec: bool) -> Result<(String, Option<PathBuf>), String> {
+    if s.is_empty() {
+        return Err("empty pattern".into());
+    }
+    if s.contains('\0') {
+        return Err("NUL byte in pattern".into());
+    }
+    // A binary named without a slash means that name anywhere.
+    let s = if exec && !s.contains('/') && !s.starts_with('~') && !s.starts_with('$') {
+        format!("/**/{s}")
+    } else {
+        s.to_owned()
+    };
+    let expanded = expand::expand(&s, ctx, workspace)?;
+    let normalized = expand::normalize(&expanded);
+    let (glob, literal) = expand::canonicalize_pattern(&normalized);
+    globset::GlobBuilder::new(&glob)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map_err(|e| format!("invalid glob: {}", e.kind()))?;
+    Ok((glob, literal))
+}
+
+fn canonical_or_self(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// `CIDR`, `ADDR`, `ADDR:PORT`, `CIDR:LO-HI`, `[V6]:PORT`, `[V6/LEN]:PORT`.
+pub fn parse_net(s: &str) -> Result<(IpNet, (u16, u16)), String> {
+    let s = s.trim();
+    let (addr, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (a, tail) = rest.split_once(']').ok_or("missing ']'")?;
+        let port = match tail {
+            "" => None,
+            t => Some(t.strip_prefix(':').ok_or("expected ':PORT' after ']'")?),
+        };
+        (a, port)
+    } else if s.matches(':').count() == 1 {
+        let (a, p) = s.split_once(':').unwrap_or((s, ""));
+        (a, Some(p))
+    } else {
+        (s, None)
+    };
+    let net = if addr.contains('/') {
+        let n: IpNet = addr.parse().map_err(|_| format!("invalid CIDR '{addr}'"))?;
+        if n.trunc() != n {
+            return Err(format!("'{addr}' has host bits set; did you mean '{}'?", n.trunc()));
+        }
+        n
+    } else {
+        let a: IpAddr = addr.parse().map_err(|_| format!("invalid address '{addr}'"))?;
+        IpNet::from(a)
+    };
+    let ports = match port {
+        None => (0, u16::MAX),
+        Some(p) => parse_ports(p)?,
+    };
+    Ok((net, ports))
+}
+
+fn parse_ports(p: &str) -> Result<(u16, u16), String> {
+    let one = |x: &str| x.parse::<u16>().map_err(|_| format!("invalid port '{x}'"));
+    let (lo, hi) = match p.split_once('-') {
+        Some((a, b)) => (one(a)?, one(b)?),
+        None => {
+            let v = one(p)?;
+            (v, v)
+        }
+    };
+    if lo > hi {
+        return Err(format!("port range {lo}-{hi} is empty"));
+    }
+    Ok((lo, hi))
+}
+
+fn is_hostname(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 253
+        && h.trim_start_matches("*.").split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && !l.starts_with('-')
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+//! The policy file as written: serde types only. `serde_yaml` is used here and nowhere else.
+
+use serde::Deserialize;
+
+/// enforce: deny and report; audit: report what would have been denied, deny nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Enforce,
+    Audit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditFormat {
+    Json,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    pub version: Option<u32>,
+    pub name: Option<String>,
+    pub mode: Option<Mode>,
+    #[serde(default)]
+    pub files: RawFiles,
+    #[serde(default)]
+    pub network: RawNetwork,
+    #[serde(default)]
+    pub exec: RawExec,
+    #[serde(default)]
+    pub audit: RawAudit,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFiles {
+    pub mode: Option<Mode>,
+    pub workspace: Option<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    #[serde(default)]
+    pub read_only: Vec<String>,
+    #[serde(default)]
+    pub write: Vec<String>,
+    #[serde(default)]
+    pub read: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNetwork {
+    pub mode: Option<Mode>,
+    pub block_private: Option<bool>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    pub default: Option<NetDefault>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetDefault {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExec {
+    pub mode: Option<Mode>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    pub allow_privileged: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAudit {
+    pub path: Option<String>,
+    pub format: Option<AuditFormat>,
+}
+
+/// A YAML or type error with its position (1-based line and column).
+#[derive(Debug)]
+pub struct SyntaxError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+pub fn parse(text: &str) -> Result<RawPolicy, SyntaxError> {
+    if text.trim().is_empty() {
+        return Ok(RawPolicy::default());
+    }
+    serde_yaml::from_str::<RawPolicy>(text).map_err(|e| {
+        let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+        let message = strip_location(&e.to_string());
+        SyntaxError { line, column, message: with_suggestion(&message) }
+    })
+}
+
+/// serde_yaml appends " at line L column C"; the caller prints the position itself.
+fn strip_location(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_owned(),
+        None => msg.to_owned(),
+    }
+}
+
+/// Adds "did you mean ..." to serde's "unknown field `x`, expected one of `a`, `b`".
+fn with_suggestion(msg: &str) -> String {
+    let Some(rest) = msg.strip_prefix("unknown field `") else {
+        return msg.to_owned();
+    };
+    let Some((unknown, tail)) = rest.split_once('`') else {
+        return msg.to_owned();
+    };
+    let candidates: Vec<&str> = tail.split('`').skip(1).step_by(2).collect();
+    let best = candidates
+        .iter()
+        .map(|c| (edit_distance(unknown, c), *c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min();
+    match best {
+        Some((_, c)) => format!("{msg}; did you mean `{c}`?"),
+        None => msg.to_owned(),
+    }
+}
+
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}

@@ -1,0 +1,269 @@
+//! `sandbox run`: confine one command and everything it starts.
+//!
+//! Sequence (the command never runs unconfined): validate and compile the policy, run the
+//! preflight checks, load and attach the programs, fill the maps, create the run's cgroup
+//! and bind it, and only then fork: the child joins the cgroup in `pre_exec`, before
+//! `execve` of the command, so even that exec is checked. Events are streamed until the
+//! command exits; then every process left in the cgroup is killed and the cgroup removed.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::audit::{AuditFile, Event, Formatter};
+use crate::cgroup::{self, Cgroup};
+use crate::compile::{self, CompiledPolicy};
+use crate::loader::{self, Enforcer};
+use crate::mounts::{self, Superblock};
+use crate::policy::{self, Context, Policy};
+use crate::preflight;
+
+/// Where the audit log goes when neither `--audit-log` nor `audit.path` says.
+pub const DEFAULT_AUDIT_LOG: &str = "/var/log/sandbox/audit.jsonl";
+
+pub struct RunOptions {
+    pub policy: Option<PathBuf>,
+    pub audit_log: Option<PathBuf>,
+    pub quiet: bool,
+    pub as_root: bool,
+    pub command: Vec<OsString>,
+}
+
+/// Who the command runs as: the user who called `sudo sandbox run`, unless `--as-root`.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub uid: u32,
+    pub gid: u32,
+    pub name: Option<String>,
+    pub home: PathBuf,
+    pub drop: bool,
+}
+
+impl Target {
+    pub fn detect(as_root: bool) -> anyhow::Result<Self> {
+        // SAFETY: plain syscalls.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let sudo = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+        if euid == 0 && !as_root
+            && let (Some(uid), Some(gid)) = (sudo("SUDO_UID"), sudo("SUDO_GID"))
+            && uid != 0
+        {
+            let (name, home) = passwd(uid).ok_or_else(|| anyhow!("SUDO_UID {uid} has no passwd entry"))?;
+            return Ok(Self { uid, gid, name: Some(name), home, drop: true });
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from).or_else(|| passwd(euid).map(|p| p.1)).unwrap_or_else(|| "/".into());
+        Ok(Self { uid: euid, gid: egid, name: passwd(euid).map(|p| p.0), home, drop: false })
+    }
+}
+
+fn passwd(uid: u32) -> Option<(String, PathBuf)> {
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: zeroed passwd is a valid out-parameter; getpwuid_r writes strings into `buf`,
+    // which outlives the reads below.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    let rc = unsafe { libc::getpwuid_r(uid, &raw mut pw, buf.as_mut_ptr().cast(), buf.len(), &raw mut out) };
+    if rc != 0 || out.is_null() {
+        return None;
+    }
+    // SAFETY: on success both fields point to NUL-terminated strings inside `buf`.
+    let (name, dir) = unsafe { (std::ffi::CStr::from_ptr(pw.pw_name), std::ffi::CStr::from_ptr(pw.pw_dir)) };
+    Some((name.to_string_lossy().into_owned(), PathBuf::from(dir.to_string_lossy().into_owned())))
+}
+
+/// Loads the policy named on the command line, or the built-in default.
+pub fn load_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
+    Ok(match path {
+        Some(p) => policy::load_file(p, ctx)?,
+        None => policy::load_str(policy::DEFAULT_POLICY, "<built-in default policy>", ctx)?,
+    })
+}
+
+/// Everything set up and enforcing, before the command starts.
+pub struct Armed {
+    pub enforcer: Enforcer,
+    pub compiled: CompiledPolicy,
+    pub mounts: Vec<Superblock>,
+    pub cgroup: Cgroup,
+}
+
+/// Preflight, load, apply, create and bind the run's cgroup.
+pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed> {
+    let failed: Vec<String> =
+        preflight::static_checks().into_iter().filter(|c| !c.ok).map(|c| format!("  {}: {}", c.name, c.detail)).collect();
+    if !failed.is_empty() {
+        bail!("cannot enforce the policy on this host; nothing was started:\n{}", failed.join("\n"));
+    }
+    let offsets = loader::kernel_offsets()?;
+    let ids = loader::identities(&compiled, 0);
+    let mut enforcer =
+        Enforcer::load(&compiled, &offsets, ids.len()).map_err(|e| anyhow!(preflight::explain_load_failure(&e)))?;
+    let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
+    enforcer.apply(&compiled, &mounts, &ids)?;
+    let root = cgroup::root()?;
+    let cgroup = Cgroup::create(&root, cgroup_name)?;
+    if let Err(e) = enforcer.bind(&cgroup) {
+        let _ = cgroup.destroy();
+        return Err(e.into());
+    }
+    Ok(Armed { enforcer, compiled, mounts, cgroup })
+}
+
+pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
+    let Some((prog, args)) = opts.command.split_first() else {
+        bail!("no command given: sandbox run [--policy FILE] -- COMMAND [ARGS...]");
+    };
+    let target = Target::detect(opts.as_root)?;
+    let ctx = Context::from_process(target.home.clone())?;
+    let policy = load_policy(opts.policy.as_deref(), &ctx)?;
+    let compiled = compile::compile(&policy)?;
+    let audit_path = opts.audit_log.clone().or(policy.audit.path.clone()).unwrap_or_else(|| DEFAULT_AUDIT_LOG.into());
+    let mut audit = AuditFile::open(&audit_path).with_context(|| format!("opening audit log {}", audit_path.display()))?;
+
+    let mut armed = arm(compiled, &format!("run-{}", std::process::id()))?;
+    let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
+    if let Err(e) = armed.cgroup.destroy() {
+        eprintln!("sandbox: warning: removing {}: {e}", armed.cgroup.path.display());
+    }
+    result
+}
+
+async fn supervise(
+    armed: &mut Armed,
+    audit: &mut AuditFile,
+    target: &Target,
+    prog: &OsString,
+    args: &[OsString],
+    quiet: bool,
+) -> anyhow::Result<i32> {
+    let ring = armed.enforcer.take_events()?;
+    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists; nothing else
+    // closes it.
+    let mut ring = unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow!("polling the event ring buffer: {}", e.error()))?;
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(armed.cgroup.procs_path())
+        .with_context(|| format!("opening {}", armed.cgroup.procs_path().display()))?;
+    let procs_fd = procs.as_raw_fd();
+    let mut cmd = tokio::process::Command::new(prog);
+    cmd.args(args);
+    if target.drop {
+        cmd.env("HOME", &target.home);
+        if let Some(n) = &target.name {
+            cmd.env("USER", n).env("LOGNAME", n);
+        }
+    }
+    let (uid, gid, drop_privs) = (target.uid, target.gid, target.drop);
+    let user = target.name.as_deref().map(CString::new).transpose()?;
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
+    // syscalls on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Join the run's cgroup first: from here on every operation is checked.
+            if libc::write(procs_fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // If sandbox dies, the command does not go on unsupervised.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if drop_privs {
+                let ok = match &user {
+                    Some(u) => libc::initgroups(u.as_ptr(), gid) == 0,
+                    None => libc::setgroups(0, std::ptr::null()) == 0,
+                };
+                if !ok || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", prog.to_string_lossy()))?;
+    drop(procs);
+    let child_pid = child.id();
+
+    let fmt = Formatter { policy: &armed.compiled, mounts: &armed.mounts };
+    let mut pump = Pump { fmt, audit, quiet, reported_drops: 0 };
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let status = loop {
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                pump.drain(guard.get_inner_mut())?;
+                guard.clear_ready();
+            }
+            status = child.wait() => break status?,
+            _ = sigterm.recv() => forward(child_pid, libc::SIGTERM),
+            // The terminal sends SIGINT to the command too; sandbox waits for it to exit.
+            _ = sigint.recv() => {}
+            _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
+        }
+    };
+    // Events still in flight from the last moments of the command.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    pump.drain(ring.get_mut())?;
+    pump.check_drops(&mut armed.enforcer)?;
+    pump.audit.flush()?;
+    Ok(exit_code(status))
+}
+
+fn forward(pid: Option<u32>, sig: i32) {
+    if let Some(pid) = pid {
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(pid as i32, sig) };
+    }
+}
+
+/// The exit status a shell would report: the code, or 128 + signal.
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Moves records from the ring buffer to the audit sinks.
+pub struct Pump<'a> {
+    pub fmt: Formatter<'a>,
+    pub audit: &'a mut AuditFile,
+    pub quiet: bool,
+    pub reported_drops: u64,
+}
+
+impl Pump<'_> {
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) -> anyhow::Result<()> {
+        while let Some(item) = ring.next() {
+            match Event::decode(&item) {
+                Ok(e) => {
+                    self.audit.write(&self.fmt.json(&e))?;
+                    if !self.quiet {
+                        eprintln!("{}", self.fmt.line(&e));
+                    }
+                }
+                Err(err) => {
+                    self.audit.write(&crate::audit::undecodable_record(&self.fmt.policy.name, &err))?;
+                    eprintln!("sandbox: warning: undecodable kernel record: {err}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn check_drops(&mut self, enforcer: &mut Enforcer) -> anyhow::Result<()> {
+        let total = enforcer.drops()?;
+        if total > self.reported_drops {
+            let n = total - self.reported_drops;
+            self.audit.write(&crate::audit::drop_record(&self.fmt.policy.name, n))?;
+            eprintln!("sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log");
+            self.reported_drops = total;
+        }
+        Ok(())
+    }
+}
