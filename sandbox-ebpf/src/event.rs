@@ -113,7 +113,8 @@ pub fn send(rep: &Report) {
     e._pad = 0;
     e.addr = rep.addr;
     if path_len > 0 {
-        let src = rep.path_start & (PATH_MAX as u32 - 1);
+        let path_len = kread::opaque(path_len) & (PATH_MAX as u32 - 1);
+        let src = kread::opaque(rep.path_start) & (PATH_MAX as u32 - 1);
         // SAFETY: both ranges are inside the per-CPU value: src < PATH_MAX and
         // len < PATH_MAX within the PATH_BUF-sized path buffer, len < PATH_MAX for event_path.
         unsafe {
@@ -124,7 +125,8 @@ pub fn send(rep: &Report) {
             );
         }
     }
-    let size = size_of::<EventHeader>() as u64 + u64::from(path_len);
+    let size = size_of::<EventHeader>() as u64
+        + u64::from(kread::opaque(path_len) & (PATH_MAX as u32 - 1));
     // SAFETY: `event` and `event_path` are contiguous (repr(C), header size is a multiple of
     // 8) and `size` never exceeds their sum.
     let ret = unsafe {

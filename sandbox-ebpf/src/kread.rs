@@ -21,6 +21,15 @@ pub fn read_ptr(base: *const u8, off: u32) -> Result<*const u8, i32> {
     read::<*const u8>(base, off)
 }
 
+/// Hides a value from the optimiser, so that a following mask is kept: LLVM drops masks it
+/// can prove redundant from an earlier check on another register, and then the verifier no
+/// longer sees the bound on the register that is used.
+#[inline(always)]
+pub fn opaque(v: u32) -> u32 {
+    // SAFETY: a volatile read of a local.
+    unsafe { core::ptr::read_volatile(&raw const v) }
+}
+
 /// Copies `len` bytes (masked to below `NAME_MAX`) from kernel address `src` into `dst`.
 #[inline(always)]
 pub fn read_bytes(dst: *mut u8, len: u32, src: *const u8) -> Result<(), i32> {
@@ -29,7 +38,7 @@ pub fn read_bytes(dst: *mut u8, len: u32, src: *const u8) -> Result<(), i32> {
     let ret = unsafe {
         aya_ebpf::helpers::generated::bpf_probe_read_kernel(
             dst.cast(),
-            len & (sandbox_common::NAME_MAX as u32 - 1),
+            opaque(len) & (sandbox_common::NAME_MAX as u32 - 1),
             src.cast(),
         )
     };

@@ -13,7 +13,7 @@ mod scope;
 
 use aya_ebpf::macros::lsm;
 use aya_ebpf::programs::LsmContext;
-use sandbox_common::{accept, decision, errno, hook, policy_flags, reason, NO_RULE};
+use sandbox_common::{NO_RULE, accept, decision, errno, hook, policy_flags, reason};
 
 use crate::event::Report;
 use crate::path::Resolved;
@@ -56,7 +56,12 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
     let off = path::offsets();
     let audit = info.flags & policy_flags::AUDIT_FILES != 0;
     if off.valid == 0 {
-        return Ok(deny_unresolved(hook::FILE_OPEN, policy_id, reason::NO_OFFSETS, audit));
+        return Ok(deny_unresolved(
+            hook::FILE_OPEN,
+            policy_id,
+            reason::NO_OFFSETS,
+            audit,
+        ));
     }
     let f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
     let mut facts = path::file_facts(file, &off);
@@ -65,7 +70,15 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
         Resolved::Matched(acc) => acc,
         Resolved::Unresolved(flags) => {
             let rep = Report::file(hook::FILE_OPEN, policy_id, &facts, f_mode, flags);
-            return Ok(finish(rep, Verdict { reason: reason::PATH_UNRESOLVED, rule: NO_RULE }, audit, errno::EACCES));
+            return Ok(finish(
+                rep,
+                Verdict {
+                    reason: reason::PATH_UNRESOLVED,
+                    rule: NO_RULE,
+                },
+                audit,
+                errno::EACCES,
+            ));
         }
     };
     let Some(v) = file_verdict(info.flags, f_mode, facts.mode, &acc) else {
@@ -80,12 +93,18 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
 fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Option<Verdict> {
     let r = &acc.rules;
     if r[accept::FILE_DENY] != NO_RULE {
-        return Some(Verdict { reason: acc.reason(accept::FILE_DENY), rule: r[accept::FILE_DENY] });
+        return Some(Verdict {
+            reason: acc.reason(accept::FILE_DENY),
+            rule: r[accept::FILE_DENY],
+        });
     }
     let exec_open = f_mode & FMODE_EXEC != 0;
     // A denied binary may not be read either: no copying it, no `ld.so denied`.
     if !exec_open && r[accept::EXEC_DENY] != NO_RULE {
-        return Some(Verdict { reason: acc.reason(accept::EXEC_DENY), rule: r[accept::EXEC_DENY] });
+        return Some(Verdict {
+            reason: acc.reason(accept::EXEC_DENY),
+            rule: r[accept::EXEC_DENY],
+        });
     }
     if f_mode & FMODE_WRITE != 0 {
         if r[accept::FILE_READ_ONLY] != NO_RULE {
@@ -95,7 +114,10 @@ fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Opti
             });
         }
         if flags & policy_flags::WRITE_ALLOWLIST != 0 && r[accept::FILE_WRITE] == NO_RULE {
-            return Some(Verdict { reason: reason::NOT_IN_WRITE_ALLOWLIST, rule: NO_RULE });
+            return Some(Verdict {
+                reason: reason::NOT_IN_WRITE_ALLOWLIST,
+                rule: NO_RULE,
+            });
         }
     }
     let is_dir = i_mode & S_IFMT == S_IFDIR;
@@ -106,7 +128,10 @@ fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Opti
         && r[accept::FILE_READ] == NO_RULE
         && r[accept::FILE_WRITE] == NO_RULE
     {
-        return Some(Verdict { reason: reason::NOT_IN_READ_ALLOWLIST, rule: NO_RULE });
+        return Some(Verdict {
+            reason: reason::NOT_IN_READ_ALLOWLIST,
+            rule: NO_RULE,
+        });
     }
     None
 }
@@ -130,7 +155,12 @@ fn try_bprm_check(ctx: &LsmContext) -> Result<i32, i32> {
     let off = path::offsets();
     let audit = info.flags & policy_flags::AUDIT_EXEC != 0;
     if off.valid == 0 {
-        return Ok(deny_unresolved(hook::BPRM_CHECK, policy_id, reason::NO_OFFSETS, audit));
+        return Ok(deny_unresolved(
+            hook::BPRM_CHECK,
+            policy_id,
+            reason::NO_OFFSETS,
+            audit,
+        ));
     }
     // bprm->file is the binary being checked: on the second round of a shebang script it is
     // the interpreter, so a denied interpreter is caught as well.
@@ -140,20 +170,40 @@ fn try_bprm_check(ctx: &LsmContext) -> Result<i32, i32> {
         Resolved::Matched(acc) => acc,
         Resolved::Unresolved(flags) => {
             let rep = Report::file(hook::BPRM_CHECK, policy_id, &facts, 0, flags);
-            return Ok(finish(rep, Verdict { reason: reason::PATH_UNRESOLVED, rule: NO_RULE }, audit, errno::EACCES));
+            return Ok(finish(
+                rep,
+                Verdict {
+                    reason: reason::PATH_UNRESOLVED,
+                    rule: NO_RULE,
+                },
+                audit,
+                errno::EACCES,
+            ));
         }
     };
     let r = &acc.rules;
     let v = if r[accept::EXEC_DENY] != NO_RULE {
-        Some(Verdict { reason: acc.reason(accept::EXEC_DENY), rule: r[accept::EXEC_DENY] })
+        Some(Verdict {
+            reason: acc.reason(accept::EXEC_DENY),
+            rule: r[accept::EXEC_DENY],
+        })
     } else if r[accept::FILE_DENY] != NO_RULE {
-        Some(Verdict { reason: acc.reason(accept::FILE_DENY), rule: r[accept::FILE_DENY] })
+        Some(Verdict {
+            reason: acc.reason(accept::FILE_DENY),
+            rule: r[accept::FILE_DENY],
+        })
     } else if info.flags & policy_flags::EXEC_ALLOWLIST != 0 && r[accept::EXEC_ALLOW] == NO_RULE {
-        Some(Verdict { reason: reason::NOT_IN_EXEC_ALLOWLIST, rule: NO_RULE })
+        Some(Verdict {
+            reason: reason::NOT_IN_EXEC_ALLOWLIST,
+            rule: NO_RULE,
+        })
     } else if info.flags & policy_flags::DENY_PRIVILEGED != 0
         && (facts.mode & S_ISUID != 0 || facts.mode & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP))
     {
-        Some(Verdict { reason: reason::PRIVILEGED_BINARY, rule: NO_RULE })
+        Some(Verdict {
+            reason: reason::PRIVILEGED_BINARY,
+            rule: NO_RULE,
+        })
     } else {
         None
     };
@@ -195,7 +245,11 @@ fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
 /// Reports a decision and turns it into the hook's return value.
 #[inline(always)]
 fn finish(mut rep: Report, v: Verdict, audit: bool, err: i32) -> i32 {
-    rep.decision = if audit { decision::AUDIT } else { decision::DENY };
+    rep.decision = if audit {
+        decision::AUDIT
+    } else {
+        decision::DENY
+    };
     rep.reason = v.reason;
     rep.rule = v.rule;
     event::send(&rep);
@@ -206,8 +260,20 @@ fn finish(mut rep: Report, v: Verdict, audit: bool, err: i32) -> i32 {
 #[inline(always)]
 fn deny_unresolved(hook_id: u32, policy_id: u32, why: u32, audit: bool) -> i32 {
     let rep = Report::bare(hook_id, policy_id);
-    let err = if hook_id == hook::SOCKET_CONNECT { errno::EPERM } else { errno::EACCES };
-    finish(rep, Verdict { reason: why, rule: NO_RULE }, audit, err)
+    let err = if hook_id == hook::SOCKET_CONNECT {
+        errno::EPERM
+    } else {
+        errno::EACCES
+    };
+    finish(
+        rep,
+        Verdict {
+            reason: why,
+            rule: NO_RULE,
+        },
+        audit,
+        err,
+    )
 }
 
 #[cfg(not(test))]

@@ -1,13 +1,13 @@
 //! Destination parsing and the network decision for `socket_connect`.
 
 use sandbox_common::{
-    LpmKey, NetKeyV4, NetKeyV6, NetRules, NO_RULE, NET_RULES_PER_PREFIX, net_action, policy_flags,
+    LpmKey, NET_RULES_PER_PREFIX, NO_RULE, NetKeyV4, NetKeyV6, NetRules, net_action, policy_flags,
     reason,
 };
 
+use crate::Verdict;
 use crate::kread;
 use crate::maps::{NET_V4, NET_V6};
-use crate::Verdict;
 
 const AF_INET: u16 = 2;
 const AF_INET6: u16 = 10;
@@ -41,7 +41,11 @@ impl Dest {
             }
             _ => return None,
         }
-        Some(Self { family, port: u16::from_be(port_be), addr })
+        Some(Self {
+            family,
+            port: u16::from_be(port_be),
+            addr,
+        })
     }
 
     /// The IPv4 address embedded in an IPv6 one that reaches an IPv4 host: IPv4-mapped
@@ -51,7 +55,10 @@ impl Dest {
         let a = &self.addr;
         let tail = [a[12], a[13], a[14], a[15]];
         let mapped = a[..10].iter().all(|b| *b == 0) && a[10] == 0xff && a[11] == 0xff;
-        let nat64 = a[0] == 0x00 && a[1] == 0x64 && a[2] == 0xff && a[3] == 0x9b
+        let nat64 = a[0] == 0x00
+            && a[1] == 0x64
+            && a[2] == 0xff
+            && a[3] == 0x9b
             && a[4..12].iter().all(|b| *b == 0);
         if mapped || nat64 {
             return Some(tail);
@@ -83,7 +90,13 @@ fn first_rule(rules: &NetRules, port: u16) -> Option<(u8, u16)> {
 
 #[inline(always)]
 fn lookup_v4(policy_id: u32, addr: [u8; 4], port: u16) -> Option<(u8, u16)> {
-    let key = LpmKey { prefix_len: 64, data: NetKeyV4 { policy_id_be: policy_id.to_be_bytes(), addr } };
+    let key = LpmKey {
+        prefix_len: 64,
+        data: NetKeyV4 {
+            policy_id_be: policy_id.to_be_bytes(),
+            addr,
+        },
+    };
     // SAFETY: LpmKey has the layout the kernel expects (u32 prefix length, then data); the
     // aya wrapper type is layout-identical.
     let key: &aya_ebpf::maps::lpm_trie::Key<NetKeyV4> = unsafe { &*(&raw const key).cast() };
@@ -92,7 +105,13 @@ fn lookup_v4(policy_id: u32, addr: [u8; 4], port: u16) -> Option<(u8, u16)> {
 
 #[inline(always)]
 fn lookup_v6(policy_id: u32, addr: [u8; 16], port: u16) -> Option<(u8, u16)> {
-    let key = LpmKey { prefix_len: 160, data: NetKeyV6 { policy_id_be: policy_id.to_be_bytes(), addr } };
+    let key = LpmKey {
+        prefix_len: 160,
+        data: NetKeyV6 {
+            policy_id_be: policy_id.to_be_bytes(),
+            addr,
+        },
+    };
     // SAFETY: as in lookup_v4.
     let key: &aya_ebpf::maps::lpm_trie::Key<NetKeyV6> = unsafe { &*(&raw const key).cast() };
     NET_V6.get(key).and_then(|r| first_rule(r, port))
@@ -102,7 +121,11 @@ fn lookup_v6(policy_id: u32, addr: [u8; 16], port: u16) -> Option<(u8, u16)> {
 #[inline(always)]
 pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Verdict> {
     let hit = if dest.family == AF_INET {
-        lookup_v4(policy_id, [dest.addr[0], dest.addr[1], dest.addr[2], dest.addr[3]], dest.port)
+        lookup_v4(
+            policy_id,
+            [dest.addr[0], dest.addr[1], dest.addr[2], dest.addr[3]],
+            dest.port,
+        )
     } else if let Some(v4) = dest.embedded_v4() {
         // The packet goes to an IPv4 host: the IPv4 rules decide.
         lookup_v4(policy_id, v4, dest.port)
@@ -111,10 +134,14 @@ pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Verdict> {
     };
     match hit {
         Some((net_action::ALLOW, _)) => None,
-        Some((_, rule)) => Some(Verdict { reason: reason::RULE, rule }),
-        None if flags & policy_flags::NET_DEFAULT_DENY != 0 => {
-            Some(Verdict { reason: reason::NOT_IN_NET_ALLOWLIST, rule: NO_RULE })
-        }
+        Some((_, rule)) => Some(Verdict {
+            reason: reason::RULE,
+            rule,
+        }),
+        None if flags & policy_flags::NET_DEFAULT_DENY != 0 => Some(Verdict {
+            reason: reason::NOT_IN_NET_ALLOWLIST,
+            rule: NO_RULE,
+        }),
         None => None,
     }
 }

@@ -63,7 +63,11 @@ pub struct Match {
 
 impl Match {
     pub fn reason(&self, _slot: usize) -> u32 {
-        if self.by_inode { reason::INODE } else { reason::RULE }
+        if self.by_inode {
+            reason::INODE
+        } else {
+            reason::RULE
+        }
     }
 }
 
@@ -159,7 +163,12 @@ extern "C" fn scan_step(_index: u64, ctx: *mut c_void) -> i64 {
 /// Resolves the canonical path of `facts.dentry` and matches it (and the inode) against the
 /// policy.
 #[inline(always)]
-pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts, off: &KernelOffsets) -> Resolved {
+pub fn resolve(
+    policy_id: u32,
+    info: &PolicyInfo,
+    facts: &mut FileFacts,
+    off: &KernelOffsets,
+) -> Resolved {
     let mut w = Walk {
         dentry: facts.dentry,
         off: PATH_END,
@@ -188,9 +197,14 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts, off: &K
     // The path is SCRATCH.path[w.off..PATH_END]; the event copies it from there.
     facts.start = w.off;
 
-    let key = SbKey { policy_id, dev: facts.dev };
+    let key = SbKey {
+        policy_id,
+        dev: facts.dev,
+    };
     // SAFETY: the value is a plain u32 copied out immediately.
-    let start = unsafe { SB_START.get(&key) }.copied().unwrap_or(info.dfa_start);
+    let start = unsafe { SB_START.get(&key) }
+        .copied()
+        .unwrap_or(info.dfa_start);
     let mut s = Scan {
         pos: w.off,
         state: start,
@@ -201,7 +215,12 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts, off: &K
     };
     // SAFETY: bpf_loop calls scan_step with a pointer to `s`, which outlives the call.
     unsafe {
-        bpf_loop(PATH_MAX as u32, scan_step as *mut c_void, (&raw mut s).cast(), 0);
+        bpf_loop(
+            PATH_MAX as u32,
+            scan_step as *mut c_void,
+            (&raw mut s).cast(),
+            0,
+        );
     }
     let mut rules = [NO_RULE; accept::SLOTS];
     if s.state != info.dfa_dead {
@@ -210,7 +229,11 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts, off: &K
         }
     }
     let mut by_inode = false;
-    let ikey = InodeKey { ino: facts.ino, dev: facts.dev, policy_id };
+    let ikey = InodeKey {
+        ino: facts.ino,
+        dev: facts.dev,
+        policy_id,
+    };
     // SAFETY: the value is copied out immediately.
     if let Some(acc) = unsafe { INODE_RULES.get(&ikey) } {
         let acc: Accept = *acc;

@@ -68,9 +68,16 @@ impl Event {
         let hook = Hook::try_from(header.hook).map_err(DecodeError::Hook)?;
         let avail = bytes.len() - n;
         if header.path_len as usize > avail {
-            return Err(DecodeError::PathLen { len: header.path_len, avail });
+            return Err(DecodeError::PathLen {
+                len: header.path_len,
+                avail,
+            });
         }
-        Ok(Self { header, hook, sb_path: bytes[n..n + header.path_len as usize].to_vec() })
+        Ok(Self {
+            header,
+            hook,
+            sb_path: bytes[n..n + header.path_len as usize].to_vec(),
+        })
     }
 }
 
@@ -87,9 +94,17 @@ impl Formatter<'_> {
         match self.mounts.iter().find(|m| m.dev == e.header.dev) {
             Some(m) => {
                 let p = crate::mounts::prefix(&m.mount_point);
-                if inner == "/" && !p.is_empty() { p.to_owned() } else { format!("{p}{inner}") }
+                if inner == "/" && !p.is_empty() {
+                    p.to_owned()
+                } else {
+                    format!("{p}{inner}")
+                }
             }
-            None => format!("dev{}:{}:{inner}", e.header.dev >> 20, e.header.dev & 0xfffff),
+            None => format!(
+                "dev{}:{}:{inner}",
+                e.header.dev >> 20,
+                e.header.dev & 0xfffff
+            ),
         }
     }
 
@@ -148,8 +163,11 @@ impl Formatter<'_> {
 
     pub fn json(&self, e: &Event) -> Value {
         let h = &e.header;
-        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
-        let exe = std::fs::read_link(format!("/proc/{}/exe", h.tgid)).ok().map(|p| p.display().to_string());
+        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
+            .into_owned();
+        let exe = std::fs::read_link(format!("/proc/{}/exe", h.tgid))
+            .ok()
+            .map(|p| p.display().to_string());
         let cgroup = crate::cgroup::of_pid(h.tgid);
         let (rule, source) = self.rule(e);
         let blocked = h.decision == decision::DENY;
@@ -180,17 +198,23 @@ impl Formatter<'_> {
                 obj.insert("class".into(), json!("process_activity"));
                 obj.insert("class_uid".into(), json!(1007));
                 obj.insert("activity".into(), json!("launch"));
-                obj.insert("process".into(), json!({ "file": { "path": self.full_path(e), "inode": h.ino, "dev": h.dev } }));
+                obj.insert(
+                    "process".into(),
+                    json!({ "file": { "path": self.full_path(e), "inode": h.ino, "dev": h.dev } }),
+                );
             }
             Hook::SocketConnect => {
                 obj.insert("class".into(), json!("network_activity"));
                 obj.insert("class_uid".into(), json!(4001));
                 obj.insert("activity".into(), json!("connect"));
                 let ip = Self::dest(e);
-                obj.insert("dst_endpoint".into(), json!({
-                    "ip": ip.to_string(), "port": h.port,
-                    "family": if ip.is_ipv4() { "ipv4" } else { "ipv6" },
-                }));
+                obj.insert(
+                    "dst_endpoint".into(),
+                    json!({
+                        "ip": ip.to_string(), "port": h.port,
+                        "family": if ip.is_ipv4() { "ipv4" } else { "ipv6" },
+                    }),
+                );
             }
         }
         v
@@ -199,8 +223,13 @@ impl Formatter<'_> {
     /// One readable line for the terminal.
     pub fn line(&self, e: &Event) -> String {
         let h = &e.header;
-        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default()).into_owned();
-        let verb = if h.decision == decision::DENY { "denied" } else { "would deny (audit)" };
+        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
+            .into_owned();
+        let verb = if h.decision == decision::DENY {
+            "denied"
+        } else {
+            "would deny (audit)"
+        };
         let what = match e.hook {
             Hook::FileOpen => format!("open ({}) {}", Self::access(e), self.full_path(e)),
             Hook::Exec => format!("exec {}", self.full_path(e)),
@@ -210,8 +239,15 @@ impl Formatter<'_> {
             },
         };
         let (rule, source) = self.rule(e);
-        let source = if source.is_empty() { String::new() } else { format!(" '{source}'") };
-        format!("sandbox: {verb} {what} by {rule}{source} [pid {} {comm}]", h.tgid)
+        let source = if source.is_empty() {
+            String::new()
+        } else {
+            format!(" '{source}'")
+        };
+        format!(
+            "sandbox: {verb} {what} by {rule}{source} [pid {} {comm}]",
+            h.tgid
+        )
     }
 }
 
@@ -227,7 +263,11 @@ impl AuditFile {
         {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
         // An existing file keeps its mode on open: make it owner-only too.
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         Ok(Self { file })
@@ -304,16 +344,34 @@ mod tests {
 
     #[test]
     fn decode_rejects_bad_records_without_panicking() {
-        assert_eq!(Event::decode(&[0u8; 10]).unwrap_err(), DecodeError::Short(10));
-        let mut h = EventHeader { hook: 99, ..EventHeader::default() };
+        assert_eq!(
+            Event::decode(&[0u8; 10]).unwrap_err(),
+            DecodeError::Short(10)
+        );
+        let mut h = EventHeader {
+            hook: 99,
+            ..EventHeader::default()
+        };
         let bytes = |h: &EventHeader| {
             // SAFETY: EventHeader is plain old data.
-            unsafe { std::slice::from_raw_parts((h as *const EventHeader).cast::<u8>(), size_of::<EventHeader>()) }.to_vec()
+            unsafe {
+                std::slice::from_raw_parts(
+                    (h as *const EventHeader).cast::<u8>(),
+                    size_of::<EventHeader>(),
+                )
+            }
+            .to_vec()
         };
-        assert_eq!(Event::decode(&bytes(&h)).unwrap_err(), DecodeError::Hook(99));
+        assert_eq!(
+            Event::decode(&bytes(&h)).unwrap_err(),
+            DecodeError::Hook(99)
+        );
         h.hook = hook::FILE_OPEN;
         h.path_len = 5;
-        assert!(matches!(Event::decode(&bytes(&h)), Err(DecodeError::PathLen { .. })));
+        assert!(matches!(
+            Event::decode(&bytes(&h)),
+            Err(DecodeError::PathLen { .. })
+        ));
         let mut b = bytes(&h);
         b.extend_from_slice(b"/a/bc");
         assert_eq!(Event::decode(&b).unwrap().sb_path, b"/a/bc");

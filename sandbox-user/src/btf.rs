@@ -19,14 +19,21 @@ pub enum BtfError {
     #[error("kernel BTF: struct {strukt} has no member {member}")]
     NoMember { strukt: String, member: String },
     #[error("kernel BTF: {field} is {got} bytes, expected {want}")]
-    Size { field: String, got: usize, want: usize },
+    Size {
+        field: String,
+        got: usize,
+        want: usize,
+    },
     #[error("kernel BTF: {0}")]
     Other(String),
 }
 
 /// Reads offsets from a BTF file (normally `/sys/kernel/btf/vmlinux`).
 pub fn offsets_from_file(path: &Path) -> Result<KernelOffsets, BtfError> {
-    let btf = Btf::from_file(path).map_err(|source| BtfError::Read { path: path.display().to_string(), source })?;
+    let btf = Btf::from_file(path).map_err(|source| BtfError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
     offsets(&btf)
 }
 
@@ -65,9 +72,12 @@ impl Resolver<'_> {
         let mut total_bits = 0u32;
         let mut last: Option<Type> = None;
         for (i, name) in path.iter().enumerate() {
-            let (bits, member_ty) = self
-                .find_member(&ty, name)?
-                .ok_or_else(|| BtfError::NoMember { strukt: strukt.to_owned(), member: path[..=i].join(".") })?;
+            let (bits, member_ty) =
+                self.find_member(&ty, name)?
+                    .ok_or_else(|| BtfError::NoMember {
+                        strukt: strukt.to_owned(),
+                        member: path[..=i].join("."),
+                    })?;
             total_bits += bits;
             if i + 1 < path.len() {
                 ty = self.strip(member_ty.clone())?;
@@ -75,19 +85,29 @@ impl Resolver<'_> {
             last = Some(member_ty);
         }
         if total_bits % 8 != 0 {
-            return Err(BtfError::Other(format!("{strukt}.{} is a bitfield", path.join("."))));
+            return Err(BtfError::Other(format!(
+                "{strukt}.{} is a bitfield",
+                path.join(".")
+            )));
         }
         if let (Some(want), Some(t)) = (size, last) {
             let got = self.size_of(&t)?;
             if got != want {
-                return Err(BtfError::Size { field: format!("{strukt}.{}", path.join(".")), got, want });
+                return Err(BtfError::Size {
+                    field: format!("{strukt}.{}", path.join(".")),
+                    got,
+                    want,
+                });
             }
         }
         Ok(total_bits / 8)
     }
 
     fn find_struct(&self, name: &str) -> Result<Type, BtfError> {
-        let types = self.btf.resolve_types_by_name(name).map_err(|_| BtfError::NoStruct(name.to_owned()))?;
+        let types = self
+            .btf
+            .resolve_types_by_name(name)
+            .map_err(|_| BtfError::NoStruct(name.to_owned()))?;
         types
             .into_iter()
             .find(|t| matches!(t, Type::Struct(s) if !s.members.is_empty()))
@@ -102,7 +122,10 @@ impl Resolver<'_> {
         };
         for m in &s.members {
             let mname = self.btf.resolve_name(m).unwrap_or_default();
-            let mty = self.btf.resolve_chained_type(m).map_err(|e| BtfError::Other(e.to_string()))?;
+            let mty = self
+                .btf
+                .resolve_chained_type(m)
+                .map_err(|e| BtfError::Other(e.to_string()))?;
             if mname == name {
                 return Ok(Some((m.bit_offset(), mty)));
             }
@@ -120,9 +143,17 @@ impl Resolver<'_> {
     fn strip(&self, mut ty: Type) -> Result<Type, BtfError> {
         for _ in 0..32 {
             ty = match &ty {
-                Type::Typedef(_) | Type::Const(_) | Type::Volatile(_) | Type::Restrict(_) | Type::TypeTag(_) => {
-                    let bt = ty.as_btf_type().ok_or_else(|| BtfError::Other("untyped qualifier".into()))?;
-                    self.btf.resolve_chained_type(bt).map_err(|e| BtfError::Other(e.to_string()))?
+                Type::Typedef(_)
+                | Type::Const(_)
+                | Type::Volatile(_)
+                | Type::Restrict(_)
+                | Type::TypeTag(_) => {
+                    let bt = ty
+                        .as_btf_type()
+                        .ok_or_else(|| BtfError::Other("untyped qualifier".into()))?;
+                    self.btf
+                        .resolve_chained_type(bt)
+                        .map_err(|e| BtfError::Other(e.to_string()))?
                 }
                 _ => return Ok(ty),
             };

@@ -12,24 +12,35 @@ use sandbox_common::MAX_CGROUP_LEVEL;
 pub enum CgroupError {
     #[error("no cgroup v2 hierarchy is mounted (mount one: mount -t cgroup2 none /sys/fs/cgroup)")]
     NoCgroup2,
-    #[error("the cgroup v2 mount at {0} is not the root of the hierarchy (cgroup namespaces are not supported)")]
+    #[error(
+        "the cgroup v2 mount at {0} is not the root of the hierarchy (cgroup namespaces are not supported)"
+    )]
     NotRoot(String),
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path} is nested {level} levels deep; at most {MAX_CGROUP_LEVEL} are supported")]
     TooDeep { path: String, level: u32 },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
-    move |source| CgroupError::Io { path: path.display().to_string(), source }
+    move |source| CgroupError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 /// Mount point of the cgroup v2 hierarchy.
 pub fn root() -> Result<PathBuf, CgroupError> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(io(Path::new("/proc/self/mountinfo")))?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(io(Path::new("/proc/self/mountinfo")))?;
     for line in info.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
         if f.get(sep + 1) == Some(&"cgroup2") {
             if f[3] != "/" {
                 return Err(CgroupError::NotRoot(f[4].to_owned()));
@@ -55,13 +66,23 @@ impl Cgroup {
         let meta = std::fs::metadata(path).map_err(io(path))?;
         let rel = path.strip_prefix(root).map_err(|_| CgroupError::Io {
             path: path.display().to_string(),
-            source: std::io::Error::other(format!("not under the cgroup v2 root {}", root.display())),
+            source: std::io::Error::other(format!(
+                "not under the cgroup v2 root {}",
+                root.display()
+            )),
         })?;
         let level = rel.components().count() as u32;
         if level >= MAX_CGROUP_LEVEL {
-            return Err(CgroupError::TooDeep { path: path.display().to_string(), level });
+            return Err(CgroupError::TooDeep {
+                path: path.display().to_string(),
+                level,
+            });
         }
-        Ok(Self { path: path.to_path_buf(), id: meta.ino(), level })
+        Ok(Self {
+            path: path.to_path_buf(),
+            id: meta.ino(),
+            level,
+        })
     }
 
     /// Creates `<root>/sandbox/<name>`.
@@ -84,7 +105,10 @@ impl Cgroup {
     /// Moves a process into this cgroup.
     pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
         let p = self.procs_path();
-        let mut f = std::fs::OpenOptions::new().write(true).open(&p).map_err(io(&p))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .map_err(io(&p))?;
         f.write_all(pid.to_string().as_bytes()).map_err(io(&p))
     }
 
@@ -138,5 +162,6 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
 /// The cgroup v2 path of a process, relative to the hierarchy root (`/proc/PID/cgroup`).
 pub fn of_pid(pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
 }

@@ -13,7 +13,11 @@ use crate::{compile, explain, loader, policy, preflight, run};
 pub const EXIT_SANDBOX_FAILED: u8 = 125;
 
 #[derive(Debug, Parser)]
-#[command(name = "sandbox", version, about = "Confine AI agents and their children with BPF-LSM: files, network and exec, enforced in the kernel")]
+#[command(
+    name = "sandbox",
+    version,
+    about = "Confine AI agents and their children with BPF-LSM: files, network and exec, enforced in the kernel"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -40,9 +44,7 @@ pub enum Command {
         command: Vec<OsString>,
     },
     /// Validate a policy file and summarise what it enforces.
-    Check {
-        file: PathBuf,
-    },
+    Check { file: PathBuf },
     /// Print the built-in default policy.
     DefaultPolicy,
     /// Check that this host can enforce policies (privileges, BPF LSM, BTF, cgroup v2, loading).
@@ -71,9 +73,23 @@ pub enum ExplainWhat {
 
 pub fn main(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Run { policy, audit_log, quiet, as_root, command } => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            rt.block_on(run::run(RunOptions { policy, audit_log, quiet, as_root, command }))
+        Command::Run {
+            policy,
+            audit_log,
+            quiet,
+            as_root,
+            command,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(run::run(RunOptions {
+                policy,
+                audit_log,
+                quiet,
+                as_root,
+                command,
+            }))
         }
         Command::Check { file } => {
             let ctx = context()?;
@@ -112,11 +128,18 @@ fn context() -> anyhow::Result<policy::Context> {
 fn preflight_cmd() -> anyhow::Result<i32> {
     let mut ok = true;
     for c in preflight::static_checks() {
-        println!("{} {:<11} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+        println!(
+            "{} {:<11} {}",
+            if c.ok { "ok  " } else { "FAIL" },
+            c.name,
+            c.detail
+        );
         ok &= c.ok;
     }
     if !ok {
-        println!("\nBPF-LSM enforcement is not possible here; `sandbox run` will refuse to start commands.");
+        println!(
+            "\nBPF-LSM enforcement is not possible here; `sandbox run` will refuse to start commands."
+        );
         return Ok(1);
     }
     let ctx = context()?;
@@ -125,7 +148,10 @@ fn preflight_cmd() -> anyhow::Result<i32> {
     let loaded = loader::kernel_offsets().and_then(|off| loader::Enforcer::load(&c, &off, 1));
     match loaded {
         Ok(_) => {
-            println!("ok   load        BPF-LSM programs load and attach ({})", loader::HOOKS.join(", "));
+            println!(
+                "ok   load        BPF-LSM programs load and attach ({})",
+                loader::HOOKS.join(", ")
+            );
             Ok(0)
         }
         Err(e) => {

@@ -38,28 +38,47 @@ impl fmt::Display for Decision {
 }
 
 fn rule_text(c: &CompiledPolicy, id: u16) -> String {
-    c.rule(id).map_or_else(|| format!("rule {id}"), |r| format!("{} '{}'", r.field, r.source))
+    c.rule(id).map_or_else(
+        || format!("rule {id}"),
+        |r| format!("{} '{}'", r.field, r.source),
+    )
 }
 
 /// The canonical path the kernel would see: symlinks resolved (for a path that does not
 /// exist yet, its existing parent's).
 pub fn canonical(p: &Path) -> std::io::Result<PathBuf> {
-    let abs = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) };
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(p)
+    };
     if let Ok(c) = std::fs::canonicalize(&abs) {
         return Ok(c);
     }
-    let parent = abs.parent().map(canonical).transpose()?.unwrap_or_else(|| PathBuf::from("/"));
+    let parent = abs
+        .parent()
+        .map(canonical)
+        .transpose()?
+        .unwrap_or_else(|| PathBuf::from("/"));
     Ok(parent.join(abs.file_name().unwrap_or_default()))
 }
 
 /// File rule order, as in `sandbox-ebpf/src/main.rs`: deny > write rules > read rules.
-pub fn file_rules(c: &CompiledPolicy, acc: &Accept, access: Access, is_dir: bool) -> Option<String> {
+pub fn file_rules(
+    c: &CompiledPolicy,
+    acc: &Accept,
+    access: Access,
+    is_dir: bool,
+) -> Option<String> {
     let r = &acc.rules;
     if r[accept::FILE_DENY] != NO_RULE {
         return Some(rule_text(c, r[accept::FILE_DENY]));
     }
     if r[accept::EXEC_DENY] != NO_RULE {
-        return Some(format!("{} (a denied binary cannot be read or written either)", rule_text(c, r[accept::EXEC_DENY])));
+        return Some(format!(
+            "{} (a denied binary cannot be read or written either)",
+            rule_text(c, r[accept::EXEC_DENY])
+        ));
     }
     if access == Access::Write {
         if r[accept::FILE_READ_ONLY] != NO_RULE {
@@ -84,8 +103,21 @@ pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<
     let p = canonical(path)?;
     let acc = c.match_path(p.as_os_str().as_encoded_bytes());
     let deny = file_rules(c, &acc, access, p.is_dir());
-    let what = format!("{} {}", if access == Access::Read { "read" } else { "write" }, p.display());
-    Ok(decision(what, deny, c.flags & policy_flags::AUDIT_FILES != 0, "no file rule matches"))
+    let what = format!(
+        "{} {}",
+        if access == Access::Read {
+            "read"
+        } else {
+            "write"
+        },
+        p.display()
+    );
+    Ok(decision(
+        what,
+        deny,
+        c.flags & policy_flags::AUDIT_FILES != 0,
+        "no file rule matches",
+    ))
 }
 
 pub fn exec(c: &CompiledPolicy, path: &Path) -> std::io::Result<Decision> {
@@ -103,7 +135,12 @@ pub fn exec(c: &CompiledPolicy, path: &Path) -> std::io::Result<Decision> {
     } else {
         None
     };
-    Ok(decision(format!("exec {}", p.display()), deny, c.flags & policy_flags::AUDIT_EXEC != 0, "no exec rule matches"))
+    Ok(decision(
+        format!("exec {}", p.display()),
+        deny,
+        c.flags & policy_flags::AUDIT_EXEC != 0,
+        "no exec rule matches",
+    ))
 }
 
 fn is_privileged(p: &Path) -> bool {
@@ -122,13 +159,20 @@ pub fn connect(c: &CompiledPolicy, addr: IpAddr, port: u16) -> Decision {
     let deny = match net::lookup(&c.net_v4, &c.net_v6, addr, port) {
         Some((net_action::ALLOW, _)) => None,
         Some((_, rule)) => Some(rule_text(c, rule)),
-        None if c.flags & policy_flags::NET_DEFAULT_DENY != 0 => Some("network.default is deny and no allow rule matches".into()),
+        None if c.flags & policy_flags::NET_DEFAULT_DENY != 0 => {
+            Some("network.default is deny and no allow rule matches".into())
+        }
         None => None,
     };
     let allowed_by = net::lookup(&c.net_v4, &c.net_v6, addr, port)
         .filter(|(a, _)| *a == net_action::ALLOW)
         .map(|(_, r)| rule_text(c, r));
-    let mut d = decision(what, deny, c.flags & policy_flags::AUDIT_NET != 0, "no network rule matches");
+    let mut d = decision(
+        what,
+        deny,
+        c.flags & policy_flags::AUDIT_NET != 0,
+        "no network rule matches",
+    );
     if let Some(r) = allowed_by {
         d.because = r;
     }
@@ -137,8 +181,18 @@ pub fn connect(c: &CompiledPolicy, addr: IpAddr, port: u16) -> Decision {
 
 fn decision(what: String, deny: Option<String>, audit: bool, none: &str) -> Decision {
     match deny {
-        Some(because) => Decision { allowed: audit, what, because, audit_only: audit },
-        None => Decision { allowed: true, what, because: none.to_owned(), audit_only: false },
+        Some(because) => Decision {
+            allowed: audit,
+            what,
+            because,
+            audit_only: audit,
+        },
+        None => Decision {
+            allowed: true,
+            what,
+            because: none.to_owned(),
+            audit_only: false,
+        },
     }
 }
 

@@ -13,7 +13,8 @@ use aya::maps::{Array, HashMap, LpmTrie, MapData, PerCpuArray, RingBuf};
 use aya::programs::Lsm;
 use aya::{Btf, Ebpf, EbpfLoader};
 use sandbox_common::{
-    Accept, ByteClasses, InodeKey, KernelOffsets, NetKeyV4, NetKeyV6, OFFSETS_GLOBAL, SbKey, map_names as m,
+    Accept, ByteClasses, InodeKey, KernelOffsets, NetKeyV4, NetKeyV6, OFFSETS_GLOBAL, SbKey,
+    map_names as m,
 };
 
 use crate::cgroup::Cgroup;
@@ -39,7 +40,10 @@ pub enum LoadError {
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
-    move |e| LoadError::Map { map, detail: e.to_string() }
+    move |e| LoadError::Map {
+        map,
+        detail: e.to_string(),
+    }
 }
 
 /// The loaded programs and their maps, with one policy (id 0) applied.
@@ -59,8 +63,14 @@ pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Vec<(InodeKey, Acc
             if out.len() >= MAX_IDENTITY_FILES {
                 break;
             }
-            let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
-            let key = InodeKey { ino: meta.ino(), dev: mounts::kernel_dev_of(meta.dev()), policy_id };
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let key = InodeKey {
+                ino: meta.ino(),
+                dev: mounts::kernel_dev_of(meta.dev()),
+                policy_id,
+            };
             let acc = out.entry(key).or_insert(Accept::NONE);
             acc.rules[r.slot] = acc.rules[r.slot].min(r.rule);
             if meta.is_dir()
@@ -78,7 +88,11 @@ pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Vec<(InodeKey, Acc
 impl Enforcer {
     /// Loads the programs with maps sized for `policy` and attaches them. Nothing is
     /// enforced until [`Enforcer::bind`].
-    pub fn load(policy: &CompiledPolicy, offsets: &KernelOffsets, identity_count: usize) -> Result<Self, LoadError> {
+    pub fn load(
+        policy: &CompiledPolicy,
+        offsets: &KernelOffsets,
+        identity_count: usize,
+    ) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?;
         let size = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let mut ebpf = EbpfLoader::new()
@@ -94,37 +108,69 @@ impl Enforcer {
         for hook in HOOKS {
             let prog: &mut Lsm = ebpf
                 .program_mut(hook)
-                .ok_or_else(|| LoadError::Attach { hook: (*hook).into(), detail: "missing from the object".into() })?
+                .ok_or_else(|| LoadError::Attach {
+                    hook: (*hook).into(),
+                    detail: "missing from the object".into(),
+                })?
                 .try_into()
-                .map_err(|e: aya::programs::ProgramError| LoadError::Attach { hook: (*hook).into(), detail: e.to_string() })?;
-            prog.load(hook, &btf).map_err(|e| LoadError::Attach { hook: (*hook).into(), detail: error_chain(&e) })?;
-            prog.attach().map_err(|e| LoadError::Attach { hook: (*hook).into(), detail: error_chain(&e) })?;
+                .map_err(|e: aya::programs::ProgramError| LoadError::Attach {
+                    hook: (*hook).into(),
+                    detail: e.to_string(),
+                })?;
+            prog.load(hook, &btf).map_err(|e| LoadError::Attach {
+                hook: (*hook).into(),
+                detail: error_chain(&e),
+            })?;
+            prog.attach().map_err(|e| LoadError::Attach {
+                hook: (*hook).into(),
+                detail: error_chain(&e),
+            })?;
         }
-        Ok(Self { ebpf, policy_id: 0, levels: 0 })
+        Ok(Self {
+            ebpf,
+            policy_id: 0,
+            levels: 0,
+        })
     }
 
     /// Writes every map of `policy` as policy `self.policy_id`. Call before `bind`.
-    pub fn apply(&mut self, policy: &CompiledPolicy, sbs: &[Superblock], ids: &[(InodeKey, Accept)]) -> Result<(), LoadError> {
+    pub fn apply(
+        &mut self,
+        policy: &CompiledPolicy,
+        sbs: &[Superblock],
+        ids: &[(InodeKey, Accept)],
+    ) -> Result<(), LoadError> {
         let pid = self.policy_id;
         {
-            let mut t: Array<_, u32> = Array::try_from(self.map(m::DFA_TRANS)?).map_err(map_err(m::DFA_TRANS))?;
+            let mut t: Array<_, u32> =
+                Array::try_from(self.map(m::DFA_TRANS)?).map_err(map_err(m::DFA_TRANS))?;
             for (i, v) in policy.dfa.trans.iter().enumerate() {
                 t.set(i as u32, v, 0).map_err(map_err(m::DFA_TRANS))?;
             }
         }
         {
-            let mut a: Array<_, Accept> = Array::try_from(self.map(m::DFA_ACCEPT)?).map_err(map_err(m::DFA_ACCEPT))?;
+            let mut a: Array<_, Accept> =
+                Array::try_from(self.map(m::DFA_ACCEPT)?).map_err(map_err(m::DFA_ACCEPT))?;
             for (i, v) in policy.dfa.accept.iter().enumerate() {
                 a.set(i as u32, v, 0).map_err(map_err(m::DFA_ACCEPT))?;
             }
         }
         {
-            let mut c: Array<_, ByteClasses> = Array::try_from(self.map(m::DFA_CLASSES)?).map_err(map_err(m::DFA_CLASSES))?;
-            c.set(pid, ByteClasses { classes: policy.dfa.classes }, 0).map_err(map_err(m::DFA_CLASSES))?;
+            let mut c: Array<_, ByteClasses> =
+                Array::try_from(self.map(m::DFA_CLASSES)?).map_err(map_err(m::DFA_CLASSES))?;
+            c.set(
+                pid,
+                ByteClasses {
+                    classes: policy.dfa.classes,
+                },
+                0,
+            )
+            .map_err(map_err(m::DFA_CLASSES))?;
         }
         self.update_mounts(policy, sbs)?;
         {
-            let mut h: HashMap<_, InodeKey, Accept> = HashMap::try_from(self.map(m::INODE_RULES)?).map_err(map_err(m::INODE_RULES))?;
+            let mut h: HashMap<_, InodeKey, Accept> =
+                HashMap::try_from(self.map(m::INODE_RULES)?).map_err(map_err(m::INODE_RULES))?;
             for (k, v) in ids {
                 h.insert(k, v, 0).map_err(map_err(m::INODE_RULES))?;
             }
@@ -133,7 +179,13 @@ impl Enforcer {
             let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
                 LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
             for e in &policy.net_v4 {
-                let key = Key::new(32 + u32::from(e.prefix_len), NetKeyV4 { policy_id_be: pid.to_be_bytes(), addr: e.addr });
+                let key = Key::new(
+                    32 + u32::from(e.prefix_len),
+                    NetKeyV4 {
+                        policy_id_be: pid.to_be_bytes(),
+                        addr: e.addr,
+                    },
+                );
                 t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V4))?;
             }
         }
@@ -141,23 +193,46 @@ impl Enforcer {
             let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
                 LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
             for e in &policy.net_v6 {
-                let key = Key::new(32 + u32::from(e.prefix_len), NetKeyV6 { policy_id_be: pid.to_be_bytes(), addr: e.addr });
+                let key = Key::new(
+                    32 + u32::from(e.prefix_len),
+                    NetKeyV6 {
+                        policy_id_be: pid.to_be_bytes(),
+                        addr: e.addr,
+                    },
+                );
                 t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V6))?;
             }
         }
         // The header last: until `live` is set the hooks treat the policy as absent.
-        let mut p: Array<_, sandbox_common::PolicyInfo> = Array::try_from(self.map(m::POLICIES)?).map_err(map_err(m::POLICIES))?;
-        p.set(pid, policy.info(0, 0), 0).map_err(map_err(m::POLICIES))?;
+        let mut p: Array<_, sandbox_common::PolicyInfo> =
+            Array::try_from(self.map(m::POLICIES)?).map_err(map_err(m::POLICIES))?;
+        p.set(pid, policy.info(0, 0), 0)
+            .map_err(map_err(m::POLICIES))?;
         Ok(())
     }
 
     /// (Re)writes the superblock start states from the mount table.
-    pub fn update_mounts(&mut self, policy: &CompiledPolicy, sbs: &[Superblock]) -> Result<(), LoadError> {
+    pub fn update_mounts(
+        &mut self,
+        policy: &CompiledPolicy,
+        sbs: &[Superblock],
+    ) -> Result<(), LoadError> {
         let pid = self.policy_id;
-        let mut h: HashMap<_, SbKey, u32> = HashMap::try_from(self.map(m::SB_START)?).map_err(map_err(m::SB_START))?;
+        let mut h: HashMap<_, SbKey, u32> =
+            HashMap::try_from(self.map(m::SB_START)?).map_err(map_err(m::SB_START))?;
         for sb in sbs {
-            let state = policy.dfa.feed(policy.dfa.start, mounts::prefix(&sb.mount_point).as_bytes());
-            h.insert(SbKey { policy_id: pid, dev: sb.dev }, state, 0).map_err(map_err(m::SB_START))?;
+            let state = policy
+                .dfa
+                .feed(policy.dfa.start, mounts::prefix(&sb.mount_point).as_bytes());
+            h.insert(
+                SbKey {
+                    policy_id: pid,
+                    dev: sb.dev,
+                },
+                state,
+                0,
+            )
+            .map_err(map_err(m::SB_START))?;
         }
         Ok(())
     }
@@ -165,28 +240,38 @@ impl Enforcer {
     /// Puts `cgroup` (and everything below it) under the policy.
     pub fn bind(&mut self, cgroup: &Cgroup) -> Result<(), LoadError> {
         let policy_id = self.policy_id;
-        let mut h: HashMap<_, u64, u32> = HashMap::try_from(self.map(m::CGROUP_POLICY)?).map_err(map_err(m::CGROUP_POLICY))?;
-        h.insert(cgroup.id, policy_id, 0).map_err(map_err(m::CGROUP_POLICY))?;
+        let mut h: HashMap<_, u64, u32> =
+            HashMap::try_from(self.map(m::CGROUP_POLICY)?).map_err(map_err(m::CGROUP_POLICY))?;
+        h.insert(cgroup.id, policy_id, 0)
+            .map_err(map_err(m::CGROUP_POLICY))?;
         self.levels |= 1 << cgroup.level;
         let levels = self.levels;
-        let mut a: Array<_, u64> = Array::try_from(self.map(m::SCOPE_LEVELS)?).map_err(map_err(m::SCOPE_LEVELS))?;
+        let mut a: Array<_, u64> =
+            Array::try_from(self.map(m::SCOPE_LEVELS)?).map_err(map_err(m::SCOPE_LEVELS))?;
         a.set(0, levels, 0).map_err(map_err(m::SCOPE_LEVELS))
     }
 
     /// The event ring buffer (can be taken once).
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
-        let map = self.ebpf.take_map(m::EVENTS).ok_or(LoadError::Map { map: m::EVENTS, detail: "already taken".into() })?;
+        let map = self.ebpf.take_map(m::EVENTS).ok_or(LoadError::Map {
+            map: m::EVENTS,
+            detail: "already taken".into(),
+        })?;
         RingBuf::try_from(map).map_err(map_err(m::EVENTS))
     }
 
     /// Records dropped because the ring buffer was full, summed over CPUs.
     pub fn drops(&mut self) -> Result<u64, LoadError> {
-        let a: PerCpuArray<_, u64> = PerCpuArray::try_from(self.map(m::DROPS)?).map_err(map_err(m::DROPS))?;
+        let a: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.map(m::DROPS)?).map_err(map_err(m::DROPS))?;
         Ok(a.get(&0, 0).map_err(map_err(m::DROPS))?.iter().sum())
     }
 
     fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, LoadError> {
-        self.ebpf.map_mut(name).ok_or(LoadError::Map { map: name, detail: "missing from the object".into() })
+        self.ebpf.map_mut(name).ok_or(LoadError::Map {
+            map: name,
+            detail: "missing from the object".into(),
+        })
     }
 }
 
@@ -204,5 +289,6 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Loads the offsets of the running kernel.
 pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
-    crate::btf::offsets_from_file(Path::new("/sys/kernel/btf/vmlinux")).map_err(|e| LoadError::Btf(e.to_string()))
+    crate::btf::offsets_from_file(Path::new("/sys/kernel/btf/vmlinux"))
+        .map_err(|e| LoadError::Btf(e.to_string()))
 }

@@ -33,20 +33,31 @@ pub fn parse(text: &str) -> Vec<Superblock> {
     let mut best: BTreeMap<u32, (bool, Superblock)> = BTreeMap::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
         if f.len() < 5 || sep + 1 >= f.len() {
             continue;
         }
-        let Some((maj, min)) = f[2].split_once(':') else { continue };
-        let (Ok(maj), Ok(min)) = (maj.parse(), min.parse()) else { continue };
+        let Some((maj, min)) = f[2].split_once(':') else {
+            continue;
+        };
+        let (Ok(maj), Ok(min)) = (maj.parse(), min.parse()) else {
+            continue;
+        };
         let dev = kernel_dev(maj, min);
         let root_is_sb_root = f[3] == "/";
-        let sb = Superblock { dev, mount_point: unescape(f[4]), fstype: f[sep + 1].to_owned() };
+        let sb = Superblock {
+            dev,
+            mount_point: unescape(f[4]),
+            fstype: f[sep + 1].to_owned(),
+        };
         let better = match best.get(&dev) {
             None => true,
             Some((had_root, old)) => {
                 (root_is_sb_root && !had_root)
-                    || (root_is_sb_root == *had_root && sb.mount_point.len() < old.mount_point.len())
+                    || (root_is_sb_root == *had_root
+                        && sb.mount_point.len() < old.mount_point.len())
             }
         };
         if better {
@@ -62,7 +73,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() + 0 && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len() + 0
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -76,7 +90,11 @@ fn unescape(s: &str) -> String {
 
 /// The path prefix the kernel's in-superblock path is appended to ("" for `/`).
 pub fn prefix(mount_point: &str) -> &str {
-    if mount_point == "/" { "" } else { mount_point.trim_end_matches('/') }
+    if mount_point == "/" {
+        ""
+    } else {
+        mount_point.trim_end_matches('/')
+    }
 }
 
 #[cfg(test)]
@@ -93,7 +111,14 @@ mod tests {
 ";
         let sbs = parse(text);
         assert_eq!(sbs.len(), 2);
-        assert_eq!(sbs[0], Superblock { dev: kernel_dev(0, 21), mount_point: "/".into(), fstype: "ext4".into() });
+        assert_eq!(
+            sbs[0],
+            Superblock {
+                dev: kernel_dev(0, 21),
+                mount_point: "/".into(),
+                fstype: "ext4".into()
+            }
+        );
         assert_eq!(sbs[1].mount_point, "/a");
         assert_eq!(prefix("/"), "");
         assert_eq!(prefix("/a"), "/a");

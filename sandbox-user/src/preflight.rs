@@ -22,7 +22,12 @@ pub fn static_checks() -> Vec<Check> {
 fn privileges() -> Check {
     let caps = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0))))
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("CapEff:")
+                    .map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0))
+            })
+        })
         .unwrap_or(0);
     let has = |c: u32| caps & (1u64 << c) != 0;
     let ok = has(CAP_SYS_ADMIN) && has(CAP_MAC_ADMIN);
@@ -50,9 +55,11 @@ pub fn lsm_list() -> Result<String, String> {
 
 fn bpf_lsm() -> Check {
     match lsm_list() {
-        Ok(list) if list.split(',').any(|l| l == "bpf") => {
-            Check { name: "bpf-lsm", ok: true, detail: format!("bpf is an active LSM ({list})") }
-        }
+        Ok(list) if list.split(',').any(|l| l == "bpf") => Check {
+            name: "bpf-lsm",
+            ok: true,
+            detail: format!("bpf is an active LSM ({list})"),
+        },
         Ok(list) => Check {
             name: "bpf-lsm",
             ok: false,
@@ -63,12 +70,18 @@ fn bpf_lsm() -> Check {
                 kernel_config_hint()
             ),
         },
-        Err(e) => Check { name: "bpf-lsm", ok: false, detail: e },
+        Err(e) => Check {
+            name: "bpf-lsm",
+            ok: false,
+            detail: e,
+        },
     }
 }
 
 fn kernel_config_hint() -> String {
-    let Ok(rel) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else { return String::new() };
+    let Ok(rel) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return String::new();
+    };
     let cfg = format!("/boot/config-{}", rel.trim());
     match std::fs::read_to_string(&cfg) {
         Ok(c) if c.lines().any(|l| l == "CONFIG_BPF_LSM=y") => format!(" (it is: {cfg})."),
@@ -92,15 +105,25 @@ fn btf() -> Check {
 
 fn cgroup2() -> Check {
     match crate::cgroup::root() {
-        Ok(p) => Check { name: "cgroup2", ok: true, detail: format!("cgroup v2 at {}", p.display()) },
-        Err(e) => Check { name: "cgroup2", ok: false, detail: e.to_string() },
+        Ok(p) => Check {
+            name: "cgroup2",
+            ok: true,
+            detail: format!("cgroup v2 at {}", p.display()),
+        },
+        Err(e) => Check {
+            name: "cgroup2",
+            ok: false,
+            detail: e.to_string(),
+        },
     }
 }
 
 /// Explains a load/attach failure in plain words.
 pub fn explain_load_failure(e: &crate::loader::LoadError) -> String {
     let text = e.to_string();
-    let refused = text.contains("Operation not permitted") || text.contains("EPERM") || text.contains("os error 1)");
+    let refused = text.contains("Operation not permitted")
+        || text.contains("EPERM")
+        || text.contains("os error 1)");
     if refused {
         format!(
             "{text}\n\nThe kernel refused a BPF-LSM program. That happens when BPF LSM is not active, when the kernel \

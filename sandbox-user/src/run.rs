@@ -50,15 +50,32 @@ impl Target {
         // SAFETY: plain syscalls.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let sudo = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
-        if euid == 0 && !as_root
+        if euid == 0
+            && !as_root
             && let (Some(uid), Some(gid)) = (sudo("SUDO_UID"), sudo("SUDO_GID"))
             && uid != 0
         {
-            let (name, home) = passwd(uid).ok_or_else(|| anyhow!("SUDO_UID {uid} has no passwd entry"))?;
-            return Ok(Self { uid, gid, name: Some(name), home, drop: true });
+            let (name, home) =
+                passwd(uid).ok_or_else(|| anyhow!("SUDO_UID {uid} has no passwd entry"))?;
+            return Ok(Self {
+                uid,
+                gid,
+                name: Some(name),
+                home,
+                drop: true,
+            });
         }
-        let home = std::env::var_os("HOME").map(PathBuf::from).or_else(|| passwd(euid).map(|p| p.1)).unwrap_or_else(|| "/".into());
-        Ok(Self { uid: euid, gid: egid, name: passwd(euid).map(|p| p.0), home, drop: false })
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .or_else(|| passwd(euid).map(|p| p.1))
+            .unwrap_or_else(|| "/".into());
+        Ok(Self {
+            uid: euid,
+            gid: egid,
+            name: passwd(euid).map(|p| p.0),
+            home,
+            drop: false,
+        })
     }
 }
 
@@ -68,13 +85,29 @@ fn passwd(uid: u32) -> Option<(String, PathBuf)> {
     // which outlives the reads below.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut out: *mut libc::passwd = std::ptr::null_mut();
-    let rc = unsafe { libc::getpwuid_r(uid, &raw mut pw, buf.as_mut_ptr().cast(), buf.len(), &raw mut out) };
+    let rc = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &raw mut pw,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &raw mut out,
+        )
+    };
     if rc != 0 || out.is_null() {
         return None;
     }
     // SAFETY: on success both fields point to NUL-terminated strings inside `buf`.
-    let (name, dir) = unsafe { (std::ffi::CStr::from_ptr(pw.pw_name), std::ffi::CStr::from_ptr(pw.pw_dir)) };
-    Some((name.to_string_lossy().into_owned(), PathBuf::from(dir.to_string_lossy().into_owned())))
+    let (name, dir) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(pw.pw_name),
+            std::ffi::CStr::from_ptr(pw.pw_dir),
+        )
+    };
+    Some((
+        name.to_string_lossy().into_owned(),
+        PathBuf::from(dir.to_string_lossy().into_owned()),
+    ))
 }
 
 /// Loads the policy named on the command line, or the built-in default.
@@ -95,15 +128,21 @@ pub struct Armed {
 
 /// Preflight, load, apply, create and bind the run's cgroup.
 pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed> {
-    let failed: Vec<String> =
-        preflight::static_checks().into_iter().filter(|c| !c.ok).map(|c| format!("  {}: {}", c.name, c.detail)).collect();
+    let failed: Vec<String> = preflight::static_checks()
+        .into_iter()
+        .filter(|c| !c.ok)
+        .map(|c| format!("  {}: {}", c.name, c.detail))
+        .collect();
     if !failed.is_empty() {
-        bail!("cannot enforce the policy on this host; nothing was started:\n{}", failed.join("\n"));
+        bail!(
+            "cannot enforce the policy on this host; nothing was started:\n{}",
+            failed.join("\n")
+        );
     }
     let offsets = loader::kernel_offsets()?;
     let ids = loader::identities(&compiled, 0);
-    let mut enforcer =
-        Enforcer::load(&compiled, &offsets, ids.len()).map_err(|e| anyhow!(preflight::explain_load_failure(&e)))?;
+    let mut enforcer = Enforcer::load(&compiled, &offsets, ids.len())
+        .map_err(|e| anyhow!(preflight::explain_load_failure(&e)))?;
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(&compiled, &mounts, &ids)?;
     let root = cgroup::root()?;
@@ -112,7 +151,12 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
         let _ = cgroup.destroy();
         return Err(e.into());
     }
-    Ok(Armed { enforcer, compiled, mounts, cgroup })
+    Ok(Armed {
+        enforcer,
+        compiled,
+        mounts,
+        cgroup,
+    })
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
@@ -123,13 +167,21 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let ctx = Context::from_process(target.home.clone())?;
     let policy = load_policy(opts.policy.as_deref(), &ctx)?;
     let compiled = compile::compile(&policy)?;
-    let audit_path = opts.audit_log.clone().or(policy.audit.path.clone()).unwrap_or_else(|| DEFAULT_AUDIT_LOG.into());
-    let mut audit = AuditFile::open(&audit_path).with_context(|| format!("opening audit log {}", audit_path.display()))?;
+    let audit_path = opts
+        .audit_log
+        .clone()
+        .or(policy.audit.path.clone())
+        .unwrap_or_else(|| DEFAULT_AUDIT_LOG.into());
+    let mut audit = AuditFile::open(&audit_path)
+        .with_context(|| format!("opening audit log {}", audit_path.display()))?;
 
     let mut armed = arm(compiled, &format!("run-{}", std::process::id()))?;
     let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
     if let Err(e) = armed.cgroup.destroy() {
-        eprintln!("sandbox: warning: removing {}: {e}", armed.cgroup.path.display());
+        eprintln!(
+            "sandbox: warning: removing {}: {e}",
+            armed.cgroup.path.display()
+        );
     }
     result
 }
@@ -145,7 +197,8 @@ async fn supervise(
     let ring = armed.enforcer.take_events()?;
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists; nothing else
     // closes it.
-    let mut ring = unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow!("polling the event ring buffer: {}", e.error()))?;
+    let mut ring = unsafe { AsyncFd::register(ring) }
+        .map_err(|e| anyhow!("polling the event ring buffer: {}", e))?;
     let procs = std::fs::OpenOptions::new()
         .write(true)
         .open(armed.cgroup.procs_path())
@@ -185,12 +238,22 @@ async fn supervise(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", prog.to_string_lossy()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
     drop(procs);
     let child_pid = child.id();
 
-    let fmt = Formatter { policy: &armed.compiled, mounts: &armed.mounts };
-    let mut pump = Pump { fmt, audit, quiet, reported_drops: 0 };
+    let fmt = Formatter {
+        policy: &armed.compiled,
+        mounts: &armed.mounts,
+    };
+    let mut pump = Pump {
+        fmt,
+        audit,
+        quiet,
+        reported_drops: 0,
+    };
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -226,7 +289,9 @@ fn forward(pid: Option<u32>, sig: i32) {
 /// The exit status a shell would report: the code, or 128 + signal.
 pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// Moves records from the ring buffer to the audit sinks.
@@ -248,7 +313,10 @@ impl Pump<'_> {
                     }
                 }
                 Err(err) => {
-                    self.audit.write(&crate::audit::undecodable_record(&self.fmt.policy.name, &err))?;
+                    self.audit.write(&crate::audit::undecodable_record(
+                        &self.fmt.policy.name,
+                        &err,
+                    ))?;
                     eprintln!("sandbox: warning: undecodable kernel record: {err}");
                 }
             }
@@ -260,8 +328,11 @@ impl Pump<'_> {
         let total = enforcer.drops()?;
         if total > self.reported_drops {
             let n = total - self.reported_drops;
-            self.audit.write(&crate::audit::drop_record(&self.fmt.policy.name, n))?;
-            eprintln!("sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log");
+            self.audit
+                .write(&crate::audit::drop_record(&self.fmt.policy.name, n))?;
+            eprintln!(
+                "sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log"
+            );
             self.reported_drops = total;
         }
         Ok(())

@@ -41,7 +41,10 @@ const SIZE_LIMIT: usize = 256 << 20;
 
 /// The glob builder every pattern goes through (also used by validation and tests).
 pub fn glob(g: &str) -> Result<globset::Glob, globset::Error> {
-    globset::GlobBuilder::new(g).literal_separator(true).backslash_escape(true).build()
+    globset::GlobBuilder::new(g)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
 }
 
 /// `P` matches the path itself; this is the pattern for everything below it.
@@ -60,14 +63,24 @@ pub fn build(patterns: &[Pattern]) -> Result<Dfa, String> {
     let mut owner = Vec::new();
     for (i, p) in patterns.iter().enumerate() {
         for g in std::iter::once(p.glob.clone()).chain(subtree(&p.glob)) {
-            let re = glob(&g).map_err(|e| format!("'{}': {e}", p.glob))?.regex().to_owned();
+            let re = glob(&g)
+                .map_err(|e| format!("'{}': {e}", p.glob))?
+                .regex()
+                .to_owned();
             regexes.push(re);
             owner.push(i);
         }
     }
     if regexes.is_empty() {
         // A DFA that never matches: one dead state.
-        return Ok(Dfa { classes: [0; 256], stride: 1, trans: vec![0], accept: vec![Accept::NONE], start: 0, dead: 0 });
+        return Ok(Dfa {
+            classes: [0; 256],
+            stride: 1,
+            trans: vec![0],
+            accept: vec![Accept::NONE],
+            start: 0,
+            dead: 0,
+        });
     }
     let dfa = dense::Builder::new()
         .configure(
@@ -127,7 +140,14 @@ pub fn build(patterns: &[Pattern]) -> Result<Dfa, String> {
         accept.push(acc);
         i += 1;
     }
-    Ok(Dfa { classes, stride: stride as u32, trans, accept, start: 0, dead })
+    Ok(Dfa {
+        classes,
+        stride: stride as u32,
+        trans,
+        accept,
+        start: 0,
+        dead,
+    })
 }
 
 impl Dfa {
@@ -148,7 +168,11 @@ impl Dfa {
     }
 
     pub fn accept_of(&self, state: u32) -> Accept {
-        if state == self.dead { Accept::NONE } else { self.accept[state as usize] }
+        if state == self.dead {
+            Accept::NONE
+        } else {
+            self.accept[state as usize]
+        }
     }
 }
 

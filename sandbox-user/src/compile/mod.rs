@@ -57,12 +57,26 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
     let mut add_paths = |list: &[PathRule], slot: usize, rules: &mut Vec<RuleInfo>| {
         for r in list {
             let id = rules.len();
-            rules.push(RuleInfo { field: r.field.clone(), source: r.source.clone() });
-            patterns.push(dfa::Pattern { glob: r.glob.clone(), slot, rule: id });
+            rules.push(RuleInfo {
+                field: r.field.clone(),
+                source: r.source.clone(),
+            });
+            patterns.push(dfa::Pattern {
+                glob: r.glob.clone(),
+                slot,
+                rule: id,
+            });
             if let Some(p) = &r.literal
-                && matches!(slot, accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY)
+                && matches!(
+                    slot,
+                    accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY
+                )
             {
-                identity.push(IdentityRule { path: p.clone(), slot, rule: id as u16 });
+                identity.push(IdentityRule {
+                    path: p.clone(),
+                    slot,
+                    rule: id as u16,
+                });
             }
         }
     };
@@ -77,11 +91,19 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
     };
     if !f.write.is_empty() {
         add_paths(&f.write, accept::FILE_WRITE, &mut rules);
-        add_paths(std::slice::from_ref(&workspace), accept::FILE_WRITE, &mut rules);
+        add_paths(
+            std::slice::from_ref(&workspace),
+            accept::FILE_WRITE,
+            &mut rules,
+        );
     }
     if !f.read.is_empty() {
         add_paths(&f.read, accept::FILE_READ, &mut rules);
-        add_paths(std::slice::from_ref(&workspace), accept::FILE_READ, &mut rules);
+        add_paths(
+            std::slice::from_ref(&workspace),
+            accept::FILE_READ,
+            &mut rules,
+        );
     }
     add_paths(&policy.exec.deny, accept::EXEC_DENY, &mut rules);
     add_paths(&policy.exec.allow, accept::EXEC_ALLOW, &mut rules);
@@ -102,12 +124,23 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
     set(!f.read.is_empty(), policy_flags::READ_ALLOWLIST);
     set(!policy.exec.allow.is_empty(), policy_flags::EXEC_ALLOWLIST);
     set(!policy.exec.allow_privileged, policy_flags::DENY_PRIVILEGED);
-    set(policy.network.default == NetDefault::Deny, policy_flags::NET_DEFAULT_DENY);
+    set(
+        policy.network.default == NetDefault::Deny,
+        policy_flags::NET_DEFAULT_DENY,
+    );
     set(f.mode == Mode::Audit, policy_flags::AUDIT_FILES);
     set(policy.network.mode == Mode::Audit, policy_flags::AUDIT_NET);
     set(policy.exec.mode == Mode::Audit, policy_flags::AUDIT_EXEC);
 
-    Ok(CompiledPolicy { name: policy.name.clone(), flags, dfa, rules, identity, net_v4, net_v6 })
+    Ok(CompiledPolicy {
+        name: policy.name.clone(),
+        flags,
+        dfa,
+        rules,
+        identity,
+        net_v4,
+        net_v6,
+    })
 }
 
 impl CompiledPolicy {

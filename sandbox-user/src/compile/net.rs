@@ -45,7 +45,10 @@ pub struct Entry<const N: usize> {
 
 type Own = BTreeMap<(u8, Vec<u8>), Vec<PortRule>>;
 
-pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<(Vec<Entry<4>>, Vec<Entry<16>>), String> {
+pub fn compile(
+    n: &Network,
+    rules: &mut Vec<RuleInfo>,
+) -> Result<(Vec<Entry<4>>, Vec<Entry<16>>), String> {
     let mut own: Own = BTreeMap::new();
     let mut push = |net: IpNet, ports: (u16, u16), action: u8, rule: usize| {
         let key = (net.prefix_len(), addr_bytes(net.network()));
@@ -59,17 +62,26 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<(Vec<Entry<4>>,
     };
     for r in &n.deny {
         push(r.net, r.ports, net_action::DENY, rules.len());
-        rules.push(RuleInfo { field: r.field.clone(), source: r.source.clone() });
+        rules.push(RuleInfo {
+            field: r.field.clone(),
+            source: r.source.clone(),
+        });
     }
     for r in &n.allow {
         push(r.net, r.ports, net_action::ALLOW, rules.len());
-        rules.push(RuleInfo { field: r.field.clone(), source: r.source.clone() });
+        rules.push(RuleInfo {
+            field: r.field.clone(),
+            source: r.source.clone(),
+        });
     }
     if n.block_private {
         for s in PRIVATE_V4.iter().chain(PRIVATE_V6) {
             let net: IpNet = s.parse().expect("built-in prefix");
             push(net, (0, u16::MAX), net_action::DENY, rules.len());
-            rules.push(RuleInfo { field: "network.block_private".into(), source: (*s).to_owned() });
+            rules.push(RuleInfo {
+                field: "network.block_private".into(),
+                source: (*s).to_owned(),
+            });
         }
     }
     let mut v4 = Vec::new();
@@ -83,11 +95,22 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<(Vec<Entry<4>>,
                 show(addr)
             ));
         }
-        let mut value = NetRules { count: list.len() as u32, ..NetRules::default() };
+        let mut value = NetRules {
+            count: list.len() as u32,
+            ..NetRules::default()
+        };
         value.rules[..list.len()].copy_from_slice(&list);
         match addr.len() {
-            4 => v4.push(Entry { prefix_len: *len, addr: addr[..].try_into().expect("4 bytes"), rules: value }),
-            _ => v6.push(Entry { prefix_len: *len, addr: addr[..].try_into().expect("16 bytes"), rules: value }),
+            4 => v4.push(Entry {
+                prefix_len: *len,
+                addr: addr[..].try_into().expect("4 bytes"),
+                rules: value,
+            }),
+            _ => v6.push(Entry {
+                prefix_len: *len,
+                addr: addr[..].try_into().expect("16 bytes"),
+                rules: value,
+            }),
         }
     }
     Ok((v4, v6))
@@ -142,11 +165,17 @@ pub fn lookup(v4: &[Entry<4>], v6: &[Entry<16>], addr: IpAddr, port: u16) -> Opt
     match addr {
         IpAddr::V4(a) => {
             let b = a.octets();
-            v4.iter().filter(|e| truncate(&b, e.prefix_len) == e.addr).max_by_key(|e| e.prefix_len).and_then(|e| first(&e.rules))
+            v4.iter()
+                .filter(|e| truncate(&b, e.prefix_len) == e.addr)
+                .max_by_key(|e| e.prefix_len)
+                .and_then(|e| first(&e.rules))
         }
         IpAddr::V6(a) => {
             let b = a.octets();
-            v6.iter().filter(|e| truncate(&b, e.prefix_len) == e.addr).max_by_key(|e| e.prefix_len).and_then(|e| first(&e.rules))
+            v6.iter()
+                .filter(|e| truncate(&b, e.prefix_len) == e.addr)
+                .max_by_key(|e| e.prefix_len)
+                .and_then(|e| first(&e.rules))
         }
     }
 }

@@ -51,10 +51,15 @@ fn expand_vars(s: &str, ctx: &Context) -> Result<String, String> {
             }
             rest = &body[end + 1..];
         } else {
-            let len = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+            let len = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
             let name = &after[..len];
             check_var_name(name)?;
-            let v = ctx.env.get(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+            let v = ctx
+                .env
+                .get(name)
+                .ok_or_else(|| format!("environment variable {name} is not set"))?;
             out.push_str(v);
             rest = &after[len..];
         }
@@ -67,7 +72,11 @@ fn check_var_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if ok { Ok(()) } else { Err(format!("invalid variable name '{name}'")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("invalid variable name '{name}'"))
+    }
 }
 
 /// Lexical normalisation of an absolute pattern: `//` and `/./` collapse, `..` removes the
@@ -91,7 +100,9 @@ pub fn normalize(s: &str) -> String {
 pub fn canonicalize_pattern(s: &str) -> (String, Option<PathBuf>) {
     let comps: Vec<&str> = s.split('/').filter(|c| !c.is_empty()).collect();
     let literal_len = comps.iter().take_while(|c| !c.contains(GLOB_CHARS)).count();
-    let literal: PathBuf = std::iter::once("/").chain(comps[..literal_len].iter().copied()).collect();
+    let literal: PathBuf = std::iter::once("/")
+        .chain(comps[..literal_len].iter().copied())
+        .collect();
     let canonical = canonicalize_existing_prefix(&literal);
     let mut glob = escape_glob(&canonical.display().to_string());
     for c in &comps[literal_len..] {

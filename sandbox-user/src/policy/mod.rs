@@ -89,10 +89,21 @@ pub struct NetRule {
 #[derive(Debug)]
 pub enum PolicyError {
     /// YAML syntax or type error, at a position in the file.
-    Syntax { file: String, line: usize, column: usize, message: String },
+    Syntax {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
     /// One or more semantic errors: field path, value, reason.
-    Invalid { file: String, errors: Vec<FieldError> },
-    Io { file: String, message: String },
+    Invalid {
+        file: String,
+        errors: Vec<FieldError>,
+    },
+    Io {
+        file: String,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +115,12 @@ pub struct FieldError {
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Syntax { file, line, column, message } => write!(f, "{file}:{line}:{column}: {message}"),
+            Self::Syntax {
+                file,
+                line,
+                column,
+                message,
+            } => write!(f, "{file}:{line}:{column}: {message}"),
             Self::Invalid { file, errors } => {
                 for (i, e) in errors.iter().enumerate() {
                     if i > 0 {
@@ -133,14 +149,21 @@ pub struct Context {
 impl Context {
     /// The context of this process, with `~` meaning `home`.
     pub fn from_process(home: PathBuf) -> std::io::Result<Self> {
-        Ok(Self { home, cwd: std::env::current_dir()?, env: std::env::vars().collect() })
+        Ok(Self {
+            home,
+            cwd: std::env::current_dir()?,
+            env: std::env::vars().collect(),
+        })
     }
 }
 
 /// Reads and validates a policy file.
 pub fn load_file(path: &Path, ctx: &Context) -> Result<Policy, PolicyError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Io { file: file.clone(), message: e.to_string() })?;
+    let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Io {
+        file: file.clone(),
+        message: e.to_string(),
+    })?;
     load_str(&text, &file, ctx)
 }
 
@@ -152,7 +175,10 @@ pub fn load_str(text: &str, file: &str, ctx: &Context) -> Result<Policy, PolicyE
         column: e.column,
         message: e.message,
     })?;
-    validate(raw, ctx).map_err(|errors| PolicyError::Invalid { file: file.to_owned(), errors })
+    validate(raw, ctx).map_err(|errors| PolicyError::Invalid {
+        file: file.to_owned(),
+        errors,
+    })
 }
 
 /// Most rules one policy may hold (rule ids are 16-bit in the kernel).
@@ -163,7 +189,12 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
     if let Some(v) = raw.version
         && (v == 0 || v > SCHEMA_VERSION)
     {
-        errs.push(FieldError { field: "version".into(), message: format!("unsupported version {v} (this sandbox reads version {SCHEMA_VERSION})") });
+        errs.push(FieldError {
+            field: "version".into(),
+            message: format!(
+                "unsupported version {v} (this sandbox reads version {SCHEMA_VERSION})"
+            ),
+        });
     }
     let mode = raw.mode.unwrap_or(Mode::Enforce);
     let workspace = match &raw.files.workspace {
@@ -171,7 +202,10 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         Some(w) => match expand::expand(w, ctx, &ctx.cwd) {
             Ok(p) => canonical_or_self(Path::new(&p)),
             Err(m) => {
-                errs.push(FieldError { field: "files.workspace".into(), message: format!("'{w}': {m}") });
+                errs.push(FieldError {
+                    field: "files.workspace".into(),
+                    message: format!("'{w}': {m}"),
+                });
                 ctx.cwd.clone()
             }
         },
@@ -182,9 +216,17 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
             .filter_map(|(i, s)| {
                 let field = format!("{section}[{i}]");
                 match path_rule(s, ctx, &workspace, exec) {
-                    Ok((glob, literal)) => Some(PathRule { field, source: s.clone(), glob, literal }),
+                    Ok((glob, literal)) => Some(PathRule {
+                        field,
+                        source: s.clone(),
+                        glob,
+                        literal,
+                    }),
                     Err(message) => {
-                        errs.push(FieldError { field, message: format!("'{s}': {message}") });
+                        errs.push(FieldError {
+                            field,
+                            message: format!("'{s}': {message}"),
+                        });
                         None
                     }
                 }
@@ -211,9 +253,17 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
             .filter_map(|(i, s)| {
                 let field = format!("{section}[{i}]");
                 match parse_net(s) {
-                    Ok((net, ports)) => Some(NetRule { field, source: s.clone(), net, ports }),
+                    Ok((net, ports)) => Some(NetRule {
+                        field,
+                        source: s.clone(),
+                        net,
+                        ports,
+                    }),
                     Err(message) => {
-                        errs.push(FieldError { field, message: format!("'{s}': {message}") });
+                        errs.push(FieldError {
+                            field,
+                            message: format!("'{s}': {message}"),
+                        });
                         None
                     }
                 }
@@ -224,7 +274,10 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
     let deny = nets("network.deny", &raw.network.deny);
     for (i, h) in raw.network.allow_hosts.iter().enumerate() {
         if !is_hostname(h) {
-            errs.push(FieldError { field: format!("network.allow_hosts[{i}]"), message: format!("'{h}': not a valid host name") });
+            errs.push(FieldError {
+                field: format!("network.allow_hosts[{i}]"),
+                message: format!("'{h}': not a valid host name"),
+            });
         }
     }
     if !raw.network.allow_hosts.is_empty() {
@@ -236,40 +289,78 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
     let network = Network {
         mode: raw.network.mode.unwrap_or(mode),
         block_private: raw.network.block_private.unwrap_or(true),
-        default: raw.network.default.unwrap_or(if raw.network.allow_hosts.is_empty() { NetDefault::Allow } else { NetDefault::Deny }),
+        default: raw
+            .network
+            .default
+            .unwrap_or(if raw.network.allow_hosts.is_empty() {
+                NetDefault::Allow
+            } else {
+                NetDefault::Deny
+            }),
         allow,
         deny,
         allow_hosts: raw.network.allow_hosts,
     };
     let audit = Audit {
-        path: raw.audit.path.as_ref().and_then(|p| match expand::expand(p, ctx, &workspace) {
-            Ok(p) => Some(PathBuf::from(p)),
-            Err(m) => {
-                errs.push(FieldError { field: "audit.path".into(), message: format!("'{p}': {m}") });
-                None
-            }
-        }),
+        path: raw
+            .audit
+            .path
+            .as_ref()
+            .and_then(|p| match expand::expand(p, ctx, &workspace) {
+                Ok(p) => Some(PathBuf::from(p)),
+                Err(m) => {
+                    errs.push(FieldError {
+                        field: "audit.path".into(),
+                        message: format!("'{p}': {m}"),
+                    });
+                    None
+                }
+            }),
         format: raw.audit.format.unwrap_or(AuditFormat::Json),
     };
-    let policy = Policy { name: raw.name.unwrap_or_else(|| "unnamed".into()), files, network, exec, audit };
+    let policy = Policy {
+        name: raw.name.unwrap_or_else(|| "unnamed".into()),
+        files,
+        network,
+        exec,
+        audit,
+    };
     let total = policy.rule_count();
     if total > MAX_RULES {
-        errs.push(FieldError { field: "(policy)".into(), message: format!("{total} rules; at most {MAX_RULES} are supported") });
+        errs.push(FieldError {
+            field: "(policy)".into(),
+            message: format!("{total} rules; at most {MAX_RULES} are supported"),
+        });
     }
-    if errs.is_empty() { Ok(policy) } else { Err(errs) }
+    if errs.is_empty() {
+        Ok(policy)
+    } else {
+        Err(errs)
+    }
 }
 
 impl Policy {
     pub fn rule_count(&self) -> usize {
         let f = &self.files;
-        f.deny.len() + f.read_only.len() + f.write.len() + f.read.len() + self.exec.deny.len() + self.exec.allow.len()
-            + self.network.allow.len() + self.network.deny.len()
+        f.deny.len()
+            + f.read_only.len()
+            + f.write.len()
+            + f.read.len()
+            + self.exec.deny.len()
+            + self.exec.allow.len()
+            + self.network.allow.len()
+            + self.network.deny.len()
     }
 }
 
 /// Expands and checks one path pattern. Returns the absolute glob and, when there are no
 /// glob characters, the literal path.
-fn path_rule(s: &str, ctx: &Context, workspace: &Path, exec: bool) -> Result<(String, Option<PathBuf>), String> {
+fn path_rule(
+    s: &str,
+    ctx: &Context,
+    workspace: &Path,
+    exec: bool,
+) -> Result<(String, Option<PathBuf>), String> {
     if s.is_empty() {
         return Err("empty pattern".into());
     }
@@ -316,11 +407,16 @@ pub fn parse_net(s: &str) -> Result<(IpNet, (u16, u16)), String> {
     let net = if addr.contains('/') {
         let n: IpNet = addr.parse().map_err(|_| format!("invalid CIDR '{addr}'"))?;
         if n.trunc() != n {
-            return Err(format!("'{addr}' has host bits set; did you mean '{}'?", n.trunc()));
+            return Err(format!(
+                "'{addr}' has host bits set; did you mean '{}'?",
+                n.trunc()
+            ));
         }
         n
     } else {
-        let a: IpAddr = addr.parse().map_err(|_| format!("invalid address '{addr}'"))?;
+        let a: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("invalid address '{addr}'"))?;
         IpNet::from(a)
     };
     let ports = match port {
@@ -349,7 +445,10 @@ fn is_hostname(h: &str) -> bool {
     !h.is_empty()
         && h.len() <= 253
         && h.trim_start_matches("*.").split('.').all(|l| {
-            !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') && !l.starts_with('-')
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !l.starts_with('-')
         })
 }
 

@@ -101,7 +101,11 @@ pub fn parse(text: &str) -> Result<RawPolicy, SyntaxError> {
     serde_yaml::from_str::<RawPolicy>(text).map_err(|e| {
         let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
         let message = strip_location(&e.to_string());
-        SyntaxError { line, column, message: with_suggestion(&message) }
+        SyntaxError {
+            line,
+            column,
+            message: with_suggestion(&message),
+        }
     })
 }
 
@@ -139,7 +143,9 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }
