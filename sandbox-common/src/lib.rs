@@ -205,6 +205,7 @@ pub struct KernelOffsets {
     pub file_f_path_dentry: u32,
     pub file_f_inode: u32,
     pub file_f_mode: u32,
+    pub file_f_flags: u32,
     pub dentry_d_parent: u32,
     pub dentry_d_name_len: u32,
     pub dentry_d_name_name: u32,
@@ -219,7 +220,6 @@ pub struct KernelOffsets {
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
-    pub _pad: u32,
 }
 const _: () = assert!(size_of::<KernelOffsets>() == 64);
 
@@ -322,6 +322,7 @@ impl KernelOffsets {
         file_f_path_dentry: 0,
         file_f_inode: 0,
         file_f_mode: 0,
+        file_f_flags: 0,
         dentry_d_parent: 0,
         dentry_d_name_len: 0,
         dentry_d_name_name: 0,
@@ -334,6 +335,5 @@ impl KernelOffsets {
         task_struct_real_parent: 0,
         task_struct_tgid: 0,
         valid: 0,
-        _pad: 0,
     };
 }

@@ -63,7 +63,13 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
             audit,
         ));
     }
-    let f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
+    let mut f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
+    // execve opens the binary with __FMODE_EXEC in f_flags (same value as FMODE_EXEC);
+    // f_mode does not carry it yet when file_open runs.
+    let f_flags: u32 = kread::read(file, off.file_f_flags).unwrap_or(0);
+    if f_flags & FMODE_EXEC != 0 {
+        f_mode |= FMODE_EXEC;
+    }
     let mut facts = path::file_facts(file, &off);
     let resolved = path::resolve(policy_id, info, &mut facts, &off);
     let acc = match resolved {

@@ -44,6 +44,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         file_f_path_dentry: f("file", &["f_path", "dentry"], Some(8))?,
         file_f_inode: f("file", &["f_inode"], Some(8))?,
         file_f_mode: f("file", &["f_mode"], Some(4))?,
+        file_f_flags: f("file", &["f_flags"], Some(4))?,
         dentry_d_parent: f("dentry", &["d_parent"], Some(8))?,
         dentry_d_name_len: f("dentry", &["d_name", "len"], Some(4))?,
         dentry_d_name_name: f("dentry", &["d_name", "name"], Some(8))?,
@@ -56,7 +57,6 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         task_struct_real_parent: f("task_struct", &["real_parent"], Some(8))?,
         task_struct_tgid: f("task_struct", &["tgid"], Some(4))?,
         valid: 1,
-        _pad: 0,
     })
 }
 

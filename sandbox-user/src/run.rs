@@ -128,6 +128,7 @@ pub struct Armed {
 
 /// Preflight, load, apply, create and bind the run's cgroup.
 pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed> {
+    let mut t = Timer::new();
     let failed: Vec<String> = preflight::static_checks()
         .into_iter()
         .filter(|c| !c.ok)
@@ -139,18 +140,24 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
             failed.join("\n")
         );
     }
+    t.lap("preflight");
     let offsets = loader::kernel_offsets()?;
+    t.lap("kernel offsets from BTF");
     let ids = loader::identities(&compiled, 0);
+    t.lap("identities");
     let mut enforcer = Enforcer::load(&compiled, &offsets, ids.len())
         .map_err(|e| anyhow!(preflight::explain_load_failure(&e)))?;
+    t.lap("load and attach");
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(&compiled, &mounts, &ids)?;
+    t.lap("apply");
     let root = cgroup::root()?;
     let cgroup = Cgroup::create(&root, cgroup_name)?;
     if let Err(e) = enforcer.bind(&cgroup) {
         let _ = cgroup.destroy();
         return Err(e.into());
     }
+    t.lap("cgroup bound");
     Ok(Armed {
         enforcer,
         compiled,
@@ -166,7 +173,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let target = Target::detect(opts.as_root)?;
     let ctx = Context::from_process(target.home.clone())?;
     let policy = load_policy(opts.policy.as_deref(), &ctx)?;
+    let mut t = Timer::new();
     let compiled = compile::compile(&policy)?;
+    t.lap("compile");
     let audit_path = opts
         .audit_log
         .clone()
@@ -177,12 +186,14 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
 
     let mut armed = arm(compiled, &format!("run-{}", std::process::id()))?;
     let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
+    t.lap("supervise");
     if let Err(e) = armed.cgroup.destroy() {
         eprintln!(
             "sandbox: warning: removing {}: {e}",
             armed.cgroup.path.display()
         );
     }
+    t.lap("teardown");
     result
 }
 
@@ -336,5 +347,27 @@ impl Pump<'_> {
             self.reported_drops = total;
         }
         Ok(())
+    }
+}
+
+/// Phase timings on stderr when `SANDBOX_DEBUG` is set.
+struct Timer {
+    on: bool,
+    last: std::time::Instant,
+}
+
+impl Timer {
+    fn new() -> Self {
+        Self {
+            on: std::env::var_os("SANDBOX_DEBUG").is_some(),
+            last: std::time::Instant::now(),
+        }
+    }
+
+    fn lap(&mut self, what: &str) {
+        if self.on {
+            eprintln!("sandbox: debug: {what}: {:.0?}", self.last.elapsed());
+        }
+        self.last = std::time::Instant::now();
     }
 }

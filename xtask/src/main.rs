@@ -1,1 +1,180 @@
-fn main() {}
+//! Developer tasks for `sandbox`: `cargo xtask setup | build | test | vm | bench`.
+//!
+//! Everything a fresh machine needs is installed from here (pinned toolchains, bpf-linker,
+//! Debian packages, Debian kernels for the VM tests); nothing is a hand step.
+
+mod cpio;
+mod kernel;
+mod setup;
+mod sh;
+mod vm;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "xtask",
+    about = "set-up, build, VM tests and benchmarks for sandbox"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what building and testing need: toolchains, bpf-linker, Debian packages, kernels.
+    Setup {
+        /// Kernels to fetch (comma-separated labels: 6.1, 6.12, 7.2).
+        #[arg(long, default_value = kernel::DEFAULT_KERNELS)]
+        kernels: String,
+    },
+    /// Build the sandbox binary (release), with the BPF programs embedded.
+    Build,
+    /// Run every test: host unit tests, then the kernel tests inside a VM for each kernel.
+    Test {
+        #[arg(long, default_value = kernel::DEFAULT_KERNELS)]
+        kernels: String,
+        /// Only kernel tests whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Skip the host unit tests.
+        #[arg(long)]
+        vm_only: bool,
+    },
+    /// Boot a VM with BPF LSM and run a command in it (the sandbox binary is /usr/bin/sandbox).
+    /// Example: cargo xtask vm -- sandbox run -- cat /root/.ssh/id_rsa
+    Vm {
+        #[arg(long, default_value = "6.12")]
+        kernel: String,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Run the benchmarks inside a VM and print the ratios.
+    Bench {
+        #[arg(long, default_value = "6.12")]
+        kernel: String,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn run(cli: Cli) -> anyhow::Result<bool> {
+    match cli.cmd {
+        Cmd::Setup { kernels } => {
+            setup::all(&kernel::parse_labels(&kernels)?)?;
+            Ok(true)
+        }
+        Cmd::Build => {
+            setup::toolchains()?;
+            build()?;
+            Ok(true)
+        }
+        Cmd::Test {
+            kernels,
+            filter,
+            vm_only,
+        } => test(&kernel::parse_labels(&kernels)?, filter.as_deref(), vm_only),
+        Cmd::Vm { kernel, command } => {
+            let k = setup::all(&kernel::parse_labels(&kernel)?)?.remove(0);
+            let arts = build()?;
+            let rc = vm::run_command(&k, &arts, &command)?;
+            Ok(rc == 0)
+        }
+        Cmd::Bench { kernel } => {
+            let k = setup::all(&kernel::parse_labels(&kernel)?)?.remove(0);
+            let arts = build()?;
+            vm::bench(&k, &arts)
+        }
+    }
+}
+
+/// Built binaries that go into the guest.
+pub struct Artifacts {
+    pub sandbox: PathBuf,
+    pub probe: PathBuf,
+    pub kernel_tests: PathBuf,
+    pub bench: PathBuf,
+}
+
+fn build() -> anyhow::Result<Artifacts> {
+    let root = root();
+    sh::run(
+        sh::cargo()
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "sandbox-user",
+                "-p",
+                "sandbox-tests",
+                "--bins",
+            ])
+            .current_dir(&root),
+    )?;
+    let tests = sh::cargo_test_executable(&root, "sandbox-tests", "kernel")?;
+    let rel = root.join("target/release");
+    Ok(Artifacts {
+        sandbox: rel.join("sandbox"),
+        probe: rel.join("sandbox-probe"),
+        kernel_tests: tests,
+        bench: rel.join("sandbox-bench"),
+    })
+}
+
+fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow::Result<bool> {
+    let kernels = setup::all(labels)?;
+    let root = root();
+    if !vm_only {
+        println!("==> host tests (cargo test --workspace)");
+        sh::run(
+            sh::cargo()
+                .args(["test", "--workspace", "--release"])
+                .current_dir(&root),
+        )
+        .context("host tests failed")?;
+    }
+    let arts = build()?;
+    let mut results = Vec::new();
+    for k in &kernels {
+        println!(
+            "==> kernel tests in a VM booting Debian's {} ({})",
+            k.version,
+            k.label.suite()
+        );
+        let outcome = vm::run_tests(k, &arts, filter)?;
+        println!("==> {}: {}", k.version, outcome);
+        results.push((k.version.clone(), outcome));
+    }
+    println!("==> summary");
+    let mut ok = true;
+    for (v, o) in &results {
+        println!("    {v}: {o}");
+        ok &= o.passed();
+    }
+    if !ok {
+        bail!("kernel tests failed (console logs in target/vmtest/)");
+    }
+    Ok(true)
+}

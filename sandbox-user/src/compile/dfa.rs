@@ -1,7 +1,9 @@
 //! All file and exec patterns of a policy as one DFA over canonical path bytes.
 //!
-//! Each pattern is a globset glob (with `literal_separator`: `*` stays within a component)
-//! that also matches everything below it (`P` and `P/**`). The patterns are turned into
+//! Each pattern is a globset glob (with `literal_separator`: `*` stays within a component);
+//! a literal path (no glob characters) also matches everything below it (`P` and `P/**`).
+//! Globs are not extended that way: every `/**/X/**` would be "sticky" anywhere in a path,
+//! and N of them multiply the DFA's states by up to 2^N. The patterns are turned into
 //! regexes by globset, determinised together by regex-automata with `MatchKind::All`, and
 //! exported into the flat form the kernel walks: a byte -> class map, a `states x classes`
 //! transition table, and for each state the first rule of each kind that matches a path
@@ -20,6 +22,8 @@ use sandbox_common::{Accept, NO_RULE};
 #[derive(Debug, Clone)]
 pub struct Pattern {
     pub glob: String,
+    /// A literal path (no glob characters) also matches everything below it.
+    pub literal: bool,
     pub slot: usize,
     pub rule: usize,
 }
@@ -62,7 +66,8 @@ pub fn build(patterns: &[Pattern]) -> Result<Dfa, String> {
     let mut regexes = Vec::new();
     let mut owner = Vec::new();
     for (i, p) in patterns.iter().enumerate() {
-        for g in std::iter::once(p.glob.clone()).chain(subtree(&p.glob)) {
+        let below = if p.literal { subtree(&p.glob) } else { None };
+        for g in std::iter::once(p.glob.clone()).chain(below) {
             let re = glob(&g)
                 .map_err(|e| format!("'{}': {e}", p.glob))?
                 .regex()

@@ -63,6 +63,7 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
             });
             patterns.push(dfa::Pattern {
                 glob: r.glob.clone(),
+                literal: r.literal.is_some(),
                 slot,
                 rule: id,
             });
@@ -87,7 +88,7 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
         field: "files.workspace".into(),
         source: f.workspace.display().to_string(),
         glob: crate::policy::expand::escape_glob(&f.workspace.display().to_string()),
-        literal: None,
+        literal: Some(f.workspace.clone()),
     };
     if !f.write.is_empty() {
         add_paths(&f.write, accept::FILE_WRITE, &mut rules);

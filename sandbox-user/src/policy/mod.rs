@@ -69,8 +69,8 @@ pub struct PathRule {
     pub field: String,
     /// As written in the policy.
     pub source: String,
-    /// Absolute, expanded, canonical glob (globset syntax). Matches the path and, unless it
-    /// ends in a glob that says otherwise, everything below it.
+    /// Absolute, expanded, canonical glob (globset syntax). A literal path also matches
+    /// everything below it; a glob matches exactly what globset says.
     pub glob: String,
     /// The canonical path when the pattern has no glob characters.
     pub literal: Option<PathBuf>,

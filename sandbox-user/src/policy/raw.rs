@@ -119,9 +119,10 @@ fn strip_location(msg: &str) -> String {
 
 /// Adds "did you mean ..." to serde's "unknown field `x`, expected one of `a`, `b`".
 fn with_suggestion(msg: &str) -> String {
-    let Some(rest) = msg.strip_prefix("unknown field `") else {
+    let Some(at) = msg.find("unknown field `") else {
         return msg.to_owned();
     };
+    let rest = &msg[at + "unknown field `".len()..];
     let Some((unknown, tail)) = rest.split_once('`') else {
         return msg.to_owned();
     };

@@ -1,1 +1,272 @@
-fn main() {}
+//! `sandbox-probe`: performs real operations and reports the kernel's answer, one line each:
+//! `PROBE <op> <args> -> OK|<ERRNO>`. Several operations run in one process when separated
+//! by `::`, so one `sandbox run` can check many things.
+//!
+//!   open PATH [r|w|rw|creat]     open(2), then close
+//!   connect ADDR PORT            TCP connect (IPv4 or IPv6), 1 s timeout
+//!   udp ADDR PORT                unconnected UDP sendto
+//!   exec PATH [ARGS...]          fork + execve; reports the execve errno or the exit status
+//!   cgroup-child NAME            create a child of this process's cgroup and move into it
+//!   symlink TARGET LINK          create a symlink
+//!   sleep MS
+//!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
+//!   (no arguments)               exit 0: copies of this binary serve as exec targets
+
+use std::ffi::CString;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::ffi::OsStrExt;
+
+fn errno_name(e: i32) -> String {
+    let n = match e {
+        0 => "OK",
+        libc::EPERM => "EPERM",
+        libc::EACCES => "EACCES",
+        libc::ENOENT => "ENOENT",
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::EHOSTUNREACH => "EHOSTUNREACH",
+        libc::EINVAL => "EINVAL",
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::ELOOP => "ELOOP",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::EEXIST => "EEXIST",
+        libc::ENOEXEC => "ENOEXEC",
+        libc::EXDEV => "EXDEV",
+        _ => return format!("E{e}"),
+    };
+    n.to_owned()
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn cstr(s: &str) -> CString {
+    CString::new(s.as_bytes()).expect("no NUL in argument")
+}
+
+fn op_open(path: &str, mode: &str) -> String {
+    let flags = match mode {
+        "w" => libc::O_WRONLY,
+        "rw" => libc::O_RDWR,
+        "creat" => libc::O_WRONLY | libc::O_CREAT,
+        _ => libc::O_RDONLY,
+    };
+    let p = cstr(path);
+    // SAFETY: plain syscalls on a valid C string.
+    let fd = unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
+    if fd < 0 {
+        return errno_name(last_errno());
+    }
+    // SAFETY: fd was just opened.
+    unsafe { libc::close(fd) };
+    "OK".into()
+}
+
+fn sockaddr(addr: IpAddr, port: u16) -> (libc::sockaddr_storage, libc::socklen_t, i32) {
+    // SAFETY: zeroed sockaddr_storage is valid; the casts write the matching struct.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match SocketAddr::new(addr, port) {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as u16,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            unsafe { std::ptr::write((&raw mut ss).cast(), sin) };
+            (ss, size_of::<libc::sockaddr_in>() as u32, libc::AF_INET)
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as u16,
+                sin6_port: port.to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            unsafe { std::ptr::write((&raw mut ss).cast(), sin6) };
+            (ss, size_of::<libc::sockaddr_in6>() as u32, libc::AF_INET6)
+        }
+    }
+}
+
+fn op_connect(addr: &str, port: &str) -> String {
+    let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
+        return "BADARGS".into();
+    };
+    let (ss, len, fam) = sockaddr(addr, port);
+    // SAFETY: plain socket syscalls on locals.
+    unsafe {
+        let s = libc::socket(
+            fam,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
+        if s < 0 {
+            return errno_name(last_errno());
+        }
+        let r = libc::connect(s, (&raw const ss).cast(), len);
+        let mut e = if r == 0 { 0 } else { last_errno() };
+        if e == libc::EINPROGRESS {
+            let mut pfd = libc::pollfd {
+                fd: s,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            if libc::poll(&raw mut pfd, 1, 1000) <= 0 {
+                e = libc::ETIMEDOUT;
+            } else {
+                let mut l = size_of::<i32>() as u32;
+                libc::getsockopt(
+                    s,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    (&raw mut e).cast(),
+                    &raw mut l,
+                );
+            }
+        }
+        libc::close(s);
+        errno_name(e)
+    }
+}
+
+fn op_udp(addr: &str, port: &str) -> String {
+    let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
+        return "BADARGS".into();
+    };
+    let (ss, len, fam) = sockaddr(addr, port);
+    // SAFETY: plain socket syscalls on locals.
+    unsafe {
+        let s = libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return errno_name(last_errno());
+        }
+        let r = libc::sendto(s, b"x".as_ptr().cast(), 1, 0, (&raw const ss).cast(), len);
+        let e = if r < 0 { last_errno() } else { 0 };
+        libc::close(s);
+        errno_name(e)
+    }
+}
+
+fn op_exec(args: &[String]) -> String {
+    let Some(path) = args.first() else {
+        return "BADARGS".into();
+    };
+    let cargs: Vec<CString> = args.iter().map(|a| cstr(a)).collect();
+    let mut argv: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let p = cstr(path);
+    // SAFETY: fork/execve with argv/envp prepared before the fork; the child only makes
+    // async-signal-safe calls.
+    unsafe {
+        let mut fds = [0i32; 2];
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return errno_name(last_errno());
+        }
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            let e = last_errno();
+            libc::write(fds[1], (&raw const e).cast(), 4);
+            libc::_exit(127);
+        }
+        libc::close(fds[1]);
+        let mut e = 0i32;
+        let n = libc::read(fds[0], (&raw mut e).cast(), 4);
+        libc::close(fds[0]);
+        let mut st = 0;
+        libc::waitpid(pid, &raw mut st, 0);
+        if n == 4 {
+            return errno_name(e);
+        }
+        if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 {
+            "OK".into()
+        } else {
+            format!("STATUS{st}")
+        }
+    }
+}
+
+fn op_cgroup_child(name: &str) -> String {
+    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return "NOCGROUP".into();
+    };
+    let Some(rel) = text.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return "NOCGROUP".into();
+    };
+    let dir = format!("/sys/fs/cgroup{}/{name}", rel.trim_end_matches('/'));
+    if let Err(e) = std::fs::create_dir(&dir) {
+        return errno_name(e.raw_os_error().unwrap_or(0));
+    }
+    match std::fs::write(format!("{dir}/cgroup.procs"), b"0") {
+        Ok(()) => "OK".into(),
+        Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
+    }
+}
+
+fn op_symlink(target: &str, link: &str) -> String {
+    match std::os::unix::fs::symlink(target, link) {
+        Ok(()) => "OK".into(),
+        Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn qemu_exit(code: u32) -> ! {
+    // SAFETY: ioperm grants port access to 0xf4 (root in the guest); the out instruction
+    // hits QEMU's isa-debug-exit device, which ends the VM with status (code << 1) | 1.
+    unsafe {
+        if libc::ioperm(0xf4, 4, 1) == 0 {
+            std::arch::asm!("out dx, eax", in("dx") 0xf4u16, in("eax") code);
+        }
+    }
+    eprintln!("sandbox-probe: no isa-debug-exit device");
+    std::process::exit(2)
+}
+
+fn run_op(words: &[String]) -> String {
+    let a = |i: usize| words.get(i).map_or("", String::as_str);
+    match a(0) {
+        "open" => op_open(a(1), a(2)),
+        "connect" => op_connect(a(1), a(2)),
+        "udp" => op_udp(a(1), a(2)),
+        "exec" => op_exec(&words[1..]),
+        "cgroup-child" => op_cgroup_child(a(1)),
+        "symlink" => op_symlink(a(1), a(2)),
+        "sleep" => {
+            std::thread::sleep(std::time::Duration::from_millis(a(1).parse().unwrap_or(0)));
+            "OK".into()
+        }
+        #[cfg(target_arch = "x86_64")]
+        "qemu-exit" => qemu_exit(a(1).parse().unwrap_or(1)),
+        _ => "BADOP".into(),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| String::from_utf8_lossy(a.as_bytes()).into_owned())
+        .collect();
+    if args.is_empty() {
+        return;
+    }
+    let mut all_ok = true;
+    for words in args.split(|w| w == "::") {
+        let res = run_op(words);
+        println!("PROBE {} -> {res}", words.join(" "));
+        all_ok &= res == "OK";
+    }
+    std::process::exit(i32::from(!all_ok));
+}

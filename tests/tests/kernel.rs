@@ -1,0 +1,545 @@
+//! Enforcement tests against the real kernel: the real `sandbox` binary, real cgroups, real
+//! files, real sockets, a real audit file. They need root and BPF LSM, so on a development
+//! machine they run inside a VM: `cargo xtask test`. On the host they are ignored (never
+//! passed); where they do run, a kernel that cannot enforce makes them fail loudly.
+//!
+//! Each test is one or more `sandbox run`s, each in its own cgroup. The probe reports the
+//! errno of every operation; the assertions check the errno *and* the audit record.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Bins {
+    sandbox: PathBuf,
+    probe: PathBuf,
+}
+
+fn bins() -> Bins {
+    let lsm = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
+    assert!(
+        lsm.split(',').any(|l| l.trim() == "bpf"),
+        "BPF LSM is not active here (lsm: '{}'): these tests cannot run on this kernel",
+        lsm.trim()
+    );
+    let get = |k: &str| {
+        PathBuf::from(
+            std::env::var(k)
+                .unwrap_or_else(|_| panic!("{k} is not set (cargo xtask test sets it)")),
+        )
+    };
+    Bins {
+        sandbox: get("SANDBOX_BIN"),
+        probe: get("SANDBOX_PROBE"),
+    }
+}
+
+/// A fresh directory for one test, canonical (the kernel reports canonical paths).
+fn workdir(name: &str) -> PathBuf {
+    let d = PathBuf::from("/tmp/kt").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d.canonicalize().unwrap()
+}
+
+fn write(p: &Path, text: &str) {
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(p, text).unwrap();
+}
+
+/// One `sandbox run` of the probe.
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+    audit: Vec<Value>,
+}
+
+impl Run {
+    /// The probe's answer for the operation whose text starts with `op`.
+    fn result(&self, op: &str) -> String {
+        let prefix = format!("PROBE {op}");
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit_once(" -> ").map(|(_, r)| r.to_owned()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no result for '{op}'\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                )
+            })
+    }
+
+    fn expect(&self, op: &str, want: &str) {
+        let got = self.result(op);
+        assert_eq!(
+            got, want,
+            "'{op}': expected {want}, got {got}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+    }
+
+    /// Audit records whose `pointer` field equals `value`.
+    fn records(&self, pointer: &str, value: &str) -> Vec<&Value> {
+        self.audit
+            .iter()
+            .filter(|r| r.pointer(pointer).and_then(Value::as_str) == Some(value))
+            .collect()
+    }
+
+    fn one_record(&self, pointer: &str, value: &str) -> &Value {
+        let r = self.records(pointer, value);
+        assert_eq!(
+            r.len(),
+            1,
+            "expected one audit record with {pointer} = {value}, got {}:\n{:#?}",
+            r.len(),
+            self.audit
+        );
+        r[0]
+    }
+}
+
+fn run_in(dir: &Path, policy: Option<&str>, home: &Path, cmd: &[&str]) -> Run {
+    let b = bins();
+    let audit = dir.join("audit.jsonl");
+    let _ = std::fs::remove_file(&audit);
+    let mut c = Command::new(&b.sandbox);
+    c.arg("run").arg("--audit-log").arg(&audit);
+    if let Some(p) = policy {
+        let f = dir.join("policy.yaml");
+        write(&f, p);
+        c.arg("--policy").arg(&f);
+    }
+    c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
+    let out = c.output().expect("start sandbox");
+    let audit_text = std::fs::read_to_string(&audit).unwrap_or_default();
+    Run {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        audit: audit_text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect(),
+    }
+}
+
+/// `sandbox run -- sandbox-probe OPS...` with ops separated by `::`.
+fn probe(dir: &Path, policy: Option<&str>, ops: &[&[&str]]) -> Run {
+    let b = bins();
+    let mut cmd: Vec<String> = vec![b.probe.display().to_string()];
+    for (i, op) in ops.iter().enumerate() {
+        if i > 0 {
+            cmd.push("::".into());
+        }
+        cmd.extend(op.iter().map(|s| (*s).to_owned()));
+    }
+    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    run_in(dir, policy, dir, &refs)
+}
+
+/// Probe from the test process itself (outside any sandbox cgroup).
+fn probe_outside(ops: &[&str]) -> String {
+    let b = bins();
+    let out = Command::new(&b.probe).args(ops).output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.rsplit_once(" -> ")
+        .map(|(_, r)| r.trim().to_owned())
+        .unwrap_or(s)
+}
+
+fn copy_exec(from: &Path, to: &Path) {
+    std::fs::copy(from, to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn file_deny_by_path_symlink_relative_and_subtree() {
+    let d = workdir("file_deny");
+    write(&d.join("secret.txt"), "s");
+    write(&d.join("secrets/inner/key.pem"), "k");
+    write(&d.join("allowed.txt"), "a");
+    std::os::unix::fs::symlink(d.join("secret.txt"), d.join("link")).unwrap();
+    std::os::unix::fs::symlink(d.join("secrets"), d.join("dirlink")).unwrap();
+    let policy = format!(
+        "files:\n  deny:\n    - {0}/secret.txt\n    - {0}/secrets\n",
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["open", "secret.txt", "r"],
+            &["open", "link", "r"],
+            &["open", "secrets/../secret.txt", "r"],
+            &["open", "dirlink/inner/key.pem", "r"],
+            &["open", "secret.txt", "w"],
+            &["open", "allowed.txt", "r"],
+            &["open", "allowed.txt", "w"],
+        ],
+    );
+    r.expect("open secret.txt r", "EACCES");
+    r.expect("open link r", "EACCES");
+    r.expect("open secrets/../secret.txt", "EACCES");
+    r.expect("open dirlink/inner/key.pem", "EACCES");
+    r.expect("open secret.txt w", "EACCES");
+    r.expect("open allowed.txt r", "OK");
+    r.expect("open allowed.txt w", "OK");
+    // One record per deny, naming the canonical file and the rule.
+    let secret = d.join("secret.txt").display().to_string();
+    let recs = r.records("/file/path", &secret);
+    assert_eq!(recs.len(), 4, "{:#?}", r.audit);
+    let rec = recs[0];
+    assert_eq!(rec["class"], "file_activity");
+    assert_eq!(rec["decision"], "deny");
+    assert_eq!(rec["policy"]["rule"], "files.deny[0]");
+    assert_eq!(rec["file"]["access"], "read");
+    assert_eq!(rec["actor"]["process"]["comm"], "sandbox-probe");
+    assert!(rec["actor"]["process"]["pid"].as_u64().unwrap() > 1);
+    assert!(rec["actor"]["process"]["ppid"].as_u64().unwrap() > 1);
+    assert!(
+        rec["actor"]["process"]["cgroup"]
+            .as_str()
+            .unwrap()
+            .starts_with("/sandbox/run-")
+    );
+    assert!(rec["time"].as_str().unwrap().ends_with('Z'));
+    let key = d.join("secrets/inner/key.pem").display().to_string();
+    assert_eq!(
+        r.one_record("/file/path", &key)["policy"]["rule"],
+        "files.deny[1]"
+    );
+    assert_eq!(
+        r.audit.len(),
+        5,
+        "no record for allowed operations: {:#?}",
+        r.audit
+    );
+    assert!(
+        r.stderr.contains("sandbox: denied open (read)"),
+        "{}",
+        r.stderr
+    );
+    // The audit file is owner-only.
+    let mode = std::fs::metadata(d.join("audit.jsonl"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn file_created_after_load_and_hardlink_made_before() {
+    let d = workdir("late_and_hardlink");
+    write(&d.join("protected/old.key"), "k");
+    // A hard link made before the policy loads, in a place no rule names.
+    std::fs::hard_link(d.join("protected/old.key"), d.join("innocent-name")).unwrap();
+    let policy = format!(
+        "files:\n  deny:\n    - {0}/protected\n    - \"/**/*.late\"\n",
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["open", "protected/new.key", "creat"],
+            &["open", "later.late", "creat"],
+            &["open", "innocent-name", "r"],
+            &["open", "protected/old.key", "r"],
+        ],
+    );
+    r.expect("open protected/new.key", "EACCES");
+    r.expect("open later.late", "EACCES");
+    r.expect("open innocent-name", "EACCES");
+    r.expect("open protected/old.key", "EACCES");
+    let link = d.join("innocent-name").display().to_string();
+    assert_eq!(
+        r.one_record("/file/path", &link)["policy"]["reason"],
+        "inode_identity"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn child_cgroup_stays_confined() {
+    let d = workdir("child_cgroup");
+    write(&d.join("secret.txt"), "s");
+    let policy = format!("files:\n  deny: [{}/secret.txt]\n", d.display());
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[&["cgroup-child", "escape"], &["open", "secret.txt", "r"]],
+    );
+    r.expect("cgroup-child escape", "OK");
+    r.expect("open secret.txt", "EACCES");
+    let rec = r.one_record("/file/path", &d.join("secret.txt").display().to_string());
+    let cg = rec["actor"]["process"]["cgroup"].as_str().unwrap();
+    assert!(
+        cg.starts_with("/sandbox/run-") && cg.ends_with("/escape"),
+        "{cg}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn exec_denied_by_path_symlink_and_hardlink() {
+    let d = workdir("exec_deny");
+    let b = bins();
+    copy_exec(&b.probe, &d.join("denied-tool"));
+    copy_exec(&b.probe, &d.join("allowed-tool"));
+    std::os::unix::fs::symlink(d.join("denied-tool"), d.join("innocent")).unwrap();
+    std::fs::hard_link(d.join("denied-tool"), d.join("hardlinked")).unwrap();
+    let policy = format!("exec:\n  deny: [{}/denied-tool]\n", d.display());
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["exec", "./denied-tool"],
+            &["exec", "./innocent"],
+            &["exec", "./hardlinked"],
+            &["exec", "./allowed-tool"],
+            &["open", "denied-tool", "r"],
+        ],
+    );
+    r.expect("exec ./denied-tool", "EACCES");
+    r.expect("exec ./innocent", "EACCES");
+    r.expect("exec ./hardlinked", "EACCES");
+    r.expect("exec ./allowed-tool", "OK");
+    // No copying a denied binary (or `ld.so denied-tool`): it cannot be read either.
+    r.expect("open denied-tool r", "EACCES");
+    let rec = &r.records("/class", "process_activity")[0];
+    assert_eq!(
+        rec["process"]["file"]["path"],
+        d.join("denied-tool").display().to_string()
+    );
+    assert_eq!(rec["policy"]["rule"], "exec.deny[0]");
+    assert_eq!(
+        r.records("/class", "process_activity").len(),
+        3,
+        "{:#?}",
+        r.audit
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn connect_private_and_metadata_denied_public_allowed() {
+    let d = workdir("connect");
+    // The built-in default policy: block_private is on.
+    let r = probe(
+        &d,
+        None,
+        &[
+            &["connect", "169.254.169.254", "80"],
+            &["connect", "::ffff:169.254.169.254", "80"],
+            &["connect", "::ffff:10.0.0.1", "443"],
+            &["connect", "64:ff9b::a9fe:a9fe", "80"],
+            &["connect", "2002:a9fe:a9fe::1", "80"],
+            &["connect", "127.1.2.3", "80"],
+            &["connect", "0.0.0.0", "80"],
+            &["connect", "::0", "80"],
+            &["connect", "::1", "80"],
+            &["connect", "fe80::1", "80"],
+            &["connect", "fd00::1", "80"],
+            &["connect", "100.64.0.1", "80"],
+            &["udp", "10.1.2.3", "53"],
+            &["connect", "8.8.8.8", "53"],
+        ],
+    );
+    for op in [
+        "connect 169.254.169.254 ",
+        "connect ::ffff:169.254.169.254 ",
+        "connect ::ffff:10.0.0.1 ",
+        "connect 64:ff9b::a9fe:a9fe ",
+        "connect 2002:a9fe:a9fe::1 ",
+        "connect 127.1.2.3 ",
+        "connect 0.0.0.0 ",
+        "connect ::0 ",
+        "connect ::1 ",
+        "connect fe80::1 ",
+        "connect fd00::1 ",
+        "connect 100.64.0.1 ",
+    ] {
+        r.expect(op, "EPERM");
+    }
+    // A public address is not ours to deny: the VM has no network, so the kernel's own
+    // answer (no route) comes back, and no audit record is written.
+    r.expect("connect 8.8.8.8", "ENETUNREACH");
+    assert!(r.records("/dst_endpoint/ip", "8.8.8.8").is_empty());
+    let rec = r.one_record("/dst_endpoint/ip", "169.254.169.254");
+    assert_eq!(rec["dst_endpoint"]["port"], 80);
+    assert_eq!(rec["class"], "network_activity");
+    assert_eq!(rec["policy"]["rule"], "network.block_private");
+    assert_eq!(rec["policy"]["rule_source"], "169.254.0.0/16");
+    let mapped = r.one_record("/dst_endpoint/ip", "::ffff:10.0.0.1");
+    assert_eq!(mapped["dst_endpoint"]["family"], "ipv6");
+    assert_eq!(mapped["policy"]["rule_source"], "10.0.0.0/8");
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn default_policy_denies_credentials_and_sudo() {
+    let d = workdir("default_policy");
+    write(&d.join(".ssh/id_rsa"), "key");
+    write(&d.join(".aws/credentials"), "aws");
+    write(&d.join("project/.env"), "TOKEN=x");
+    write(&d.join("project/main.rs"), "fn main() {}");
+    copy_exec(&bins().probe, &d.join("sudo"));
+    let r = probe(
+        &d,
+        None,
+        &[
+            &["open", ".ssh/id_rsa", "r"],
+            &["open", ".aws/credentials", "r"],
+            &["open", "project/.env", "r"],
+            &["open", "project/main.rs", "r"],
+            &["exec", "./sudo"],
+        ],
+    );
+    r.expect("open .ssh/id_rsa", "EACCES");
+    r.expect("open .aws/credentials", "EACCES");
+    r.expect("open project/.env", "EACCES");
+    r.expect("open project/main.rs", "OK");
+    r.expect("exec ./sudo", "EACCES");
+    assert_eq!(
+        r.one_record("/file/path", &d.join(".ssh/id_rsa").display().to_string())["policy"]["rule_source"],
+        "~/.ssh"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn same_operations_allowed_outside_the_cgroup() {
+    let d = workdir("outside");
+    write(&d.join("secret.txt"), "s");
+    let b = bins();
+    copy_exec(&b.probe, &d.join("denied-tool"));
+    let policy = format!(
+        "files:\n  deny: [{0}/secret.txt]\nexec:\n  deny: [{0}/denied-tool]\n",
+        d.display()
+    );
+    write(&d.join("policy.yaml"), &policy);
+    // A confined process that stays alive while we act from outside.
+    let mut held = Command::new(&b.sandbox)
+        .args(["run", "--quiet", "--audit-log"])
+        .arg(d.join("audit.jsonl"))
+        .arg("--policy")
+        .arg(d.join("policy.yaml"))
+        .arg("--")
+        .arg(&b.probe)
+        .args(["sleep", "60000"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let procs = PathBuf::from(format!(
+        "/sys/fs/cgroup/sandbox/run-{}/cgroup.procs",
+        held.id()
+    ));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
+        assert!(
+            Instant::now() < deadline,
+            "the confined process never appeared in {}",
+            procs.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let outside = [
+        probe_outside(&["open", d.join("secret.txt").to_str().unwrap(), "r"]),
+        probe_outside(&["exec", d.join("denied-tool").to_str().unwrap()]),
+        probe_outside(&["connect", "169.254.169.254", "80"]),
+    ];
+    // SIGTERM: sandbox forwards it to the command, then removes the cgroup.
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(held.id() as i32, libc::SIGTERM) };
+    held.wait().unwrap();
+    assert_eq!(outside[0], "OK");
+    assert_eq!(outside[1], "OK");
+    assert_eq!(
+        outside[2], "ENETUNREACH",
+        "outside the cgroup the kernel decides, not the sandbox"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn audit_mode_reports_without_denying() {
+    let d = workdir("audit_mode");
+    write(&d.join("secret.txt"), "s");
+    let policy = format!(
+        "mode: audit\nfiles:\n  deny: [{}/secret.txt]\n",
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["open", "secret.txt", "r"],
+            &["connect", "169.254.169.254", "80"],
+        ],
+    );
+    r.expect("open secret.txt", "OK");
+    r.expect("connect 169.254.169.254", "ENETUNREACH");
+    let rec = r.one_record("/file/path", &d.join("secret.txt").display().to_string());
+    assert_eq!(rec["decision"], "audit");
+    assert_eq!(rec["disposition"], "audited");
+    assert_eq!(
+        r.one_record("/dst_endpoint/ip", "169.254.169.254")["decision"],
+        "audit"
+    );
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn exit_status_propagates_and_cgroup_is_removed() {
+    let d = workdir("exit_status");
+    let b = bins();
+    let child = Command::new(&b.sandbox)
+        .args(["run", "--quiet", "--audit-log"])
+        .arg(d.join("audit.jsonl"))
+        .args(["--", "/bin/sh", "-c", "sleep 1000 & exit 7"])
+        .spawn()
+        .unwrap();
+    let cgroup = PathBuf::from(format!("/sys/fs/cgroup/sandbox/run-{}", child.id()));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    // The background sleep was killed with the cgroup, and the cgroup is gone.
+    assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+    let r = run_in(&d, None, &d, &["/bin/sh", "-c", "kill -TERM $$"]);
+    assert_eq!(r.status, 128 + 15);
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn bad_policy_is_rejected_before_anything_runs() {
+    let d = workdir("bad_policy");
+    let marker = d.join("ran");
+    let cmd = ["/bin/sh", "-c", "touch ran"];
+    let r = run_in(&d, Some("files:\n  dney: [/etc]\n"), &d, &cmd);
+    assert_eq!(r.status, 125);
+    assert!(
+        r.stderr
+            .contains("policy.yaml:2:3: files: unknown field `dney`"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("did you mean `deny`?"), "{}", r.stderr);
+    let r = run_in(&d, Some("network:\n  deny: [10.0.0.0/33]\n"), &d, &cmd);
+    assert_eq!(r.status, 125);
+    assert!(
+        r.stderr.contains("network.deny[0]: '10.0.0.0/33'"),
+        "{}",
+        r.stderr
+    );
+    assert!(!marker.exists(), "the command ran despite a bad policy");
+}

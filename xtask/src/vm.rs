@@ -1,0 +1,316 @@
+//! Booting a Debian kernel under QEMU with BPF LSM on, with an initramfs holding busybox,
+//! the sandbox binaries and a payload, and reading the guest's verdict.
+//!
+//! The verdict counts only when both channels agree: the guest prints `VMTEST-RESULT: PASS`
+//! on the serial console *and* exits through the `isa-debug-exit` device with status 0
+//! (QEMU exits with `(status << 1) | 1`). A guest panic makes QEMU exit 0, a hang hits the
+//! timeout, a missing verdict is a failure: none of them can pass.
+
+use std::fmt;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+
+use crate::cpio::Cpio;
+use crate::kernel::Kernel;
+use crate::{Artifacts, root, setup};
+
+/// PID 1 in the guest. `@PAYLOAD@` is replaced by the command to run.
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/usr/bin:/bin:/sbin:/usr/sbin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts 2>/dev/null
+mount -t securityfs securityfs /sys/kernel/security
+mount -t bpf bpf /sys/fs/bpf
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+ip link set lo up 2>/dev/null
+hostname sandbox-vm
+# Demo secrets for `cargo xtask vm` (the tests make their own).
+mkdir -p /root/.ssh /root/.aws && echo 'demo private key' > /root/.ssh/id_rsa && echo 'demo' > /root/.aws/credentials
+chmod 700 /root/.ssh
+echo "VMTEST: kernel $(uname -r), lsm $(cat /sys/kernel/security/lsm), uptime $(cut -d' ' -f1 /proc/uptime)s"
+echo VMTEST-BEGIN
+cd /root
+@PAYLOAD@
+rc=$?
+echo VMTEST-END
+echo "VMTEST-EXIT: $rc"
+if [ $rc = 0 ]; then echo "VMTEST-RESULT: PASS"; else echo "VMTEST-RESULT: FAIL"; fi
+sync
+/usr/bin/sandbox-probe qemu-exit $rc
+poweroff -f
+"#;
+
+/// What a VM run ended with.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub guest_rc: Option<i32>,
+    pub verdict: Option<bool>,
+    pub timed_out: bool,
+    pub panicked: bool,
+    pub seconds: f64,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.guest_rc == Some(0) && self.verdict == Some(true) && !self.timed_out && !self.panicked
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.passed() {
+            write!(f, "PASS ({:.0} s)", self.seconds)
+        } else if self.timed_out {
+            write!(f, "FAIL: timed out after {:.0} s", self.seconds)
+        } else if self.panicked {
+            write!(f, "FAIL: guest kernel panic")
+        } else {
+            write!(
+                f,
+                "FAIL: guest exit {:?}, verdict {:?}",
+                self.guest_rc, self.verdict
+            )
+        }
+    }
+}
+
+fn initramfs(arts: &Artifacts, payload: &str, out: &Path) -> anyhow::Result<()> {
+    let mut c = Cpio::new();
+    for d in [
+        "/proc",
+        "/sys",
+        "/dev",
+        "/tmp",
+        "/run",
+        "/root",
+        "/etc",
+        "/usr/bin",
+        "/sbin",
+        "/usr/sbin",
+    ] {
+        c.dir(d);
+    }
+    c.copy(&setup::busybox(), "/bin/busybox")?;
+    c.file(
+        "/init",
+        0o755,
+        INIT.replace("@PAYLOAD@", payload).as_bytes(),
+    );
+    c.file(
+        "/etc/passwd",
+        0o644,
+        b"root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/sh\n",
+    );
+    c.file("/etc/group", 0o644, b"root:x:0:\nagent:x:1000:\n");
+    let bins: [(&Path, &str); 4] = [
+        (&arts.sandbox, "/usr/bin/sandbox"),
+        (&arts.probe, "/usr/bin/sandbox-probe"),
+        (&arts.kernel_tests, "/kernel-tests"),
+        (&arts.bench, "/usr/bin/sandbox-bench"),
+    ];
+    let mut libs = std::collections::BTreeSet::new();
+    for (host, guest) in bins {
+        if !host.exists() {
+            continue;
+        }
+        c.copy(host, guest)
+            .with_context(|| format!("adding {}", host.display()))?;
+        libs.extend(shared_libraries(host)?);
+    }
+    for lib in libs {
+        let real = std::fs::canonicalize(&lib)?;
+        c.copy(&real, &lib.display().to_string())?;
+    }
+    c.finish(out)?;
+    Ok(())
+}
+
+/// The shared libraries (and ELF interpreter) `ldd` lists for a binary.
+fn shared_libraries(bin: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let out = Command::new("ldd").arg(bin).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .collect())
+}
+
+fn accel() -> Vec<&'static str> {
+    let want_kvm = std::env::var("SANDBOX_VM_ACCEL").map_or(true, |v| v != "tcg");
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let hw = cpu
+        .lines()
+        .any(|l| l.starts_with("flags") && (l.contains(" vmx") || l.contains(" svm")));
+    if want_kvm && hw && Path::new("/dev/kvm").exists() {
+        vec!["-accel", "kvm", "-cpu", "host"]
+    } else {
+        // The paravirtual KVM of these machines cannot run a stock kernel: emulate.
+        vec!["-accel", "tcg,thread=multi", "-cpu", "max"]
+    }
+}
+
+/// Boots `kernel` with `payload` as the guest's job; streams the payload's output.
+pub fn boot(
+    kernel: &Kernel,
+    arts: &Artifacts,
+    payload: &str,
+    timeout: Duration,
+    tag: &str,
+) -> anyhow::Result<Outcome> {
+    let dir = root().join("target/vmtest");
+    std::fs::create_dir_all(&dir)?;
+    let initrd = dir.join(format!("{tag}-{}.cpio", kernel.version));
+    initramfs(arts, payload, &initrd)?;
+    let log_path = dir.join(format!("{tag}-{}.log", kernel.version));
+    let mut log = std::fs::File::create(&log_path)?;
+    let start = Instant::now();
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-nodefaults", "-machine", "pc"])
+        .args(accel())
+        .args(["-smp", "2", "-m", "1G", "-kernel"])
+        .arg(&kernel.vmlinuz)
+        .arg("-initrd")
+        .arg(&initrd)
+        .args([
+            "-append",
+            "console=ttyS0 lsm=lockdown,capability,landlock,yama,bpf panic=-1 oops=panic quiet",
+        ])
+        .args([
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-serial",
+            "stdio",
+            "-nic",
+            "none",
+            "-no-reboot",
+        ])
+        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow!("no qemu stdout"))?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+            if tx
+                .send(
+                    String::from_utf8_lossy(&line)
+                        .trim_end_matches('\r')
+                        .to_owned(),
+                )
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut inside = false;
+    let mut verdict = None;
+    let mut panicked = false;
+    let mut timed_out = false;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                writeln!(log, "{:8.3} {line}", start.elapsed().as_secs_f64())?;
+                if line.contains("Kernel panic") {
+                    panicked = true;
+                }
+                if line.starts_with("VMTEST-RESULT: ") {
+                    verdict = Some(line.ends_with("PASS"));
+                }
+                if line == "VMTEST-END" {
+                    inside = false;
+                }
+                if inside || line.starts_with("VMTEST: ") || panicked {
+                    println!("{line}");
+                }
+                if line == "VMTEST-BEGIN" {
+                    inside = true;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if start.elapsed() > timeout {
+                    timed_out = true;
+                    let _ = child.kill();
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let status = child.wait()?;
+    let _ = reader.join();
+    let _ = std::fs::remove_file(&initrd);
+    // isa-debug-exit: qemu's status is (guest << 1) | 1.
+    let guest_rc = status.code().filter(|c| c % 2 == 1).map(|c| c >> 1);
+    Ok(Outcome {
+        guest_rc,
+        verdict,
+        timed_out,
+        panicked,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+pub fn run_tests(
+    kernel: &Kernel,
+    arts: &Artifacts,
+    filter: Option<&str>,
+) -> anyhow::Result<Outcome> {
+    let filter = filter.map(|f| format!(" '{f}'")).unwrap_or_default();
+    let payload = format!(
+        "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe /kernel-tests --include-ignored --test-threads=1{filter}"
+    );
+    boot(kernel, arts, &payload, Duration::from_secs(1800), "tests")
+}
+
+/// Runs one command in the guest (words are quoted for the guest shell).
+pub fn run_command(kernel: &Kernel, arts: &Artifacts, words: &[String]) -> anyhow::Result<i32> {
+    let quoted: Vec<String> = words
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+        .collect();
+    let o = boot(
+        kernel,
+        arts,
+        &quoted.join(" "),
+        Duration::from_secs(600),
+        "vm",
+    )?;
+    println!(
+        "==> guest exit status: {}",
+        o.guest_rc
+            .map_or_else(|| "none (see target/vmtest/)".into(), |c| c.to_string())
+    );
+    Ok(o.guest_rc.unwrap_or(1))
+}
+
+pub fn bench(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<bool> {
+    let o = boot(
+        kernel,
+        arts,
+        "/usr/bin/sandbox-bench",
+        Duration::from_secs(1800),
+        "bench",
+    )?;
+    println!("==> bench: {o}");
+    Ok(o.passed())
+}
