@@ -38,13 +38,14 @@ struct Verdict {
 
 #[lsm(hook = "file_open")]
 pub fn file_open(ctx: LsmContext) -> i32 {
-    // Honour a deny from an earlier LSM program on this hook.
     let prev: i32 = ctx.arg(1);
     if prev != 0 {
-        return prev;
+        return honour(prev);
     }
     match try_file_open(&ctx) {
-        Ok(v) | Err(v) => v,
+        Ok(v) => v,
+        // A kernel read failed for an in-scope task: fail closed.
+        Err(_) => -errno::EACCES,
     }
 }
 
@@ -71,7 +72,7 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
         f_mode |= FMODE_EXEC;
     }
     let mut facts = path::file_facts(file, &off);
-    let resolved = path::resolve(policy_id, info, &mut facts, &off);
+    let resolved = path::resolve(policy_id, info, &mut facts);
     let acc = match resolved {
         Resolved::Matched(acc) => acc,
         Resolved::Unresolved(flags) => {
@@ -146,10 +147,12 @@ fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Opti
 pub fn bprm_check_security(ctx: LsmContext) -> i32 {
     let prev: i32 = ctx.arg(1);
     if prev != 0 {
-        return prev;
+        return honour(prev);
     }
     match try_bprm_check(&ctx) {
-        Ok(v) | Err(v) => v,
+        Ok(v) => v,
+        // A kernel read failed for an in-scope task: fail closed.
+        Err(_) => -errno::EACCES,
     }
 }
 
@@ -172,7 +175,7 @@ fn try_bprm_check(ctx: &LsmContext) -> Result<i32, i32> {
     // the interpreter, so a denied interpreter is caught as well.
     let file = kread::read_ptr(bprm, off.linux_binprm_file)?;
     let mut facts = path::file_facts(file, &off);
-    let acc = match path::resolve(policy_id, info, &mut facts, &off) {
+    let acc = match path::resolve(policy_id, info, &mut facts) {
         Resolved::Matched(acc) => acc,
         Resolved::Unresolved(flags) => {
             let rep = Report::file(hook::BPRM_CHECK, policy_id, &facts, 0, flags);
@@ -224,10 +227,12 @@ fn try_bprm_check(ctx: &LsmContext) -> Result<i32, i32> {
 pub fn socket_connect(ctx: LsmContext) -> i32 {
     let prev: i32 = ctx.arg(3);
     if prev != 0 {
-        return prev;
+        return honour(prev);
     }
     match try_socket_connect(&ctx) {
-        Ok(v) | Err(v) => v,
+        Ok(v) => v,
+        // A kernel read failed for an in-scope task: fail closed.
+        Err(_) => -errno::EACCES,
     }
 }
 
@@ -248,6 +253,17 @@ fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
     Ok(finish(rep, v, audit, errno::EPERM))
 }
 
+/// A deny from an earlier LSM program on this hook stays a deny. The verifier (6.8+) wants
+/// the return value provably in [-4095, 0], so the returned values are constants.
+#[inline(always)]
+fn honour(prev: i32) -> i32 {
+    if prev == -errno::EACCES {
+        -errno::EACCES
+    } else {
+        -errno::EPERM
+    }
+}
+
 /// Reports a decision and turns it into the hook's return value.
 #[inline(always)]
 fn finish(mut rep: Report, v: Verdict, audit: bool, err: i32) -> i32 {
@@ -259,7 +275,11 @@ fn finish(mut rep: Report, v: Verdict, audit: bool, err: i32) -> i32 {
     rep.reason = v.reason;
     rep.rule = v.rule;
     event::send(&rep);
-    if audit { 0 } else { -err }
+    match (audit, err) {
+        (true, _) => 0,
+        (false, errno::EPERM) => -errno::EPERM,
+        (false, _) => -errno::EACCES,
+    }
 }
 
 /// Fail closed when the programs cannot decide (no offsets supplied).

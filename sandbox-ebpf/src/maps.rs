@@ -62,6 +62,8 @@ pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Per-CPU working memory: the path being built and the record being sent.
 #[repr(C)]
 pub struct Scratch {
+    pub walk: crate::path::Walk,
+    pub scan: crate::path::Scan,
     pub path: [u8; PATH_BUF],
     pub event: EventHeader,
     pub event_path: [u8; PATH_MAX],

@@ -77,54 +77,22 @@ pub enum Resolved {
     Unresolved(u32),
 }
 
-struct Walk {
-    dentry: *const u8,
+/// Loop state of the dentry walk. It lives in the per-CPU scratch map, not on the stack:
+/// values loaded from a map are unknown to the verifier, so the loop body verifies once.
+/// (On the stack, `off` becomes a precise scalar that differs on every iteration, and
+/// kernels that verify `bpf_loop` callbacks as loops, 6.8 and later, never converge.)
+#[repr(C)]
+pub struct Walk {
+    dentry: u64,
     off: u32,
     done: u32,
     failed: u32,
-    d_parent: u32,
-    d_name_len: u32,
-    d_name_name: u32,
+    _pad: u32,
 }
 
-/// One dentry level: prepend "/name". Stops (returns 1) at the superblock root.
-#[inline(never)]
-extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: `ctx` is the `Walk` on the caller's stack that bpf_loop hands back.
-    let w = unsafe { &mut *ctx.cast::<Walk>() };
-    let Ok(parent) = kread::read_ptr(w.dentry, w.d_parent) else {
-        w.failed = 1;
-        return 1;
-    };
-    if parent == w.dentry || parent.is_null() {
-        w.done = 1;
-        return 1;
-    }
-    let len: u32 = kread::read(w.dentry, w.d_name_len).unwrap_or(0);
-    let name = kread::read_ptr(w.dentry, w.d_name_name).unwrap_or(core::ptr::null());
-    if len >= NAME_MAX as u32 || len + 1 > w.off {
-        w.failed = 1;
-        return 1;
-    }
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-        w.failed = 1;
-        return 1;
-    };
-    w.off -= len;
-    // SAFETY: `off & MASK` < PATH_MAX and len < NAME_MAX, inside the PATH_BUF-sized buffer.
-    let dst = unsafe { (*scratch).path.as_mut_ptr().add((w.off & MASK) as usize) };
-    if kread::read_bytes(dst, len, name).is_err() {
-        w.failed = 1;
-        return 1;
-    }
-    w.off -= 1;
-    // SAFETY: as above.
-    unsafe { (*scratch).path[(w.off & MASK) as usize] = b'/' };
-    w.dentry = parent;
-    0
-}
-
-struct Scan {
+/// Loop state of the DFA scan (in the scratch map for the same reason).
+#[repr(C)]
+pub struct Scan {
     pos: u32,
     state: u32,
     policy_id: u32,
@@ -133,69 +101,113 @@ struct Scan {
     dead: u32,
 }
 
-/// One path byte through the DFA. Stops at the end of the path or in the dead state.
+/// One dentry level: prepend "/name". Stops (returns 1) at the superblock root.
 #[inline(never)]
-extern "C" fn scan_step(_index: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: `ctx` is the `Scan` on the caller's stack that bpf_loop hands back.
-    let s = unsafe { &mut *ctx.cast::<Scan>() };
-    if s.pos >= PATH_END {
+extern "C" fn walk_step(_index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: per-CPU map value, exclusively ours while this program runs.
+    let s = unsafe { &mut *scratch };
+    let off = offsets();
+    let dentry = s.walk.dentry as *const u8;
+    let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
+        s.walk.failed = 1;
+        return 1;
+    };
+    if parent == dentry || parent.is_null() {
+        s.walk.done = 1;
         return 1;
     }
-    let Some(scratch) = SCRATCH.get_ptr(0) else {
+    let len: u32 = kread::read(dentry, off.dentry_d_name_len).unwrap_or(0);
+    let name = kread::read_ptr(dentry, off.dentry_d_name_name).unwrap_or(core::ptr::null());
+    let pos = s.walk.off;
+    if len >= NAME_MAX as u32 || len + 1 > pos {
+        s.walk.failed = 1;
+        return 1;
+    }
+    let pos = pos - len;
+    // SAFETY: `pos & MASK` < PATH_MAX and len < NAME_MAX: inside the PATH_BUF-sized buffer.
+    let dst = unsafe {
+        s.path
+            .as_mut_ptr()
+            .add((kread::opaque(pos) & MASK) as usize)
+    };
+    if kread::read_bytes(dst, len, name).is_err() {
+        s.walk.failed = 1;
+        return 1;
+    }
+    let pos = pos - 1;
+    s.path[(kread::opaque(pos) & MASK) as usize] = b'/';
+    s.walk.off = pos;
+    s.walk.dentry = parent as u64;
+    0
+}
+
+/// One path byte through the DFA. Stops at the end of the path or in the dead state.
+#[inline(never)]
+extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         return 1;
     };
-    let Some(classes) = DFA_CLASSES.get(s.policy_id) else {
+    // SAFETY: per-CPU map value, exclusively ours while this program runs.
+    let s = unsafe { &mut *scratch };
+    let pos = s.scan.pos;
+    if pos >= PATH_END {
+        return 1;
+    }
+    let Some(classes) = DFA_CLASSES.get(s.scan.policy_id) else {
         return 1;
     };
-    // SAFETY: masked index into the per-CPU buffer.
-    let byte = unsafe { (*scratch).path[(s.pos & MASK) as usize] };
+    let byte = s.path[(kread::opaque(pos) & MASK) as usize];
     let class = u32::from(classes.classes[byte as usize]);
-    let idx = s.trans_base + s.state * s.stride + class;
+    let idx = s.scan.trans_base + s.scan.state * s.scan.stride + class;
     let Some(next) = DFA_TRANS.get(idx) else {
-        s.state = s.dead;
+        s.scan.state = s.scan.dead;
         return 1;
     };
-    s.state = *next;
-    s.pos += 1;
-    i64::from(s.state == s.dead)
+    s.scan.state = *next;
+    s.scan.pos = pos + 1;
+    i64::from(s.scan.state == s.scan.dead)
 }
 
 /// Resolves the canonical path of `facts.dentry` and matches it (and the inode) against the
 /// policy.
 #[inline(always)]
-pub fn resolve(
-    policy_id: u32,
-    info: &PolicyInfo,
-    facts: &mut FileFacts,
-    off: &KernelOffsets,
-) -> Resolved {
-    let mut w = Walk {
-        dentry: facts.dentry,
+pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return Resolved::Unresolved(0);
+    };
+    // SAFETY: per-CPU map value, exclusively ours while this program runs; the loop
+    // callbacks below look it up again themselves.
+    let s = unsafe { &mut *scratch };
+    s.walk = Walk {
+        dentry: facts.dentry as u64,
         off: PATH_END,
         done: 0,
         failed: 0,
-        d_parent: off.dentry_d_parent,
-        d_name_len: off.dentry_d_name_len,
-        d_name_name: off.dentry_d_name_name,
+        _pad: 0,
     };
-    // SAFETY: bpf_loop calls walk_step with a pointer to `w`, which outlives the call.
+    // SAFETY: bpf_loop calls walk_step, which needs no context.
     unsafe {
-        bpf_loop(MAX_DEPTH, walk_step as *mut c_void, (&raw mut w).cast(), 0);
+        bpf_loop(
+            MAX_DEPTH,
+            walk_step as *mut c_void,
+            core::ptr::null_mut(),
+            0,
+        );
     }
-    if w.done == 0 || w.failed != 0 {
+    if s.walk.done == 0 || s.walk.failed != 0 {
         return Resolved::Unresolved(sandbox_common::EVENT_F_PATH_TRUNCATED);
     }
-    if w.off == PATH_END {
+    let mut start_off = s.walk.off;
+    if start_off >= PATH_END {
         // The superblock root itself.
-        let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-            return Resolved::Unresolved(0);
-        };
-        w.off -= 1;
-        // SAFETY: masked index into the per-CPU buffer.
-        unsafe { (*scratch).path[(w.off & MASK) as usize] = b'/' };
+        start_off = PATH_END - 1;
+        s.path[start_off as usize] = b'/';
     }
-    // The path is SCRATCH.path[w.off..PATH_END]; the event copies it from there.
-    facts.start = w.off;
+    // The path is SCRATCH.path[start_off..PATH_END]; the event copies it from there.
+    facts.start = start_off;
 
     let key = SbKey {
         policy_id,
@@ -205,26 +217,27 @@ pub fn resolve(
     let start = unsafe { SB_START.get(&key) }
         .copied()
         .unwrap_or(info.dfa_start);
-    let mut s = Scan {
-        pos: w.off,
+    s.scan = Scan {
+        pos: start_off,
         state: start,
         policy_id,
         trans_base: info.dfa_trans_base,
         stride: info.dfa_stride,
         dead: info.dfa_dead,
     };
-    // SAFETY: bpf_loop calls scan_step with a pointer to `s`, which outlives the call.
+    // SAFETY: bpf_loop calls scan_step, which needs no context.
     unsafe {
         bpf_loop(
             PATH_MAX as u32,
             scan_step as *mut c_void,
-            (&raw mut s).cast(),
+            core::ptr::null_mut(),
             0,
         );
     }
+    let final_state = s.scan.state;
     let mut rules = [NO_RULE; accept::SLOTS];
-    if s.state != info.dfa_dead {
-        if let Some(acc) = DFA_ACCEPT.get(info.dfa_accept_base + s.state) {
+    if final_state != info.dfa_dead {
+        if let Some(acc) = DFA_ACCEPT.get(info.dfa_accept_base + final_state) {
             rules = acc.rules;
         }
     }

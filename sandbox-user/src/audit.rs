@@ -339,7 +339,7 @@ mod tests {
     fn rfc3339_known_instants() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + std::time::Duration::from_millis(1_795_000_000_123);
-        assert_eq!(rfc3339(t), "2026-11-17T11:06:40.123Z");
+        assert_eq!(rfc3339(t), "2026-11-18T11:06:40.123Z");
     }
 
     #[test]

@@ -1,1 +1,301 @@
+//! The compiled matcher against globset, on generated patterns and paths; network entries
+//! against their intended meaning.
 
+use std::net::IpAddr;
+
+use sandbox_common::{NO_RULE, accept, net_action};
+
+use super::dfa::{self, Pattern};
+use super::net;
+use crate::policy::{Context, load_str};
+
+/// Deterministic xorshift: the corpus is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[(self.next() % xs.len() as u64) as usize]
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const PATTERN_PARTS: &[&str] = &[
+    "a", "b", "ab", ".env", "x.y", "*", "?", "**", "[ab]", "[!a]", "{a,b}", "*.y", "a*", ".env*",
+    "{x.y,ab}", "[a-c]b",
+];
+const PATH_PARTS: &[&str] = &[
+    "a",
+    "b",
+    "ab",
+    ".env",
+    ".env.local",
+    "x.y",
+    "c",
+    "ba",
+    "abb",
+    "cb",
+    "y",
+    "\u{e9}",
+    "a b",
+];
+
+fn gen_pattern(r: &mut Rng) -> String {
+    let n = 1 + r.below(4);
+    let mut s = String::new();
+    for i in 0..n {
+        let part = r.pick(PATTERN_PARTS);
+        // `**` only as a whole component, as globset requires.
+        if part == "**" && i > 0 && s.ends_with("**") {
+            continue;
+        }
+        s.push('/');
+        s.push_str(part);
+    }
+    s
+}
+
+fn gen_path(r: &mut Rng) -> Vec<u8> {
+    let n = 1 + r.below(5);
+    let mut s = Vec::new();
+    for _ in 0..n {
+        s.push(b'/');
+        if r.below(25) == 0 {
+            s.extend_from_slice(&[0xff, b'a']); // not UTF-8
+        } else {
+            s.extend_from_slice(r.pick(PATH_PARTS).as_bytes());
+        }
+    }
+    s
+}
+
+/// globset's answer for a pattern (and, for a literal, its subtree).
+struct Reference(Vec<globset::GlobMatcher>);
+
+impl Reference {
+    fn new(glob: &str, literal: bool) -> Self {
+        let mut v = vec![dfa::glob(glob).unwrap().compile_matcher()];
+        if literal && let Some(g) = dfa::subtree(glob) {
+            v.push(dfa::glob(&g).unwrap().compile_matcher());
+        }
+        Self(v)
+    }
+    fn matches(&self, path: &[u8]) -> bool {
+        let p = std::path::Path::new(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path),
+        );
+        self.0.iter().any(|m| m.is_match(p))
+    }
+}
+
+/// One pattern at a time: the DFA's answer equals globset's on every generated path.
+#[test]
+fn dfa_agrees_with_globset_per_pattern() {
+    let mut r = Rng(0x5eed_1234_abcd_0001);
+    let mut checked = 0;
+    for _ in 0..400 {
+        let glob = gen_pattern(&mut r);
+        if dfa::glob(&glob).is_err() {
+            continue;
+        }
+        let d = dfa::build(&[Pattern {
+            glob: glob.clone(),
+            literal: false,
+            slot: accept::FILE_DENY,
+            rule: 0,
+        }])
+        .unwrap();
+        let reference = Reference::new(&glob, false);
+        for _ in 0..60 {
+            let path = gen_path(&mut r);
+            let want = reference.matches(&path);
+            let got = d.accept_of(d.feed(d.start, &path)).rules[accept::FILE_DENY] == 0;
+            assert_eq!(
+                got,
+                want,
+                "glob {glob} path {}",
+                String::from_utf8_lossy(&path)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 15_000, "corpus too small: {checked}");
+}
+
+/// Many patterns in one DFA: for every slot, the first matching rule is the one reported.
+#[test]
+fn combined_dfa_reports_first_matching_rule_per_slot() {
+    let mut r = Rng(0x0dd_c0ffee);
+    for round in 0..30 {
+        let mut pats = Vec::new();
+        while pats.len() < 12 {
+            let glob = gen_pattern(&mut r);
+            if dfa::glob(&glob).is_ok() {
+                let slot = [accept::FILE_DENY, accept::FILE_WRITE, accept::EXEC_DENY]
+                    [(r.below(3)) as usize];
+                let literal = !glob.contains(['*', '?', '[', '{']);
+                pats.push(Pattern {
+                    glob,
+                    literal,
+                    slot,
+                    rule: pats.len(),
+                });
+            }
+        }
+        let d = dfa::build(&pats).unwrap();
+        let refs: Vec<Reference> = pats
+            .iter()
+            .map(|p| Reference::new(&p.glob, p.literal))
+            .collect();
+        for _ in 0..300 {
+            let path = gen_path(&mut r);
+            let acc = d.accept_of(d.feed(d.start, &path));
+            for slot in [accept::FILE_DENY, accept::FILE_WRITE, accept::EXEC_DENY] {
+                let want = pats
+                    .iter()
+                    .zip(&refs)
+                    .filter(|(p, m)| p.slot == slot && m.matches(&path))
+                    .map(|(p, _)| p)
+                    .map(|p| p.rule as u16)
+                    .min()
+                    .unwrap_or(NO_RULE);
+                assert_eq!(
+                    acc.rules[slot],
+                    want,
+                    "round {round} slot {slot} path {}: {pats:#?}",
+                    String::from_utf8_lossy(&path)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn literal_covers_subtree_glob_does_not() {
+    let d = dfa::build(&[
+        Pattern {
+            glob: "/home/u/.ssh".into(),
+            literal: true,
+            slot: accept::FILE_DENY,
+            rule: 0,
+        },
+        Pattern {
+            glob: "/**/.env".into(),
+            literal: false,
+            slot: accept::FILE_DENY,
+            rule: 1,
+        },
+    ])
+    .unwrap();
+    let m = |p: &str| d.accept_of(d.feed(d.start, p.as_bytes())).rules[accept::FILE_DENY];
+    assert_eq!(m("/home/u/.ssh"), 0);
+    assert_eq!(m("/home/u/.ssh/id_rsa"), 0);
+    assert_eq!(m("/home/u/.sshx"), NO_RULE);
+    assert_eq!(m("/srv/app/.env"), 1);
+    // A virtualenv directory named .env: the glob names files called .env, not their contents.
+    assert_eq!(m("/srv/app/.env/bin/python"), NO_RULE);
+}
+
+/// Feeding a mount prefix first (what the loader stores per superblock) then the path inside
+/// the superblock gives the same state as feeding the full path.
+#[test]
+fn superblock_prefix_state_composes() {
+    let d = dfa::build(&[Pattern {
+        glob: "/mnt/data/**/*.key".into(),
+        literal: false,
+        slot: accept::FILE_DENY,
+        rule: 0,
+    }])
+    .unwrap();
+    let s = d.feed(d.start, b"/mnt/data");
+    assert_eq!(d.accept_of(d.feed(s, b"/x/y.key")).rules[0], 0);
+    assert_eq!(
+        d.feed(s, b"/x/y.key"),
+        d.feed(d.start, b"/mnt/data/x/y.key")
+    );
+}
+
+#[test]
+fn default_policy_dfa_is_small() {
+    let ctx = Context {
+        home: "/home/u".into(),
+        cwd: "/work".into(),
+        env: Default::default(),
+    };
+    let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
+    let c = super::compile(&p).unwrap();
+    assert!(c.dfa.states() < 2_000, "{} states", c.dfa.states());
+    let acc = c.match_path(b"/home/u/.ssh/id_ed25519");
+    assert_eq!(
+        c.rule(acc.rules[accept::FILE_DENY]).unwrap().source,
+        "~/.ssh"
+    );
+    let acc = c.match_path(b"/usr/bin/sudo");
+    assert_eq!(c.rule(acc.rules[accept::EXEC_DENY]).unwrap().source, "sudo");
+    assert_eq!(
+        c.match_path(b"/usr/bin/sudoedit").rules[accept::EXEC_DENY],
+        NO_RULE
+    );
+}
+
+fn net_policy(yaml: &str) -> super::CompiledPolicy {
+    let ctx = Context {
+        home: "/home/u".into(),
+        cwd: "/work".into(),
+        env: Default::default(),
+    };
+    super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap()).unwrap()
+}
+
+fn decide(c: &super::CompiledPolicy, addr: &str, port: u16) -> Option<u8> {
+    net::lookup(&c.net_v4, &c.net_v6, addr.parse::<IpAddr>().unwrap(), port).map(|(a, _)| a)
+}
+
+#[test]
+fn network_longest_prefix_with_inherited_port_rules() {
+    let c = net_policy(
+        "network:\n  allow: ['10.1.2.3:443']\n  deny: ['0.0.0.0/0:25', '[2001:db8::/32]:22']\n",
+    );
+    assert_eq!(decide(&c, "10.1.2.3", 443), Some(net_action::ALLOW));
+    assert_eq!(
+        decide(&c, "10.1.2.3", 22),
+        Some(net_action::DENY),
+        "falls through to 10/8"
+    );
+    assert_eq!(decide(&c, "10.9.9.9", 443), Some(net_action::DENY));
+    assert_eq!(decide(&c, "93.184.216.34", 25), Some(net_action::DENY));
+    assert_eq!(decide(&c, "93.184.216.34", 443), None);
+    assert_eq!(
+        decide(&c, "::ffff:10.1.2.3", 443),
+        Some(net_action::ALLOW),
+        "mapped IPv4 uses the IPv4 rules"
+    );
+    assert_eq!(decide(&c, "64:ff9b::a9fe:a9fe", 80), Some(net_action::DENY));
+    assert_eq!(decide(&c, "2001:db8::1", 22), Some(net_action::DENY));
+    assert_eq!(decide(&c, "2001:db8::1", 443), None);
+    assert_eq!(decide(&c, "fe80::1", 443), Some(net_action::DENY));
+}
+
+#[test]
+fn network_block_private_off() {
+    let c = net_policy("network:\n  block_private: false\n");
+    assert!(c.net_v4.is_empty() && c.net_v6.is_empty());
+    assert_eq!(decide(&c, "169.254.169.254", 80), None);
+}
+
+#[test]
+fn compile_is_deterministic() {
+    let yaml = "files:\n  deny: ['/a/**/*.key', '/etc/shadow']\n  write: ['/tmp']\nexec:\n  deny: [sudo]\nnetwork:\n  allow: ['10.0.0.1:80']\n";
+    let a = net_policy(yaml);
+    let b = net_policy(yaml);
+    assert_eq!(a.dfa, b.dfa);
+    assert_eq!(a.net_v4, b.net_v4);
+    assert_eq!(a.rules, b.rules);
+}

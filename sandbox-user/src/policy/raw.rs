@@ -17,7 +17,10 @@ pub enum AuditFormat {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a policy: a mapping with version, name, mode, files, network, exec, audit"
+)]
 pub struct RawPolicy {
     pub version: Option<u32>,
     pub name: Option<String>,
@@ -33,7 +36,7 @@ pub struct RawPolicy {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping of file rules")]
 pub struct RawFiles {
     pub mode: Option<Mode>,
     pub workspace: Option<String>,
@@ -48,7 +51,7 @@ pub struct RawFiles {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping of network rules")]
 pub struct RawNetwork {
     pub mode: Option<Mode>,
     pub block_private: Option<bool>,
@@ -69,7 +72,7 @@ pub enum NetDefault {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping of exec rules")]
 pub struct RawExec {
     pub mode: Option<Mode>,
     #[serde(default)]
@@ -80,7 +83,7 @@ pub struct RawExec {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a mapping of audit settings")]
 pub struct RawAudit {
     pub path: Option<String>,
     pub format: Option<AuditFormat>,

@@ -1,1 +1,175 @@
+//! Policy validation, data-driven: one `check(yaml, expected)` per case.
 
+use std::collections::HashMap;
+
+use super::*;
+
+fn ctx() -> Context {
+    let mut env = HashMap::new();
+    env.insert("PROJECT".to_owned(), "/srv/proj".to_owned());
+    env.insert("EMPTY".to_owned(), String::new());
+    Context {
+        home: "/home/u".into(),
+        cwd: "/work/ws".into(),
+        env,
+    }
+}
+
+/// `Ok(glob of files.deny[0])` or the error text.
+fn check(yaml: &str, expected: Result<&str, &str>) {
+    let got = load_str(yaml, "p.yaml", &ctx());
+    match (got, expected) {
+        (Ok(p), Ok(want)) => assert_eq!(
+            p.files.deny.first().map(|r| r.glob.as_str()),
+            Some(want),
+            "{yaml}"
+        ),
+        (Err(e), Err(want)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(want),
+                "{yaml}\nexpected error containing: {want}\ngot: {text}"
+            );
+        }
+        (Ok(p), Err(want)) => panic!("{yaml}\nexpected error '{want}', got {p:#?}"),
+        (Err(e), Ok(want)) => panic!("{yaml}\nexpected {want}, got error {e}"),
+    }
+}
+
+#[test]
+fn expansion_and_normalisation() {
+    check("files: {deny: ['~/.ssh']}", Ok("/home/u/.ssh"));
+    check(
+        "files: {deny: ['$PROJECT/secrets']}",
+        Ok("/srv/proj/secrets"),
+    );
+    check("files: {deny: ['${PROJECT}/a/../b']}", Ok("/srv/proj/b"));
+    check(
+        "files: {deny: ['${NOPE:-~/.cache}/x']}",
+        Ok("/home/u/.cache/x"),
+    );
+    check("files: {deny: ['${EMPTY:-/fallback}']}", Ok("/fallback"));
+    check("files: {deny: ['.env']}", Ok("/work/ws/.env"));
+    check(
+        "files: {workspace: /data, deny: ['**/.env*']}",
+        Ok("/data/**/.env*"),
+    );
+    check("files: {deny: ['//etc/./shadow/']}", Ok("/etc/shadow"));
+    check(
+        "files: {deny: ['/data/*/secrets/**']}",
+        Ok("/data/*/secrets/**"),
+    );
+}
+
+#[test]
+fn syntax_and_type_errors_have_positions() {
+    check(
+        "files:\n  dney: [/etc]\n",
+        Err("p.yaml:2:3: files: unknown field `dney`"),
+    );
+    check("files:\n  dney: [/etc]\n", Err("did you mean `deny`?"));
+    check("netwrok: {}\n", Err("p.yaml:1:1: unknown field `netwrok`"));
+    check("netwrok: {}\n", Err("did you mean `network`?"));
+    check(
+        "files:\n  deny: /etc\n",
+        Err("p.yaml:2:9: files.deny: invalid type: string \"/etc\", expected a sequence"),
+    );
+    check(
+        "files:\n  deny: []\n  deny: []\n",
+        Err("p.yaml:2:3: files: duplicate field `deny`"),
+    );
+    check(
+        "mode: sometimes\n",
+        Err("p.yaml:1:7: mode: unknown variant `sometimes`"),
+    );
+    check(
+        "files: [\n",
+        Err("p.yaml:1:8: files: invalid type: sequence, expected a mapping of file rules"),
+    );
+    check("files: {deny: [/a\n", Err("p.yaml:2:1: "));
+}
+
+#[test]
+fn semantic_errors_name_field_and_value() {
+    check(
+        "files: {deny: ['/a/[b-']}",
+        Err("p.yaml: files.deny[0]: '/a/[b-': invalid glob"),
+    );
+    check(
+        "files: {deny: ['/ok', '$NOPE/x']}",
+        Err("files.deny[1]: '$NOPE/x': environment variable NOPE is not set"),
+    );
+    check(
+        "files: {deny: ['']}",
+        Err("files.deny[0]: '': empty pattern"),
+    );
+    check(
+        "network: {deny: ['10.0.0.0/33']}",
+        Err("network.deny[0]: '10.0.0.0/33': invalid CIDR"),
+    );
+    check(
+        "network: {deny: ['10.0.0.1/8']}",
+        Err("has host bits set; did you mean '10.0.0.0/8'?"),
+    );
+    check(
+        "network: {allow: ['1.2.3.4:99999']}",
+        Err("network.allow[0]: '1.2.3.4:99999': invalid port"),
+    );
+    check(
+        "network: {allow: ['1.2.3.4:90-80']}",
+        Err("port range 90-80 is empty"),
+    );
+    check("version: 7\n", Err("version: unsupported version 7"));
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let e = load_str(
+        "files: {deny: ['/[']}\nnetwork: {deny: [nope]}\n",
+        "p.yaml",
+        &ctx(),
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("files.deny[0]") && text.contains("network.deny[0]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn network_rule_forms() {
+    let p = |s: &str| parse_net(s).unwrap();
+    assert_eq!(p("10.0.0.0/8").1, (0, 65535));
+    assert_eq!(p("10.0.0.1:443").1, (443, 443));
+    assert_eq!(p("10.0.0.0/8:8000-9000").1, (8000, 9000));
+    assert_eq!(p("[::1]:22").0.to_string(), "::1/128");
+    assert_eq!(p("[fd00::/8]:80").1, (80, 80));
+    assert_eq!(p("fd00::/8").0.to_string(), "fd00::/8");
+}
+
+#[test]
+fn defaults() {
+    let p = load_str("", "p.yaml", &ctx()).unwrap();
+    assert!(p.network.block_private);
+    assert!(p.exec.allow_privileged);
+    assert_eq!(p.files.mode, Mode::Enforce);
+    assert_eq!(p.files.workspace, std::path::PathBuf::from("/work/ws"));
+    let p = load_str("mode: audit\nnetwork: {mode: enforce}\n", "p.yaml", &ctx()).unwrap();
+    assert_eq!(p.files.mode, Mode::Audit);
+    assert_eq!(p.network.mode, Mode::Enforce);
+}
+
+#[test]
+fn built_in_default_policy_is_valid() {
+    let p = load_str(DEFAULT_POLICY, "default", &ctx()).unwrap();
+    assert!(p.files.deny.iter().any(|r| r.glob == "/home/u/.ssh"));
+    assert!(p.exec.deny.iter().any(|r| r.glob == "/**/sudo"));
+    assert!(!p.exec.allow_privileged);
+}
+
+#[test]
+fn errno_constants_match_libc() {
+    assert_eq!(sandbox_common::errno::EPERM, libc::EPERM);
+    assert_eq!(sandbox_common::errno::EACCES, libc::EACCES);
+}
