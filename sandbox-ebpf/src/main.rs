@@ -120,7 +120,10 @@ fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Opti
                 rule: r[accept::FILE_READ_ONLY],
             });
         }
-        if flags & policy_flags::WRITE_ALLOWLIST != 0 && r[accept::FILE_WRITE] == NO_RULE {
+        if flags & policy_flags::WRITE_ALLOWLIST != 0
+            && acc.sb_known
+            && r[accept::FILE_WRITE] == NO_RULE
+        {
             return Some(Verdict {
                 reason: reason::NOT_IN_WRITE_ALLOWLIST,
                 rule: NO_RULE,
@@ -132,6 +135,7 @@ fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Opti
         && !exec_open
         && !is_dir
         && flags & policy_flags::READ_ALLOWLIST != 0
+        && acc.sb_known
         && r[accept::FILE_READ] == NO_RULE
         && r[accept::FILE_WRITE] == NO_RULE
     {

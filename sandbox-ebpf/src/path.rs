@@ -59,6 +59,9 @@ pub fn file_facts(file: *const u8, off: &KernelOffsets) -> FileFacts {
 pub struct Match {
     pub rules: [u16; accept::SLOTS],
     pub by_inode: bool,
+    /// The file's superblock is mounted somewhere (it is in `SB_START`). Kernel-internal
+    /// ones (pipes, sockets, memfd) are not; allowlists do not apply to them.
+    pub sb_known: bool,
 }
 
 impl Match {
@@ -214,9 +217,9 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
         dev: facts.dev,
     };
     // SAFETY: the value is a plain u32 copied out immediately.
-    let start = unsafe { SB_START.get(&key) }
-        .copied()
-        .unwrap_or(info.dfa_start);
+    let sb_start = unsafe { SB_START.get(&key) }.copied();
+    let sb_known = sb_start.is_some();
+    let start = sb_start.unwrap_or(info.dfa_start);
     s.scan = Scan {
         pos: start_off,
         state: start,
@@ -257,5 +260,9 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
             }
         }
     }
-    Resolved::Matched(Match { rules, by_inode })
+    Resolved::Matched(Match {
+        rules,
+        by_inode,
+        sb_known,
+    })
 }

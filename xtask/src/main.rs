@@ -147,13 +147,10 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
     let kernels = setup::all(labels)?;
     let root = root();
     if !vm_only {
-        println!("==> host tests (cargo test --workspace)");
-        sh::run(
-            sh::cargo()
-                .args(["test", "--workspace", "--release"])
-                .current_dir(&root),
-        )
-        .context("host tests failed")?;
+        // The default members only: the eBPF crate cannot be built for the host.
+        println!("==> host tests (cargo test)");
+        sh::run(sh::cargo().args(["test", "--release"]).current_dir(&root))
+            .context("host tests failed")?;
     }
     let arts = build()?;
     let mut results = Vec::new();

@@ -50,6 +50,31 @@ pub enum CompileError {
     TooManyRules(usize),
 }
 
+/// Character devices every program writes to; writable whenever `files.write` restricts
+/// writes (as in bubblewrap's `--dev`). Listed as rules so audit and explain name them.
+pub const IMPLICIT_DEVICE_WRITES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts/*",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+fn implicit_device_writes() -> Vec<PathRule> {
+    IMPLICIT_DEVICE_WRITES
+        .iter()
+        .map(|d| PathRule {
+            field: "files.write (implicit)".into(),
+            source: (*d).to_owned(),
+            glob: (*d).to_owned(),
+            literal: None,
+        })
+        .collect()
+}
+
 pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
     let mut rules: Vec<RuleInfo> = Vec::new();
     let mut patterns: Vec<dfa::Pattern> = Vec::new();
@@ -97,6 +122,7 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
             accept::FILE_WRITE,
             &mut rules,
         );
+        add_paths(&implicit_device_writes(), accept::FILE_WRITE, &mut rules);
     }
     if !f.read.is_empty() {
         add_paths(&f.read, accept::FILE_READ, &mut rules);
