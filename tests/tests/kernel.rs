@@ -543,3 +543,207 @@ fn bad_policy_is_rejected_before_anything_runs() {
     );
     assert!(!marker.exists(), "the command ran despite a bad policy");
 }
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn read_only_and_write_allowlist() {
+    let d = workdir("write_rules");
+    for f in ["ro/f", "rw/f", "ws/f", "other/f"] {
+        write(&d.join(f), "x");
+    }
+    let policy = format!(
+        "files:\n  workspace: {0}/ws\n  read_only: [{0}/ro]\n  write: [{0}/rw]\n",
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["open", "ro/f", "r"],
+            &["open", "ro/f", "w"],
+            &["open", "rw/f", "w"],
+            &["open", "rw/new", "creat"],
+            &["open", "ws/f", "rw"],
+            &["open", "other/f", "w"],
+            &["open", "other/f", "r"],
+            &["open", "/dev/null", "w"],
+        ],
+    );
+    r.expect("open ro/f r", "OK");
+    r.expect("open ro/f w", "EACCES");
+    r.expect("open rw/f w", "OK");
+    r.expect("open rw/new creat", "OK");
+    r.expect("open ws/f rw", "OK");
+    r.expect("open other/f w", "EACCES");
+    r.expect("open other/f r", "OK");
+    r.expect("open /dev/null w", "OK");
+    let ro = r.one_record("/file/path", &d.join("ro/f").display().to_string());
+    assert_eq!(ro["policy"]["rule"], "files.read_only[0]");
+    assert_eq!(ro["file"]["access"], "write");
+    let other = r.one_record("/file/path", &d.join("other/f").display().to_string());
+    assert_eq!(other["policy"]["reason"], "not_in_write_allowlist");
+    assert_eq!(other["policy"]["rule"], "files.write");
+    // Writing to a pipe through /proc/self/fd is not a file write: stdout keeps working.
+    let r = run_in(
+        &d,
+        Some(&policy),
+        &d,
+        &["/bin/sh", "-c", "echo through-pipe > /dev/stdout"],
+    );
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("through-pipe"));
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn read_allowlist() {
+    let d = workdir("read_rules");
+    write(&d.join("pub/f"), "x");
+    write(&d.join("priv/f"), "x");
+    write(&d.join("ws/f"), "x");
+    let probe_dir = bins().probe.parent().unwrap().display().to_string();
+    // The probe and its libraries must stay readable for it to start at all.
+    let policy = format!(
+        "files:\n  workspace: {0}/ws\n  read: [{0}/pub, /lib, /lib64, /usr/lib, /etc, {probe_dir}]\n",
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["open", "pub/f", "r"],
+            &["open", "ws/f", "r"],
+            &["open", "priv/f", "r"],
+            &["open", "priv", "r"],
+        ],
+    );
+    r.expect("open pub/f r", "OK");
+    r.expect("open ws/f r", "OK");
+    r.expect("open priv/f r", "EACCES");
+    r.expect("open priv r", "OK");
+    let rec = r.one_record("/file/path", &d.join("priv/f").display().to_string());
+    assert_eq!(rec["policy"]["reason"], "not_in_read_allowlist");
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn glob_rules_in_the_kernel() {
+    let d = workdir("globs");
+    for f in [
+        "app/.env.local",
+        "app/.envrc",
+        "app/env",
+        ".ssh/id_ed25519",
+        "data/x/secrets/a/b",
+        "data/x/y/secrets/a",
+        "data/x/public/a",
+    ] {
+        write(&d.join(f), "x");
+    }
+    let policy = format!(
+        "files:\n  workspace: {0}\n  deny: ['**/.env*', '~/.ssh/**', '{0}/data/*/secrets/**']\n",
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["open", "app/.env.local", "r"],
+            &["open", "app/.envrc", "r"],
+            &["open", "app/env", "r"],
+            &["open", ".ssh/id_ed25519", "r"],
+            &["open", ".ssh", "r"],
+            &["open", "data/x/secrets/a/b", "r"],
+            &["open", "data/x/y/secrets/a", "r"],
+            &["open", "data/x/public/a", "r"],
+        ],
+    );
+    r.expect("open app/.env.local", "EACCES");
+    r.expect("open app/.envrc", "EACCES");
+    r.expect("open app/env", "OK");
+    r.expect("open .ssh/id_ed25519", "EACCES");
+    r.expect("open .ssh r", "OK");
+    r.expect("open data/x/secrets/a/b", "EACCES");
+    r.expect("open data/x/y/secrets/a", "OK");
+    r.expect("open data/x/public/a", "OK");
+    let rec = r.one_record(
+        "/file/path",
+        &d.join("data/x/secrets/a/b").display().to_string(),
+    );
+    assert_eq!(rec["policy"]["rule"], "files.deny[2]");
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn network_allow_punches_through_with_ports_and_ipv6_rules() {
+    let d = workdir("net_rules");
+    // A real listener on loopback, outside the sandbox.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let policy = format!(
+        "network:\n  allow: ['127.0.0.1:{port}']\n  deny: ['93.184.216.0/24:80-90', '[2001:db8::/32]:443']\n"
+    );
+    let p = port.to_string();
+    let other = (port + 1).to_string();
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["connect", "127.0.0.1", &p],
+            &["connect", "127.0.0.1", &other],
+            &["connect", "93.184.216.34", "85"],
+            &["connect", "93.184.216.34", "443"],
+            &["connect", "2001:db8::1", "443"],
+            &["connect", "2001:db8::1", "80"],
+        ],
+    );
+    r.expect(&format!("connect 127.0.0.1 {p}"), "OK");
+    r.expect(&format!("connect 127.0.0.1 {other}"), "EPERM");
+    r.expect("connect 93.184.216.34 85", "EPERM");
+    r.expect("connect 93.184.216.34 443", "ENETUNREACH");
+    r.expect("connect 2001:db8::1 443", "EPERM");
+    r.expect("connect 2001:db8::1 80", "ENETUNREACH");
+    let rec = r.one_record("/dst_endpoint/ip", "93.184.216.34");
+    assert_eq!(rec["policy"]["rule"], "network.deny[0]");
+    assert_eq!(
+        r.one_record("/dst_endpoint/ip", "2001:db8::1")["policy"]["rule"],
+        "network.deny[1]"
+    );
+    drop(listener);
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn exec_allowlist_and_setuid_denial() {
+    let d = workdir("exec_allow");
+    let b = bins();
+    copy_exec(&b.probe, &d.join("ok-tool"));
+    copy_exec(&b.probe, &d.join("other-tool"));
+    copy_exec(&b.probe, &d.join("suid-tool"));
+    std::fs::set_permissions(d.join("suid-tool"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let policy = format!(
+        "exec:\n  allow: [{}, {}/ok-tool]\n",
+        b.probe.display(),
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[&["exec", "./ok-tool"], &["exec", "./other-tool"]],
+    );
+    r.expect("exec ./ok-tool", "OK");
+    r.expect("exec ./other-tool", "EACCES");
+    let rec = &r.records("/class", "process_activity")[0];
+    assert_eq!(rec["policy"]["reason"], "not_in_exec_allowlist");
+    let r = probe(
+        &d,
+        Some("exec:\n  allow_privileged: false\n"),
+        &[&["exec", "./suid-tool"], &["exec", "./ok-tool"]],
+    );
+    r.expect("exec ./suid-tool", "EACCES");
+    r.expect("exec ./ok-tool", "OK");
+    assert_eq!(
+        r.records("/class", "process_activity")[0]["policy"]["reason"],
+        "privileged_binary"
+    );
+}
