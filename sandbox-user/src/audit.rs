@@ -85,6 +85,9 @@ impl Event {
 pub struct Formatter<'a> {
     pub policy: &'a CompiledPolicy,
     pub mounts: &'a [Superblock],
+    /// cgroup id -> path, resolved from the cgroup tree (not from /proc, which races with
+    /// the process exiting).
+    pub cgroups: crate::cgroup::Names,
 }
 
 impl Formatter<'_> {
@@ -168,7 +171,7 @@ impl Formatter<'_> {
         let exe = std::fs::read_link(format!("/proc/{}/exe", h.tgid))
             .ok()
             .map(|p| p.display().to_string());
-        let cgroup = crate::cgroup::of_pid(h.tgid);
+        let cgroup = self.cgroups.name(h.cgroup_id);
         let (rule, source) = self.rule(e);
         let blocked = h.decision == decision::DENY;
         let mut v = json!({

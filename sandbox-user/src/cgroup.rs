@@ -159,9 +159,45 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir(dir)
 }
 
-/// The cgroup v2 path of a process, relative to the hierarchy root (`/proc/PID/cgroup`).
-pub fn of_pid(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+/// Names of cgroups by id (the directory's inode number), found by walking the hierarchy
+/// under `root/sandbox` and cached.
+#[derive(Debug)]
+pub struct Names {
+    root: PathBuf,
+    cache: std::sync::Mutex<std::collections::HashMap<u64, String>>,
+}
+
+impl Names {
+    pub fn new(root: PathBuf) -> Self {
+        Self {
+            root,
+            cache: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The cgroup's path relative to the hierarchy root (`/sandbox/run-1/child`).
+    pub fn name(&self, id: u64) -> Option<String> {
+        let mut cache = self.cache.lock().ok()?;
+        if let Some(n) = cache.get(&id) {
+            return Some(n.clone());
+        }
+        let mut stack = vec![self.root.join("sandbox")];
+        while let Some(dir) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let Ok(meta) = e.metadata() else { continue };
+                if !meta.is_dir() {
+                    continue;
+                }
+                let path = e.path();
+                if let Ok(rel) = path.strip_prefix(&self.root) {
+                    cache.insert(meta.ino(), format!("/{}", rel.display()));
+                }
+                stack.push(path);
+            }
+        }
+        cache.get(&id).cloned()
+    }
 }

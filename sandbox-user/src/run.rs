@@ -258,6 +258,7 @@ async fn supervise(
     let fmt = Formatter {
         policy: &armed.compiled,
         mounts: &armed.mounts,
+        cgroups: cgroup::Names::new(cgroup::root()?),
     };
     let mut pump = Pump {
         fmt,
