@@ -200,7 +200,7 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
     let workspace = match &raw.files.workspace {
         None => ctx.cwd.clone(),
         Some(w) => match expand::expand(w, ctx, &ctx.cwd) {
-            Ok(p) => canonical_or_self(Path::new(&p)),
+            Ok(p) => canonical_or_self(Path::new(&expand::normalize(&p))),
             Err(m) => {
                 errs.push(FieldError {
                     field: "files.workspace".into(),

@@ -173,3 +173,9 @@ fn errno_constants_match_libc() {
     assert_eq!(sandbox_common::errno::EPERM, libc::EPERM);
     assert_eq!(sandbox_common::errno::EACCES, libc::EACCES);
 }
+
+#[test]
+fn workspace_is_normalised() {
+    let p = load_str("files: {workspace: ./a/../b/.}", "p.yaml", &ctx()).unwrap();
+    assert_eq!(p.files.workspace, std::path::PathBuf::from("/work/ws/b"));
+}
