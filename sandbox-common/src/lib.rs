@@ -19,6 +19,7 @@ pub mod map_names {
     pub const DFA_ACCEPT: &str = "DFA_ACCEPT";
     pub const SB_START: &str = "SB_START";
     pub const INODE_RULES: &str = "INODE_RULES";
+    pub const LITERALS: &str = "LITERALS";
     pub const NET_V4: &str = "NET_V4";
     pub const NET_V6: &str = "NET_V6";
     pub const EVENTS: &str = "EVENTS";
@@ -65,7 +66,7 @@ pub mod policy_flags {
     pub const AUDIT_EXEC: u32 = 1 << 10;
 }
 
-/// Slots of [`Accept::rules`]: which kind of rule matched a path.
+/// Kinds of path rule; bit `1 << slot` in the kind masks.
 pub mod accept {
     pub const FILE_DENY: usize = 0;
     pub const FILE_READ_ONLY: usize = 1;
@@ -76,27 +77,77 @@ pub mod accept {
     pub const SLOTS: usize = 8;
 }
 
+/// Where one DFA of a policy sits in the shared arrays.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DfaInfo {
+    /// Number of byte classes: the row width of the transition table.
+    pub stride: u32,
+    /// Index of state 0 in `DFA_TRANS`.
+    pub trans_base: u32,
+    /// Index of state 0 in `DFA_ACCEPT`.
+    pub accept_base: u32,
+    /// State to start from on a superblock whose mount point is unknown.
+    pub start: u32,
+    /// The dead state: nothing can match any more.
+    pub dead: u32,
+}
+const _: () = assert!(size_of::<DfaInfo>() == 20);
+
+/// The two DFAs of a policy (`PolicyInfo::dfa`, `DFA_CLASSES[2 * policy + k]`).
+pub const DFA_ANCHORED: usize = 0;
+pub const DFA_FLOATING: usize = 1;
+
 /// Per-policy header, `POLICIES[policy_id]`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PolicyInfo {
     pub flags: u32,
-    /// Number of byte classes: the row width of this policy's transition table.
-    pub dfa_stride: u32,
-    /// Index of this policy's state 0 in `DFA_TRANS`.
-    pub dfa_trans_base: u32,
-    /// Index of this policy's state 0 in `DFA_ACCEPT`.
-    pub dfa_accept_base: u32,
-    /// Number of states of this policy's DFA.
-    pub dfa_states: u32,
-    /// State to start from on a superblock whose mount point is unknown.
-    pub dfa_start: u32,
-    /// The dead state: no pattern can match any more.
-    pub dfa_dead: u32,
     /// Non-zero when the policy is live (a zeroed array slot is not).
     pub live: u32,
+    pub dfa: [DfaInfo; 2],
+    /// Seed of the literal-path hash on an unknown superblock.
+    pub seed: u64,
 }
-const _: () = assert!(size_of::<PolicyInfo>() == 32);
+const _: () = assert!(size_of::<PolicyInfo>() == 56);
+
+/// FNV-1a prime of the literal-path hash (kernel and userspace must agree).
+pub const LITERAL_FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// `DFA_ACCEPT[base + state]`: kinds of rule (bit `1 << slot`, see [`accept`]) that match a
+/// path ending in this state (`exact`), and that match everything strictly below a path
+/// ending here (`below`: checked when the next byte is `/`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DfaAccept {
+    pub exact: u8,
+    pub below: u8,
+    pub _pad: [u8; 2],
+}
+const _: () = assert!(size_of::<DfaAccept>() == 4);
+
+/// `LITERALS` key: the seeded FNV-1a hash of a literal path, in one policy. The value is
+/// the `u32` kind mask of that path (it covers the path and everything below it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LiteralKey {
+    pub hash: u64,
+    pub policy_id: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<LiteralKey>() == 16);
+
+/// `SB_START` value: the scan state after feeding a superblock's canonical mount point.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanStart {
+    pub anchored: u32,
+    pub floating: u32,
+    pub hash: u64,
+    pub mask: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ScanStart>() == 24);
 
 /// `DFA_CLASSES[policy_id]`: byte to byte-class map of the policy's DFA.
 #[repr(C)]
@@ -105,21 +156,6 @@ pub struct ByteClasses {
     pub classes: [u8; 256],
 }
 const _: () = assert!(size_of::<ByteClasses>() == 256);
-
-/// `DFA_ACCEPT[base + state]`: for each rule kind (see [`accept`]), the id of the first rule
-/// of that kind whose pattern matches a path that ends in this state, or [`NO_RULE`].
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Accept {
-    pub rules: [u16; accept::SLOTS],
-}
-const _: () = assert!(size_of::<Accept>() == 16);
-
-impl Accept {
-    pub const NONE: Self = Self {
-        rules: [NO_RULE; accept::SLOTS],
-    };
-}
 
 /// `SB_START` key: a superblock (kernel `s_dev` encoding) in one policy.
 #[repr(C)]
@@ -130,7 +166,8 @@ pub struct SbKey {
 }
 const _: () = assert!(size_of::<SbKey>() == 8);
 
-/// `INODE_RULES` key: a file that existed when the policy loaded, by identity.
+/// `INODE_RULES` key: a file that existed when the policy loaded, by identity. The value is
+/// the `u32` kind mask that applies to it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct InodeKey {
@@ -280,7 +317,8 @@ pub struct EventHeader {
     pub policy_id: u32,
     pub cgroup_id: u64,
     pub comm: [u8; 16],
-    /// Rule id (index into the loader's rule table) or `NO_RULE as u32`.
+    /// Network events: rule id (index into the loader's rule table). File and exec events:
+    /// the kind of rule (`accept` slot) that decided. `NO_RULE as u32` otherwise.
     pub rule: u32,
     /// File events: `f_mode` bits of the open (`FMODE_READ` 1, `FMODE_WRITE` 2).
     pub access: u32,
@@ -306,7 +344,10 @@ mod pod {
     // padding fields, so every bit pattern is valid and there are no hidden padding bytes.
     unsafe impl aya::Pod for super::PolicyInfo {}
     unsafe impl aya::Pod for super::ByteClasses {}
-    unsafe impl aya::Pod for super::Accept {}
+    unsafe impl aya::Pod for super::DfaAccept {}
+    unsafe impl aya::Pod for super::DfaInfo {}
+    unsafe impl aya::Pod for super::LiteralKey {}
+    unsafe impl aya::Pod for super::ScanStart {}
     unsafe impl aya::Pod for super::SbKey {}
     unsafe impl aya::Pod for super::InodeKey {}
     unsafe impl aya::Pod for super::NetRules {}

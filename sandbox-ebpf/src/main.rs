@@ -95,34 +95,33 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
     Ok(finish(rep, v, audit, errno::EACCES))
 }
 
+/// A deny by a kind of rule: the event carries the kind; userspace names the rule.
+#[inline(always)]
+fn by(acc: &path::Match, slot: usize) -> Verdict {
+    Verdict {
+        reason: acc.reason(slot),
+        rule: slot as u16,
+    }
+}
+
 /// The file rules, in order: deny > write rules > read rules.
 #[inline(always)]
 fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Option<Verdict> {
-    let r = &acc.rules;
-    if r[accept::FILE_DENY] != NO_RULE {
-        return Some(Verdict {
-            reason: acc.reason(accept::FILE_DENY),
-            rule: r[accept::FILE_DENY],
-        });
+    if acc.has(accept::FILE_DENY) {
+        return Some(by(acc, accept::FILE_DENY));
     }
     let exec_open = f_mode & FMODE_EXEC != 0;
     // A denied binary may not be read either: no copying it, no `ld.so denied`.
-    if !exec_open && r[accept::EXEC_DENY] != NO_RULE {
-        return Some(Verdict {
-            reason: acc.reason(accept::EXEC_DENY),
-            rule: r[accept::EXEC_DENY],
-        });
+    if !exec_open && acc.has(accept::EXEC_DENY) {
+        return Some(by(acc, accept::EXEC_DENY));
     }
     if f_mode & FMODE_WRITE != 0 {
-        if r[accept::FILE_READ_ONLY] != NO_RULE {
-            return Some(Verdict {
-                reason: acc.reason(accept::FILE_READ_ONLY),
-                rule: r[accept::FILE_READ_ONLY],
-            });
+        if acc.has(accept::FILE_READ_ONLY) {
+            return Some(by(acc, accept::FILE_READ_ONLY));
         }
         if flags & policy_flags::WRITE_ALLOWLIST != 0
             && acc.sb_known
-            && r[accept::FILE_WRITE] == NO_RULE
+            && !acc.has(accept::FILE_WRITE)
         {
             return Some(Verdict {
                 reason: reason::NOT_IN_WRITE_ALLOWLIST,
@@ -136,8 +135,8 @@ fn file_verdict(flags: u32, f_mode: u32, i_mode: u16, acc: &path::Match) -> Opti
         && !is_dir
         && flags & policy_flags::READ_ALLOWLIST != 0
         && acc.sb_known
-        && r[accept::FILE_READ] == NO_RULE
-        && r[accept::FILE_WRITE] == NO_RULE
+        && !acc.has(accept::FILE_READ)
+        && !acc.has(accept::FILE_WRITE)
     {
         return Some(Verdict {
             reason: reason::NOT_IN_READ_ALLOWLIST,
@@ -194,18 +193,11 @@ fn try_bprm_check(ctx: &LsmContext) -> Result<i32, i32> {
             ));
         }
     };
-    let r = &acc.rules;
-    let v = if r[accept::EXEC_DENY] != NO_RULE {
-        Some(Verdict {
-            reason: acc.reason(accept::EXEC_DENY),
-            rule: r[accept::EXEC_DENY],
-        })
-    } else if r[accept::FILE_DENY] != NO_RULE {
-        Some(Verdict {
-            reason: acc.reason(accept::FILE_DENY),
-            rule: r[accept::FILE_DENY],
-        })
-    } else if info.flags & policy_flags::EXEC_ALLOWLIST != 0 && r[accept::EXEC_ALLOW] == NO_RULE {
+    let v = if acc.has(accept::EXEC_DENY) {
+        Some(by(&acc, accept::EXEC_DENY))
+    } else if acc.has(accept::FILE_DENY) {
+        Some(by(&acc, accept::FILE_DENY))
+    } else if info.flags & policy_flags::EXEC_ALLOWLIST != 0 && !acc.has(accept::EXEC_ALLOW) {
         Some(Verdict {
             reason: reason::NOT_IN_EXEC_ALLOWLIST,
             rule: NO_RULE,

@@ -4,8 +4,8 @@
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf};
 use sandbox_common::{
-    Accept, ByteClasses, EventHeader, InodeKey, MAX_POLICIES, NetKeyV4, NetKeyV6, NetRules,
-    PATH_BUF, PATH_MAX, PolicyInfo, SbKey,
+    ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES, NetKeyV4, NetKeyV6,
+    NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, ScanStart,
 };
 
 /// Bit `n` set: some bound cgroup sits at level `n`. Written by the loader, read by every hook
@@ -21,27 +21,34 @@ pub static CGROUP_POLICY: HashMap<u64, u32> = HashMap::with_max_entries(1024, 0)
 #[map]
 pub static POLICIES: Array<PolicyInfo> = Array::with_max_entries(MAX_POLICIES, 0);
 
-/// Policy id -> byte classes of its DFA. Written by the loader, read by file/exec hooks.
+/// 2 * policy id + k -> byte classes of its anchored (k = 0) and floating (k = 1) DFA.
+/// Written by the loader, read by file/exec hooks.
 #[map]
-pub static DFA_CLASSES: Array<ByteClasses> = Array::with_max_entries(MAX_POLICIES, 0);
+pub static DFA_CLASSES: Array<ByteClasses> = Array::with_max_entries(2 * MAX_POLICIES, 0);
 
 /// DFA transitions of all policies (sized by the loader). Read by file/exec hooks.
 #[map]
 pub static DFA_TRANS: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Per-state match classes of all policies (sized by the loader). Read by file/exec hooks.
+/// Per-state kind masks (exact, below) of all DFAs (sized by the loader). Read by file/exec
+/// hooks.
 #[map]
-pub static DFA_ACCEPT: Array<Accept> = Array::with_max_entries(1, 0);
+pub static DFA_ACCEPT: Array<DfaAccept> = Array::with_max_entries(1, 0);
 
-/// (policy, superblock) -> DFA state after feeding that superblock's canonical mount point.
-/// Written by the loader from /proc/self/mountinfo; read by file/exec hooks.
+/// (policy, superblock) -> scan state after feeding that superblock's canonical mount
+/// point. Written by the loader from /proc/self/mountinfo; read by file/exec hooks.
 #[map]
-pub static SB_START: HashMap<SbKey, u32> = HashMap::with_max_entries(4096, 0);
+pub static SB_START: HashMap<SbKey, ScanStart> = HashMap::with_max_entries(4096, 0);
+
+/// (hash of a literal path, policy) -> kinds of rule covering that path and everything
+/// below it (sized by the loader). Read by file/exec hooks.
+#[map]
+pub static LITERALS: HashMap<LiteralKey, u32> = HashMap::with_max_entries(1, 0);
 
 /// Files protected by identity (dev, inode) when the policy loaded, so that hard links to
 /// them are covered too (sized by the loader). Read by file/exec hooks.
 #[map]
-pub static INODE_RULES: HashMap<InodeKey, Accept> = HashMap::with_max_entries(1, 0);
+pub static INODE_RULES: HashMap<InodeKey, u32> = HashMap::with_max_entries(1, 0);
 
 /// (policy, IPv4 prefix) -> port rules (sized by the loader). Read by socket_connect.
 #[map]

@@ -3,20 +3,22 @@
 //! The path is rebuilt from the dentry chain up to the root of the file's superblock, so
 //! symlinks, `..`, relative names, chroot, `/proc/self/root` and bind mounts do not change
 //! it. The superblock's canonical mount point is not rebuilt: the loader has already fed it
-//! through the policy's DFA and stored the resulting state in `SB_START`. The path bytes are
-//! then run through the DFA; the final state's match classes say which rules match.
+//! through the policy's matcher and stored the resulting scan state in `SB_START`. The path
+//! bytes are then scanned (see `sandbox-user/src/compile/matcher.rs` for the layout): two
+//! DFAs and a rolling hash advance per byte; at each `/` the "everything below" matches of
+//! the prefix are collected; at the end the exact matches. The result is a mask of kinds.
 
 use core::ffi::c_void;
 
 use aya_ebpf::Global;
 use aya_ebpf::helpers::generated::bpf_loop;
 use sandbox_common::{
-    Accept, InodeKey, KernelOffsets, MAX_DEPTH, NAME_MAX, NO_RULE, PATH_MAX, PolicyInfo, SbKey,
-    accept, reason,
+    DFA_ANCHORED, DFA_FLOATING, DfaAccept, DfaInfo, InodeKey, KernelOffsets, LITERAL_FNV_PRIME,
+    LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SbKey,
 };
 
 use crate::kread;
-use crate::maps::{DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, SB_START, SCRATCH};
+use crate::maps::{DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, SB_START, SCRATCH};
 
 /// Struct offsets of the running kernel, written by the loader from BTF before load.
 #[unsafe(no_mangle)]
@@ -55,21 +57,30 @@ pub fn file_facts(file: *const u8, off: &KernelOffsets) -> FileFacts {
     }
 }
 
-/// Rules that match a file, and whether they matched by identity.
+/// Kinds of rule (bit `1 << slot`) that match a file.
 pub struct Match {
-    pub rules: [u16; accept::SLOTS],
-    pub by_inode: bool,
+    /// Kinds matched by the path.
+    pub path: u32,
+    /// Kinds matched by the file's identity (dev, inode).
+    pub inode: u32,
     /// The file's superblock is mounted somewhere (it is in `SB_START`). Kernel-internal
     /// ones (pipes, sockets, memfd) are not; allowlists do not apply to them.
     pub sb_known: bool,
 }
 
 impl Match {
-    pub fn reason(&self, _slot: usize) -> u32 {
-        if self.by_inode {
-            reason::INODE
+    #[inline(always)]
+    pub fn has(&self, slot: usize) -> bool {
+        (self.path | self.inode) & (1 << slot) != 0
+    }
+
+    /// The reason to report for a deny by kind `slot`.
+    #[inline(always)]
+    pub fn reason(&self, slot: usize) -> u32 {
+        if self.path & (1 << slot) != 0 {
+            sandbox_common::reason::RULE
         } else {
-            reason::RULE
+            sandbox_common::reason::INODE
         }
     }
 }
@@ -93,15 +104,17 @@ pub struct Walk {
     _pad: u32,
 }
 
-/// Loop state of the DFA scan (in the scratch map for the same reason).
+/// Loop state of the path scan (in the scratch map for the same reason).
 #[repr(C)]
 pub struct Scan {
+    hash: u64,
     pos: u32,
-    state: u32,
+    anchored: u32,
+    floating: u32,
+    mask: u32,
     policy_id: u32,
-    trans_base: u32,
-    stride: u32,
-    dead: u32,
+    _pad: u32,
+    dfa: [DfaInfo; 2],
 }
 
 /// One dentry level: prepend "/name". Stops (returns 1) at the superblock root.
@@ -147,7 +160,45 @@ extern "C" fn walk_step(_index: u64, _ctx: *mut c_void) -> i64 {
     0
 }
 
-/// One path byte through the DFA. Stops at the end of the path or in the dead state.
+/// One DFA step; the dead state stays dead.
+#[inline(always)]
+fn step(policy_id: u32, k: usize, d: &DfaInfo, state: u32, byte: u8) -> u32 {
+    if state == d.dead {
+        return state;
+    }
+    let Some(classes) = DFA_CLASSES.get(policy_id * 2 + k as u32) else {
+        return d.dead;
+    };
+    let class = u32::from(classes.classes[byte as usize]);
+    DFA_TRANS
+        .get(d.trans_base + state * d.stride + class)
+        .copied()
+        .unwrap_or(d.dead)
+}
+
+#[inline(always)]
+fn accept_of(d: &DfaInfo, state: u32) -> DfaAccept {
+    if state == d.dead {
+        return DfaAccept::default();
+    }
+    DFA_ACCEPT
+        .get(d.accept_base + state)
+        .copied()
+        .unwrap_or_default()
+}
+
+#[inline(always)]
+fn literal(policy_id: u32, hash: u64) -> u32 {
+    let key = LiteralKey {
+        hash,
+        policy_id,
+        _pad: 0,
+    };
+    // SAFETY: the value is a plain u32 copied out immediately.
+    unsafe { LITERALS.get(&key) }.copied().unwrap_or(0)
+}
+
+/// One path byte: at `/` collect what the prefix covers below it, then advance.
 #[inline(never)]
 extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
@@ -159,19 +210,19 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
     if pos >= PATH_END {
         return 1;
     }
-    let Some(classes) = DFA_CLASSES.get(s.scan.policy_id) else {
-        return 1;
-    };
     let byte = s.path[(kread::opaque(pos) & MASK) as usize];
-    let class = u32::from(classes.classes[byte as usize]);
-    let idx = s.scan.trans_base + s.scan.state * s.scan.stride + class;
-    let Some(next) = DFA_TRANS.get(idx) else {
-        s.scan.state = s.scan.dead;
-        return 1;
-    };
-    s.scan.state = *next;
+    let pid = s.scan.policy_id;
+    let (a, f) = (s.scan.dfa[DFA_ANCHORED], s.scan.dfa[DFA_FLOATING]);
+    if byte == b'/' {
+        let below = u32::from(accept_of(&a, s.scan.anchored).below)
+            | u32::from(accept_of(&f, s.scan.floating).below);
+        s.scan.mask |= below | literal(pid, s.scan.hash);
+    }
+    s.scan.anchored = step(pid, DFA_ANCHORED, &a, s.scan.anchored, byte);
+    s.scan.floating = step(pid, DFA_FLOATING, &f, s.scan.floating, byte);
+    s.scan.hash = (s.scan.hash ^ u64::from(byte)).wrapping_mul(LITERAL_FNV_PRIME);
     s.scan.pos = pos + 1;
-    i64::from(s.scan.state == s.scan.dead)
+    0
 }
 
 /// Resolves the canonical path of `facts.dentry` and matches it (and the inode) against the
@@ -216,17 +267,27 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
         policy_id,
         dev: facts.dev,
     };
-    // SAFETY: the value is a plain u32 copied out immediately.
-    let sb_start = unsafe { SB_START.get(&key) }.copied();
-    let sb_known = sb_start.is_some();
-    let start = sb_start.unwrap_or(info.dfa_start);
+    // SAFETY: the value is plain data copied out immediately.
+    let sb = unsafe { SB_START.get(&key) }.copied();
+    let sb_known = sb.is_some();
+    let (a0, f0, h0, m0) = match sb {
+        Some(v) => (v.anchored, v.floating, v.hash, v.mask),
+        None => (
+            info.dfa[DFA_ANCHORED].start,
+            info.dfa[DFA_FLOATING].start,
+            info.seed,
+            0,
+        ),
+    };
     s.scan = Scan {
+        hash: h0,
         pos: start_off,
-        state: start,
+        anchored: a0,
+        floating: f0,
+        mask: m0,
         policy_id,
-        trans_base: info.dfa_trans_base,
-        stride: info.dfa_stride,
-        dead: info.dfa_dead,
+        _pad: 0,
+        dfa: info.dfa,
     };
     // SAFETY: bpf_loop calls scan_step, which needs no context.
     unsafe {
@@ -237,32 +298,21 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
             0,
         );
     }
-    let final_state = s.scan.state;
-    let mut rules = [NO_RULE; accept::SLOTS];
-    if final_state != info.dfa_dead {
-        if let Some(acc) = DFA_ACCEPT.get(info.dfa_accept_base + final_state) {
-            rules = acc.rules;
-        }
-    }
-    let mut by_inode = false;
+    let (a, f) = (info.dfa[DFA_ANCHORED], info.dfa[DFA_FLOATING]);
+    let path = s.scan.mask
+        | u32::from(accept_of(&a, s.scan.anchored).exact)
+        | u32::from(accept_of(&f, s.scan.floating).exact)
+        | literal(policy_id, s.scan.hash);
     let ikey = InodeKey {
         ino: facts.ino,
         dev: facts.dev,
         policy_id,
     };
-    // SAFETY: the value is copied out immediately.
-    if let Some(acc) = unsafe { INODE_RULES.get(&ikey) } {
-        let acc: Accept = *acc;
-        for slot in [accept::FILE_DENY, accept::FILE_READ_ONLY, accept::EXEC_DENY] {
-            if acc.rules[slot] < rules[slot] {
-                rules[slot] = acc.rules[slot];
-                by_inode = true;
-            }
-        }
-    }
+    // SAFETY: the value is a plain u32 copied out immediately.
+    let inode = unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0);
     Resolved::Matched(Match {
-        rules,
-        by_inode,
+        path,
+        inode,
         sb_known,
     })
 }

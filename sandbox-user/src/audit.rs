@@ -85,6 +85,7 @@ impl Event {
 pub struct Formatter<'a> {
     pub policy: &'a CompiledPolicy,
     pub mounts: &'a [Superblock],
+    pub identities: &'a crate::loader::Identities,
     /// cgroup id -> path, resolved from the cgroup tree (not from /proc, which races with
     /// the process exiting).
     pub cgroups: crate::cgroup::Names,
@@ -113,9 +114,24 @@ impl Formatter<'_> {
 
     fn rule(&self, e: &Event) -> (String, String) {
         let id = e.header.rule;
-        if id != u32::from(NO_RULE)
-            && let Some(r) = self.policy.rule(id as u16)
-        {
+        let found = if id == u32::from(NO_RULE) {
+            None
+        } else if e.hook == Hook::SocketConnect {
+            // Network records carry the rule id itself.
+            self.policy.rule(id as u16)
+        } else {
+            // File and exec records carry the kind of rule; name the first rule of that
+            // kind matching the path (or, for an identity match, the rule of that inode).
+            let slot = id as usize;
+            match e.header.reason {
+                reason::INODE => self
+                    .identities
+                    .rule(e.header.dev, e.header.ino, slot)
+                    .and_then(|r| self.policy.rule(r)),
+                _ => self.policy.rule_for(slot, self.full_path(e).as_bytes()),
+            }
+        };
+        if let Some(r) = found {
             return (r.field.clone(), r.source.clone());
         }
         let implicit = match e.header.reason {

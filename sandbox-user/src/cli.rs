@@ -94,7 +94,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
         Command::Check { file } => {
             let ctx = context()?;
             let p = policy::load_file(&file, &ctx)?;
-            let c = compile::compile(&p)?;
+            let c = compile::compile(&p, compile::FIXED_SEED)?;
             println!("{}: ok", file.display());
             println!("{}", explain::summary(&p, &c));
             Ok(0)
@@ -107,7 +107,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
         Command::Explain { policy, what } => {
             let ctx = context()?;
             let p = run::load_policy(policy.as_deref(), &ctx)?;
-            let c = compile::compile(&p)?;
+            let c = compile::compile(&p, compile::FIXED_SEED)?;
             let d = match what {
                 ExplainWhat::Read { path } => explain::file(&c, &path, explain::Access::Read)?,
                 ExplainWhat::Write { path } => explain::file(&c, &path, explain::Access::Write)?,
@@ -144,7 +144,7 @@ fn preflight_cmd() -> anyhow::Result<i32> {
     }
     let ctx = context()?;
     let p = run::load_policy(None, &ctx)?;
-    let c = compile::compile(&p)?;
+    let c = compile::compile(&p, compile::FIXED_SEED)?;
     let loaded = loader::kernel_offsets().and_then(|off| loader::Enforcer::load(&c, &off, 1));
     match loaded {
         Ok(_) => {

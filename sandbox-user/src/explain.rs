@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use sandbox_common::{Accept, NO_RULE, accept, net_action, policy_flags};
+use sandbox_common::{accept, net_action, policy_flags};
 
 use crate::compile::{CompiledPolicy, net};
 use crate::policy::Policy;
@@ -63,36 +63,56 @@ pub fn canonical(p: &Path) -> std::io::Result<PathBuf> {
     Ok(parent.join(abs.file_name().unwrap_or_default()))
 }
 
-/// File rule order, as in `sandbox-ebpf/src/main.rs`: deny > write rules > read rules.
-pub fn file_rules(
-    c: &CompiledPolicy,
-    acc: &Accept,
-    access: Access,
-    is_dir: bool,
-) -> Option<String> {
-    let r = &acc.rules;
-    if r[accept::FILE_DENY] != NO_RULE {
-        return Some(rule_text(c, r[accept::FILE_DENY]));
+/// What the kernel would match for a file: kinds by path, plus kinds by identity (hard
+/// links to protected files).
+fn kinds(c: &CompiledPolicy, p: &Path) -> (u32, u32) {
+    let by_path = c.match_path(p.as_os_str().as_encoded_bytes());
+    let by_inode = std::fs::metadata(p).map_or(0, |m| {
+        use std::os::unix::fs::MetadataExt;
+        let ids = crate::loader::identities(c, 0);
+        let dev = crate::mounts::kernel_dev_of(m.dev());
+        ids.entries
+            .iter()
+            .find(|(k, _)| k.dev == dev && k.ino == m.ino())
+            .map_or(0, |(_, mask)| *mask)
+    });
+    (by_path, by_inode)
+}
+
+fn named(c: &CompiledPolicy, slot: usize, p: &Path, by_path: u32) -> String {
+    let bytes = p.as_os_str().as_encoded_bytes();
+    match c.rule_for(slot, bytes) {
+        Some(r) if by_path & (1 << slot) != 0 => format!("{} '{}'", r.field, r.source),
+        _ => "a protected file reached through another name (same inode)".into(),
     }
-    if r[accept::EXEC_DENY] != NO_RULE {
+}
+
+/// File rule order, as in `sandbox-ebpf/src/main.rs`: deny > write rules > read rules.
+pub fn file_rules(c: &CompiledPolicy, p: &Path, access: Access, is_dir: bool) -> Option<String> {
+    let (by_path, by_inode) = kinds(c, p);
+    let has = |slot: usize| (by_path | by_inode) & (1 << slot) != 0;
+    if has(accept::FILE_DENY) {
+        return Some(named(c, accept::FILE_DENY, p, by_path));
+    }
+    if has(accept::EXEC_DENY) {
         return Some(format!(
             "{} (a denied binary cannot be read or written either)",
-            rule_text(c, r[accept::EXEC_DENY])
+            named(c, accept::EXEC_DENY, p, by_path)
         ));
     }
     if access == Access::Write {
-        if r[accept::FILE_READ_ONLY] != NO_RULE {
-            return Some(rule_text(c, r[accept::FILE_READ_ONLY]));
+        if has(accept::FILE_READ_ONLY) {
+            return Some(named(c, accept::FILE_READ_ONLY, p, by_path));
         }
-        if c.flags & policy_flags::WRITE_ALLOWLIST != 0 && r[accept::FILE_WRITE] == NO_RULE {
+        if c.flags & policy_flags::WRITE_ALLOWLIST != 0 && !has(accept::FILE_WRITE) {
             return Some("files.write is set and no write rule matches".into());
         }
     }
     if access == Access::Read
         && !is_dir
         && c.flags & policy_flags::READ_ALLOWLIST != 0
-        && r[accept::FILE_READ] == NO_RULE
-        && r[accept::FILE_WRITE] == NO_RULE
+        && !has(accept::FILE_READ)
+        && !has(accept::FILE_WRITE)
     {
         return Some("files.read is set and no read rule matches".into());
     }
@@ -101,19 +121,14 @@ pub fn file_rules(
 
 pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<Decision> {
     let p = canonical(path)?;
-    let acc = c.match_path(p.as_os_str().as_encoded_bytes());
-    let deny = file_rules(c, &acc, access, p.is_dir());
-    let what = format!(
-        "{} {}",
-        if access == Access::Read {
-            "read"
-        } else {
-            "write"
-        },
-        p.display()
-    );
+    let deny = file_rules(c, &p, access, p.is_dir());
+    let verb = if access == Access::Read {
+        "read"
+    } else {
+        "write"
+    };
     Ok(decision(
-        what,
+        format!("{verb} {}", p.display()),
         deny,
         c.flags & policy_flags::AUDIT_FILES != 0,
         "no file rule matches",
@@ -122,13 +137,13 @@ pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<
 
 pub fn exec(c: &CompiledPolicy, path: &Path) -> std::io::Result<Decision> {
     let p = canonical(path)?;
-    let acc = c.match_path(p.as_os_str().as_encoded_bytes());
-    let r = &acc.rules;
-    let deny = if r[accept::EXEC_DENY] != NO_RULE {
-        Some(rule_text(c, r[accept::EXEC_DENY]))
-    } else if r[accept::FILE_DENY] != NO_RULE {
-        Some(rule_text(c, r[accept::FILE_DENY]))
-    } else if c.flags & policy_flags::EXEC_ALLOWLIST != 0 && r[accept::EXEC_ALLOW] == NO_RULE {
+    let (by_path, by_inode) = kinds(c, &p);
+    let has = |slot: usize| (by_path | by_inode) & (1 << slot) != 0;
+    let deny = if has(accept::EXEC_DENY) {
+        Some(named(c, accept::EXEC_DENY, &p, by_path))
+    } else if has(accept::FILE_DENY) {
+        Some(named(c, accept::FILE_DENY, &p, by_path))
+    } else if c.flags & policy_flags::EXEC_ALLOWLIST != 0 && !has(accept::EXEC_ALLOW) {
         Some("exec.allow is set and no allow rule matches".into())
     } else if c.flags & policy_flags::DENY_PRIVILEGED != 0 && is_privileged(&p) {
         Some("setuid/setgid binary and exec.allow_privileged is false".into())
@@ -202,7 +217,7 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
     let n = &p.network;
     let e = &p.exec;
     format!(
-        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  kernel form: DFA {} states x {} classes, {} IPv4 + {} IPv6 prefixes",
+        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
         p.name,
         p.rule_count(),
         f.mode,
@@ -220,8 +235,9 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
         e.deny.len(),
         e.allow.len(),
         e.allow_privileged,
-        c.dfa.states(),
-        c.dfa.stride,
+        c.matcher.literals.len(),
+        c.matcher.anchored.states(),
+        c.matcher.floating.states(),
         c.net_v4.len(),
         c.net_v6.len(),
     )

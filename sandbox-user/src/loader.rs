@@ -13,8 +13,8 @@ use aya::maps::{Array, HashMap, LpmTrie, MapData, PerCpuArray, RingBuf};
 use aya::programs::Lsm;
 use aya::{Btf, Ebpf, EbpfLoader};
 use sandbox_common::{
-    Accept, ByteClasses, InodeKey, KernelOffsets, NetKeyV4, NetKeyV6, OFFSETS_GLOBAL, SbKey,
-    map_names as m,
+    ByteClasses, DfaAccept, InodeKey, KernelOffsets, LiteralKey, NetKeyV4, NetKeyV6,
+    OFFSETS_GLOBAL, SbKey, ScanStart, map_names as m,
 };
 
 use crate::cgroup::Cgroup;
@@ -53,26 +53,49 @@ pub struct Enforcer {
     levels: u64,
 }
 
-/// Identity entries for the compiled policy's literal paths: every existing file (and, for
-/// directories, every file below them) by device and inode.
-pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Vec<(InodeKey, Accept)> {
-    let mut out: StdHashMap<InodeKey, Accept> = StdHashMap::new();
+/// Files protected by identity: every existing file named by a literal deny, read_only or
+/// exec.deny rule (and, for directories, every file below them), by device and inode.
+#[derive(Debug, Default, Clone)]
+pub struct Identities {
+    /// `INODE_RULES` entries: kind mask per file.
+    pub entries: Vec<(InodeKey, u32)>,
+    /// (dev, ino) -> (kind, rule id), to name the rule in audit records.
+    pub rules: StdHashMap<(u32, u64), Vec<(usize, u16)>>,
+}
+
+impl Identities {
+    pub fn rule(&self, dev: u32, ino: u64, slot: usize) -> Option<u16> {
+        self.rules
+            .get(&(dev, ino))?
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map(|(_, r)| *r)
+    }
+}
+
+pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Identities {
+    let mut masks: StdHashMap<InodeKey, u32> = StdHashMap::new();
+    let mut out = Identities::default();
     for r in &policy.identity {
         let mut stack = vec![r.path.clone()];
         while let Some(p) = stack.pop() {
-            if out.len() >= MAX_IDENTITY_FILES {
+            if masks.len() >= MAX_IDENTITY_FILES {
                 break;
             }
             let Ok(meta) = std::fs::symlink_metadata(&p) else {
                 continue;
             };
+            let dev = mounts::kernel_dev_of(meta.dev());
             let key = InodeKey {
                 ino: meta.ino(),
-                dev: mounts::kernel_dev_of(meta.dev()),
+                dev,
                 policy_id,
             };
-            let acc = out.entry(key).or_insert(Accept::NONE);
-            acc.rules[r.slot] = acc.rules[r.slot].min(r.rule);
+            *masks.entry(key).or_default() |= 1 << r.slot;
+            let rules = out.rules.entry((dev, meta.ino())).or_default();
+            if !rules.iter().any(|(s, _)| *s == r.slot) {
+                rules.push((r.slot, r.rule));
+            }
             if meta.is_dir()
                 && let Ok(rd) = std::fs::read_dir(&p)
             {
@@ -80,9 +103,9 @@ pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Vec<(InodeKey, Acc
             }
         }
     }
-    let mut v: Vec<_> = out.into_iter().collect();
-    v.sort_by_key(|(k, _)| (k.dev, k.ino));
-    v
+    out.entries = masks.into_iter().collect();
+    out.entries.sort_by_key(|(k, _)| (k.dev, k.ino));
+    out
 }
 
 impl Enforcer {
@@ -94,12 +117,20 @@ impl Enforcer {
         identity_count: usize,
     ) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?;
+        let mt = &policy.matcher;
         let size = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global(OFFSETS_GLOBAL, offsets, true)
-            .map_max_entries(m::DFA_TRANS, size(policy.dfa.trans.len()))
-            .map_max_entries(m::DFA_ACCEPT, size(policy.dfa.accept.len()))
+            .map_max_entries(
+                m::DFA_TRANS,
+                size(mt.anchored.trans.len() + mt.floating.trans.len()),
+            )
+            .map_max_entries(
+                m::DFA_ACCEPT,
+                size(mt.anchored.accept.len() + mt.floating.accept.len()),
+            )
+            .map_max_entries(m::LITERALS, size(mt.literals.len()))
             .map_max_entries(m::INODE_RULES, size(identity_count))
             .map_max_entries(m::NET_V4, size(policy.net_v4.len()))
             .map_max_entries(m::NET_V6, size(policy.net_v6.len()))
@@ -138,40 +169,65 @@ impl Enforcer {
         &mut self,
         policy: &CompiledPolicy,
         sbs: &[Superblock],
-        ids: &[(InodeKey, Accept)],
+        ids: &Identities,
     ) -> Result<(), LoadError> {
         let pid = self.policy_id;
+        let mt = &policy.matcher;
+        let dfas = [&mt.anchored, &mt.floating];
+        let mut bases = [(0u32, 0u32); 2];
         {
             let mut t: Array<_, u32> =
                 Array::try_from(self.map(m::DFA_TRANS)?).map_err(map_err(m::DFA_TRANS))?;
-            for (i, v) in policy.dfa.trans.iter().enumerate() {
-                t.set(i as u32, v, 0).map_err(map_err(m::DFA_TRANS))?;
+            let mut at = 0u32;
+            for (k, d) in dfas.iter().enumerate() {
+                bases[k].0 = at;
+                for v in &d.trans {
+                    t.set(at, v, 0).map_err(map_err(m::DFA_TRANS))?;
+                    at += 1;
+                }
             }
         }
         {
-            let mut a: Array<_, Accept> =
+            let mut a: Array<_, DfaAccept> =
                 Array::try_from(self.map(m::DFA_ACCEPT)?).map_err(map_err(m::DFA_ACCEPT))?;
-            for (i, v) in policy.dfa.accept.iter().enumerate() {
-                a.set(i as u32, v, 0).map_err(map_err(m::DFA_ACCEPT))?;
+            let mut at = 0u32;
+            for (k, d) in dfas.iter().enumerate() {
+                bases[k].1 = at;
+                for v in &d.accept {
+                    a.set(at, v, 0).map_err(map_err(m::DFA_ACCEPT))?;
+                    at += 1;
+                }
             }
         }
         {
             let mut c: Array<_, ByteClasses> =
                 Array::try_from(self.map(m::DFA_CLASSES)?).map_err(map_err(m::DFA_CLASSES))?;
-            c.set(
-                pid,
-                ByteClasses {
-                    classes: policy.dfa.classes,
-                },
-                0,
-            )
-            .map_err(map_err(m::DFA_CLASSES))?;
+            for (k, d) in dfas.iter().enumerate() {
+                c.set(2 * pid + k as u32, ByteClasses { classes: d.classes }, 0)
+                    .map_err(map_err(m::DFA_CLASSES))?;
+            }
+        }
+        {
+            let mut h: HashMap<_, LiteralKey, u32> =
+                HashMap::try_from(self.map(m::LITERALS)?).map_err(map_err(m::LITERALS))?;
+            for (hash, mask) in &mt.literals {
+                h.insert(
+                    LiteralKey {
+                        hash: *hash,
+                        policy_id: pid,
+                        _pad: 0,
+                    },
+                    mask,
+                    0,
+                )
+                .map_err(map_err(m::LITERALS))?;
+            }
         }
         self.update_mounts(policy, sbs)?;
         {
-            let mut h: HashMap<_, InodeKey, Accept> =
+            let mut h: HashMap<_, InodeKey, u32> =
                 HashMap::try_from(self.map(m::INODE_RULES)?).map_err(map_err(m::INODE_RULES))?;
-            for (k, v) in ids {
+            for (k, v) in &ids.entries {
                 h.insert(k, v, 0).map_err(map_err(m::INODE_RULES))?;
             }
         }
@@ -206,7 +262,7 @@ impl Enforcer {
         // The header last: until `live` is set the hooks treat the policy as absent.
         let mut p: Array<_, sandbox_common::PolicyInfo> =
             Array::try_from(self.map(m::POLICIES)?).map_err(map_err(m::POLICIES))?;
-        p.set(pid, policy.info(0, 0), 0)
+        p.set(pid, policy.info(bases), 0)
             .map_err(map_err(m::POLICIES))?;
         Ok(())
     }
@@ -218,18 +274,24 @@ impl Enforcer {
         sbs: &[Superblock],
     ) -> Result<(), LoadError> {
         let pid = self.policy_id;
-        let mut h: HashMap<_, SbKey, u32> =
+        let mut h: HashMap<_, SbKey, ScanStart> =
             HashMap::try_from(self.map(m::SB_START)?).map_err(map_err(m::SB_START))?;
+        let mt = &policy.matcher;
         for sb in sbs {
-            let state = policy
-                .dfa
-                .feed(policy.dfa.start, mounts::prefix(&sb.mount_point).as_bytes());
+            let s = mt.feed(mt.start(), mounts::prefix(&sb.mount_point).as_bytes());
+            let v = ScanStart {
+                anchored: s.anchored,
+                floating: s.floating,
+                hash: s.hash,
+                mask: s.mask,
+                _pad: 0,
+            };
             h.insert(
                 SbKey {
                     policy_id: pid,
                     dev: sb.dev,
                 },
-                state,
+                v,
                 0,
             )
             .map_err(map_err(m::SB_START))?;

@@ -123,6 +123,7 @@ pub struct Armed {
     pub enforcer: Enforcer,
     pub compiled: CompiledPolicy,
     pub mounts: Vec<Superblock>,
+    pub identities: loader::Identities,
     pub cgroup: Cgroup,
 }
 
@@ -145,7 +146,7 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
     t.lap("kernel offsets from BTF");
     let ids = loader::identities(&compiled, 0);
     t.lap("identities");
-    let mut enforcer = Enforcer::load(&compiled, &offsets, ids.len())
+    let mut enforcer = Enforcer::load(&compiled, &offsets, ids.entries.len())
         .map_err(|e| anyhow!(preflight::explain_load_failure(&e)))?;
     t.lap("load and attach");
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
@@ -162,6 +163,7 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
         enforcer,
         compiled,
         mounts,
+        identities: ids,
         cgroup,
     })
 }
@@ -174,7 +176,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let ctx = Context::from_process(target.home.clone())?;
     let policy = load_policy(opts.policy.as_deref(), &ctx)?;
     let mut t = Timer::new();
-    let compiled = compile::compile(&policy)?;
+    let compiled = compile::compile(&policy, compile::random_seed())?;
     t.lap("compile");
     let audit_path = opts
         .audit_log
@@ -258,6 +260,7 @@ async fn supervise(
     let fmt = Formatter {
         policy: &armed.compiled,
         mounts: &armed.mounts,
+        identities: &armed.identities,
         cgroups: cgroup::Names::new(cgroup::root()?),
     };
     let mut pump = Pump {

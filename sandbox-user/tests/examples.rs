@@ -7,10 +7,16 @@ use sandbox_user::explain::{self, Access};
 use sandbox_user::policy::{Context, load_file};
 
 fn load(name: &str) -> sandbox_user::compile::CompiledPolicy {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
-    let ctx = Context { home: "/home/agent".into(), cwd: "/work/proj".into(), env: Default::default() };
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name);
+    let ctx = Context {
+        home: "/home/agent".into(),
+        cwd: "/work/proj".into(),
+        env: Default::default(),
+    };
     let p = load_file(&path, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
-    compile(&p).unwrap_or_else(|e| panic!("{name}: {e}"))
+    compile(&p, sandbox_user::compile::FIXED_SEED).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn allowed(c: &sandbox_user::compile::CompiledPolicy, access: Access, path: &str) -> bool {
@@ -29,7 +35,10 @@ fn workspace_agent() {
     assert!(!allowed(&c, Access::Read, "/work/proj/.env"));
     assert!(!allowed(&c, Access::Read, "/work/proj/secrets/db.txt"));
     assert!(!allowed(&c, Access::Read, "/home/agent/.ssh/id_rsa"));
-    assert!(!allowed(&c, Access::Read, "/home/agent/notes.txt"), "outside the read list");
+    assert!(
+        !allowed(&c, Access::Read, "/home/agent/notes.txt"),
+        "outside the read list"
+    );
     assert!(!allowed(&c, Access::Write, "/usr/lib/x.so"));
     assert!(allowed(&c, Access::Write, "/dev/null"));
     assert!(!may_connect(&c, "169.254.169.254", 80));
@@ -53,8 +62,16 @@ fn exec_deny_server() {
     assert!(!allowed(&c, Access::Write, "/srv/app/releases/v1/app"));
     assert!(allowed(&c, Access::Read, "/srv/app/releases/v1/app"));
     assert!(!explain::exec(&c, Path::new("/usr/bin/nc")).unwrap().allowed);
-    assert!(!explain::exec(&c, Path::new("/usr/local/bin/socat")).unwrap().allowed);
-    assert!(explain::exec(&c, Path::new("/usr/bin/python3")).unwrap().allowed);
+    assert!(
+        !explain::exec(&c, Path::new("/usr/local/bin/socat"))
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        explain::exec(&c, Path::new("/usr/bin/python3"))
+            .unwrap()
+            .allowed
+    );
     assert!(may_connect(&c, "10.0.5.20", 5432));
     assert!(!may_connect(&c, "10.0.5.20", 22));
     assert!(!may_connect(&c, "10.0.5.21", 5432));

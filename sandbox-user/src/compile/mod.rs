@@ -1,14 +1,15 @@
 //! Policy pipeline, third stage: [`Policy`] -> [`CompiledPolicy`], the exact contents of the
 //! BPF maps for one policy. Pure: no I/O, and the same policy always gives the same output.
 //!
-//! - File and exec patterns become one DFA over canonical paths (see `dfa`).
+//! - File and exec patterns become a literal-path hash set and two DFAs over canonical
+//!   paths (see `matcher`).
 //! - Network rules become LPM-trie entries whose values already hold the inherited rules of
 //!   shorter prefixes (see `net`), so the kernel needs one lookup.
 
-pub mod dfa;
+pub mod matcher;
 pub mod net;
 
-use sandbox_common::{Accept, NO_RULE, PolicyInfo, accept, policy_flags};
+use sandbox_common::{DfaInfo, NO_RULE, PolicyInfo, accept, policy_flags};
 
 use crate::policy::{Mode, NetDefault, PathRule, Policy};
 
@@ -33,7 +34,9 @@ pub struct IdentityRule {
 pub struct CompiledPolicy {
     pub name: String,
     pub flags: u32,
-    pub dfa: dfa::Dfa,
+    pub matcher: matcher::Matcher,
+    /// Names the rule behind a kernel decision (kind + path).
+    pub attribution: matcher::Attribution,
     pub rules: Vec<RuleInfo>,
     pub identity: Vec<IdentityRule>,
     pub net_v4: Vec<net::Entry<4>>,
@@ -75,9 +78,29 @@ fn implicit_device_writes() -> Vec<PathRule> {
         .collect()
 }
 
-pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
+/// Seed for compilations whose literal hashes never reach a kernel (`check`, `explain`).
+pub const FIXED_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// A random seed for the literal-path hash of a policy that will be loaded.
+pub fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into the 8-byte buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if n == 8 {
+        u64::from_ne_bytes(b)
+    } else {
+        FIXED_SEED
+            ^ u64::from(std::process::id())
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+    }
+}
+
+/// Compiles `policy`; `seed` keys the literal-path hash (the loader picks a random one).
+pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileError> {
     let mut rules: Vec<RuleInfo> = Vec::new();
-    let mut patterns: Vec<dfa::Pattern> = Vec::new();
+    let mut patterns: Vec<(matcher::Pattern, usize)> = Vec::new();
     let mut identity = Vec::new();
     let mut add_paths = |list: &[PathRule], slot: usize, rules: &mut Vec<RuleInfo>| {
         for r in list {
@@ -86,12 +109,14 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
                 field: r.field.clone(),
                 source: r.source.clone(),
             });
-            patterns.push(dfa::Pattern {
-                glob: r.glob.clone(),
-                literal: r.literal.is_some(),
-                slot,
-                rule: id,
-            });
+            patterns.push((
+                matcher::Pattern {
+                    glob: r.glob.clone(),
+                    literal: r.literal.is_some(),
+                    slot,
+                },
+                id,
+            ));
             if let Some(p) = &r.literal
                 && matches!(
                     slot,
@@ -139,7 +164,9 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
     if rules.len() >= usize::from(NO_RULE) {
         return Err(CompileError::TooManyRules(rules.len()));
     }
-    let dfa = dfa::build(&patterns).map_err(CompileError::Dfa)?;
+    let plain: Vec<matcher::Pattern> = patterns.iter().map(|(p, _)| p.clone()).collect();
+    let matcher = matcher::build(&plain, seed).map_err(CompileError::Dfa)?;
+    let attribution = matcher::Attribution::new(&patterns);
 
     let mut flags = 0;
     let mut set = |cond: bool, flag: u32| {
@@ -162,7 +189,8 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
     Ok(CompiledPolicy {
         name: policy.name.clone(),
         flags,
-        dfa,
+        matcher,
+        attribution,
         rules,
         identity,
         net_v4,
@@ -171,24 +199,37 @@ pub fn compile(policy: &Policy) -> Result<CompiledPolicy, CompileError> {
 }
 
 impl CompiledPolicy {
-    /// The `POLICIES` entry, given where this policy's DFA sits in the shared arrays.
-    pub fn info(&self, trans_base: u32, accept_base: u32) -> PolicyInfo {
+    /// The `POLICIES` entry, given where the two DFAs sit in the shared arrays:
+    /// `[(trans_base, accept_base); 2]`.
+    pub fn info(&self, bases: [(u32, u32); 2]) -> PolicyInfo {
+        let geo = |d: &matcher::Dfa, (trans_base, accept_base): (u32, u32)| DfaInfo {
+            stride: d.stride,
+            trans_base,
+            accept_base,
+            start: d.start,
+            dead: d.dead,
+        };
         PolicyInfo {
             flags: self.flags,
-            dfa_stride: self.dfa.stride,
-            dfa_trans_base: trans_base,
-            dfa_accept_base: accept_base,
-            dfa_states: self.dfa.states(),
-            dfa_start: self.dfa.start,
-            dfa_dead: self.dfa.dead,
             live: 1,
+            dfa: [
+                geo(&self.matcher.anchored, bases[0]),
+                geo(&self.matcher.floating, bases[1]),
+            ],
+            seed: self.matcher.seed,
         }
     }
 
-    /// Rules matching an absolute canonical path (what the kernel computes).
-    pub fn match_path(&self, path: &[u8]) -> Accept {
-        let state = self.dfa.feed(self.dfa.start, path);
-        self.dfa.accept_of(state)
+    /// Kinds of rule (bitmask) matching an absolute canonical path, as the kernel computes.
+    pub fn match_path(&self, path: &[u8]) -> u32 {
+        self.matcher.match_path(path)
+    }
+
+    /// The first rule of kind `slot` that matches `path`.
+    pub fn rule_for(&self, slot: usize, path: &[u8]) -> Option<&RuleInfo> {
+        self.attribution
+            .first(slot, path)
+            .and_then(|id| self.rules.get(id))
     }
 
     pub fn rule(&self, id: u16) -> Option<&RuleInfo> {

@@ -3,9 +3,9 @@
 
 use std::net::IpAddr;
 
-use sandbox_common::{NO_RULE, accept, net_action};
+use sandbox_common::{accept, net_action};
 
-use super::dfa::{self, Pattern};
+use super::matcher::{self as dfa, Attribution, Pattern};
 use super::net;
 use crate::policy::{Context, load_str};
 
@@ -82,8 +82,12 @@ struct Reference(Vec<globset::GlobMatcher>);
 impl Reference {
     fn new(glob: &str, literal: bool) -> Self {
         let mut v = vec![dfa::glob(glob).unwrap().compile_matcher()];
-        if literal && let Some(g) = dfa::subtree(glob) {
-            v.push(dfa::glob(&g).unwrap().compile_matcher());
+        if literal {
+            v.push(
+                dfa::glob(&format!("{}/**", glob.trim_end_matches('/')))
+                    .unwrap()
+                    .compile_matcher(),
+            );
         }
         Self(v)
     }
@@ -95,9 +99,15 @@ impl Reference {
     }
 }
 
-/// One pattern at a time: the DFA's answer equals globset's on every generated path.
+const SEED: u64 = 0x1234_5678_9abc_def0;
+
+fn is_literal(g: &str) -> bool {
+    !g.contains(['*', '?', '[', '{', '\\'])
+}
+
+/// One pattern at a time: the matcher's answer equals globset's on every generated path.
 #[test]
-fn dfa_agrees_with_globset_per_pattern() {
+fn matcher_agrees_with_globset_per_pattern() {
     let mut r = Rng(0x5eed_1234_abcd_0001);
     let mut checked = 0;
     for _ in 0..400 {
@@ -105,18 +115,21 @@ fn dfa_agrees_with_globset_per_pattern() {
         if dfa::glob(&glob).is_err() {
             continue;
         }
-        let d = dfa::build(&[Pattern {
-            glob: glob.clone(),
-            literal: false,
-            slot: accept::FILE_DENY,
-            rule: 0,
-        }])
+        let literal = is_literal(&glob);
+        let m = dfa::build(
+            &[Pattern {
+                glob: glob.clone(),
+                literal,
+                slot: accept::FILE_DENY,
+            }],
+            SEED,
+        )
         .unwrap();
-        let reference = Reference::new(&glob, false);
+        let reference = Reference::new(&glob, literal);
         for _ in 0..60 {
             let path = gen_path(&mut r);
             let want = reference.matches(&path);
-            let got = d.accept_of(d.feed(d.start, &path)).rules[accept::FILE_DENY] == 0;
+            let got = dfa::has(m.match_path(&path), accept::FILE_DENY);
             assert_eq!(
                 got,
                 want,
@@ -129,47 +142,57 @@ fn dfa_agrees_with_globset_per_pattern() {
     assert!(checked > 15_000, "corpus too small: {checked}");
 }
 
-/// Many patterns in one DFA: for every slot, the first matching rule is the one reported.
+/// Many patterns of several kinds in one matcher: for every kind, the mask says whether any
+/// rule of that kind matches, and attribution names the first one.
 #[test]
-fn combined_dfa_reports_first_matching_rule_per_slot() {
+fn combined_matcher_per_kind_and_attribution() {
     let mut r = Rng(0x0dd_c0ffee);
-    for round in 0..30 {
-        let mut pats = Vec::new();
-        while pats.len() < 12 {
+    for round in 0..40 {
+        let mut pats: Vec<(Pattern, usize)> = Vec::new();
+        while pats.len() < 14 {
             let glob = gen_pattern(&mut r);
             if dfa::glob(&glob).is_ok() {
                 let slot = [accept::FILE_DENY, accept::FILE_WRITE, accept::EXEC_DENY]
                     [(r.below(3)) as usize];
-                let literal = !glob.contains(['*', '?', '[', '{']);
-                pats.push(Pattern {
-                    glob,
-                    literal,
-                    slot,
-                    rule: pats.len(),
-                });
+                let literal = is_literal(&glob);
+                let id = pats.len();
+                pats.push((
+                    Pattern {
+                        glob,
+                        literal,
+                        slot,
+                    },
+                    id,
+                ));
             }
         }
-        let d = dfa::build(&pats).unwrap();
-        let refs: Vec<Reference> = pats
+        let plain: Vec<Pattern> = pats.iter().map(|(p, _)| p.clone()).collect();
+        let m = dfa::build(&plain, SEED).unwrap();
+        let attr = Attribution::new(&pats);
+        let refs: Vec<Reference> = plain
             .iter()
             .map(|p| Reference::new(&p.glob, p.literal))
             .collect();
         for _ in 0..300 {
             let path = gen_path(&mut r);
-            let acc = d.accept_of(d.feed(d.start, &path));
+            let mask = m.match_path(&path);
             for slot in [accept::FILE_DENY, accept::FILE_WRITE, accept::EXEC_DENY] {
-                let want = pats
+                let first = pats
                     .iter()
                     .zip(&refs)
-                    .filter(|(p, m)| p.slot == slot && m.matches(&path))
-                    .map(|(p, _)| p)
-                    .map(|p| p.rule as u16)
-                    .min()
-                    .unwrap_or(NO_RULE);
+                    .filter(|((p, _), rf)| p.slot == slot && rf.matches(&path))
+                    .map(|((_, id), _)| *id)
+                    .min();
                 assert_eq!(
-                    acc.rules[slot],
-                    want,
-                    "round {round} slot {slot} path {}: {pats:#?}",
+                    dfa::has(mask, slot),
+                    first.is_some(),
+                    "round {round} slot {slot} path {}: {plain:#?}",
+                    String::from_utf8_lossy(&path)
+                );
+                assert_eq!(
+                    attr.first(slot, &path),
+                    first,
+                    "round {round} slot {slot} path {}",
                     String::from_utf8_lossy(&path)
                 );
             }
@@ -179,70 +202,111 @@ fn combined_dfa_reports_first_matching_rule_per_slot() {
 
 #[test]
 fn literal_covers_subtree_glob_does_not() {
-    let d = dfa::build(&[
-        Pattern {
-            glob: "/home/u/.ssh".into(),
-            literal: true,
-            slot: accept::FILE_DENY,
-            rule: 0,
-        },
-        Pattern {
-            glob: "/**/.env".into(),
-            literal: false,
-            slot: accept::FILE_DENY,
-            rule: 1,
-        },
-    ])
+    let m = dfa::build(
+        &[
+            Pattern {
+                glob: "/home/u/.ssh".into(),
+                literal: true,
+                slot: accept::FILE_DENY,
+            },
+            Pattern {
+                glob: "/**/.env".into(),
+                literal: false,
+                slot: accept::FILE_DENY,
+            },
+            Pattern {
+                glob: "/data/*/secrets/**".into(),
+                literal: false,
+                slot: accept::FILE_READ_ONLY,
+            },
+        ],
+        SEED,
+    )
     .unwrap();
-    let m = |p: &str| d.accept_of(d.feed(d.start, p.as_bytes())).rules[accept::FILE_DENY];
-    assert_eq!(m("/home/u/.ssh"), 0);
-    assert_eq!(m("/home/u/.ssh/id_rsa"), 0);
-    assert_eq!(m("/home/u/.sshx"), NO_RULE);
-    assert_eq!(m("/srv/app/.env"), 1);
+    let deny = |p: &str| dfa::has(m.match_path(p.as_bytes()), accept::FILE_DENY);
+    let ro = |p: &str| dfa::has(m.match_path(p.as_bytes()), accept::FILE_READ_ONLY);
+    assert!(deny("/home/u/.ssh"));
+    assert!(deny("/home/u/.ssh/id_rsa"));
+    assert!(!deny("/home/u/.sshx"));
+    assert!(deny("/srv/app/.env"));
     // A virtualenv directory named .env: the glob names files called .env, not their contents.
-    assert_eq!(m("/srv/app/.env/bin/python"), NO_RULE);
+    assert!(!deny("/srv/app/.env/bin/python"));
+    assert!(ro("/data/x/secrets/a"));
+    assert!(ro("/data/x/secrets/a/b/c"));
+    assert!(!ro("/data/x/secrets"), "`/**` means strictly below");
+    assert!(!ro("/data/x/y/secrets/a"));
 }
 
 /// Feeding a mount prefix first (what the loader stores per superblock) then the path inside
-/// the superblock gives the same state as feeding the full path.
+/// the superblock gives the same result as feeding the full path, including "below" matches
+/// that complete inside the prefix.
 #[test]
 fn superblock_prefix_state_composes() {
-    let d = dfa::build(&[Pattern {
-        glob: "/mnt/data/**/*.key".into(),
-        literal: false,
-        slot: accept::FILE_DENY,
-        rule: 0,
-    }])
+    let m = dfa::build(
+        &[
+            Pattern {
+                glob: "/mnt/data/**/*.key".into(),
+                literal: false,
+                slot: accept::FILE_DENY,
+            },
+            Pattern {
+                glob: "/mnt".into(),
+                literal: true,
+                slot: accept::FILE_READ_ONLY,
+            },
+            Pattern {
+                glob: "/mnt/data/*/x/**".into(),
+                literal: false,
+                slot: accept::EXEC_DENY,
+            },
+        ],
+        SEED,
+    )
     .unwrap();
-    let s = d.feed(d.start, b"/mnt/data");
-    assert_eq!(d.accept_of(d.feed(s, b"/x/y.key")).rules[0], 0);
-    assert_eq!(
-        d.feed(s, b"/x/y.key"),
-        d.feed(d.start, b"/mnt/data/x/y.key")
-    );
+    for (prefix, rest) in [
+        ("/mnt/data", "/x/y.key"),
+        ("/mnt/data/q", "/x/z"),
+        ("", "/mnt/data/q/x/z"),
+    ] {
+        let s = m.feed(m.start(), prefix.as_bytes());
+        let whole = format!("{prefix}{rest}");
+        assert_eq!(
+            m.finish(m.feed(s, rest.as_bytes())),
+            m.match_path(whole.as_bytes()),
+            "{whole}"
+        );
+    }
+    let mask = m.match_path(b"/mnt/data/q/x/z");
+    assert!(dfa::has(mask, accept::FILE_READ_ONLY) && dfa::has(mask, accept::EXEC_DENY));
 }
 
 #[test]
-fn default_policy_dfa_is_small() {
+fn default_policy_matcher_is_small() {
     let ctx = Context {
         home: "/home/u".into(),
         cwd: "/work".into(),
         env: Default::default(),
     };
     let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
-    let c = super::compile(&p).unwrap();
-    assert!(c.dfa.states() < 2_000, "{} states", c.dfa.states());
-    let acc = c.match_path(b"/home/u/.ssh/id_ed25519");
+    let c = super::compile(&p, SEED).unwrap();
+    assert!(c.matcher.anchored.states() + c.matcher.floating.states() < 200);
     assert_eq!(
-        c.rule(acc.rules[accept::FILE_DENY]).unwrap().source,
+        c.rule_for(accept::FILE_DENY, b"/home/u/.ssh/id_ed25519")
+            .unwrap()
+            .source,
         "~/.ssh"
     );
-    let acc = c.match_path(b"/usr/bin/sudo");
-    assert_eq!(c.rule(acc.rules[accept::EXEC_DENY]).unwrap().source, "sudo");
+    assert!(dfa::has(c.match_path(b"/usr/bin/sudo"), accept::EXEC_DENY));
     assert_eq!(
-        c.match_path(b"/usr/bin/sudoedit").rules[accept::EXEC_DENY],
-        NO_RULE
+        c.rule_for(accept::EXEC_DENY, b"/usr/bin/sudo")
+            .unwrap()
+            .source,
+        "sudo"
     );
+    assert!(!dfa::has(
+        c.match_path(b"/usr/bin/sudoedit"),
+        accept::EXEC_DENY
+    ));
 }
 
 fn net_policy(yaml: &str) -> super::CompiledPolicy {
@@ -251,7 +315,7 @@ fn net_policy(yaml: &str) -> super::CompiledPolicy {
         cwd: "/work".into(),
         env: Default::default(),
     };
-    super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap()).unwrap()
+    super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap()
 }
 
 fn decide(c: &super::CompiledPolicy, addr: &str, port: u16) -> Option<u8> {
@@ -295,7 +359,7 @@ fn compile_is_deterministic() {
     let yaml = "files:\n  deny: ['/a/**/*.key', '/etc/shadow']\n  write: ['/tmp']\nexec:\n  deny: [sudo]\nnetwork:\n  allow: ['10.0.0.1:80']\n";
     let a = net_policy(yaml);
     let b = net_policy(yaml);
-    assert_eq!(a.dfa, b.dfa);
+    assert_eq!(a.matcher, b.matcher);
     assert_eq!(a.net_v4, b.net_v4);
     assert_eq!(a.rules, b.rules);
 }
