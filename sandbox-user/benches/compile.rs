@@ -44,6 +44,7 @@ fn main() {
         home: "/home/u".into(),
         cwd: "/work".into(),
         env: Default::default(),
+        resolvers: Vec::new(),
     };
     println!(
         "{:>8} {:>12} {:>12} {:>10} {:>10}",

@@ -24,6 +24,9 @@ use crate::mounts::{self, Superblock};
 /// The hooks, in attach order. The last attached runs first.
 pub const HOOKS: &[&str] = &["file_open", "bprm_check_security", "socket_connect"];
 
+/// Addresses `allow_hosts` names may resolve to at once, per address family.
+pub const MAX_HOST_ADDRESSES: usize = 1024;
+
 /// Files protected by identity at most (a larger subtree is still protected by path).
 const MAX_IDENTITY_FILES: usize = 65_536;
 
@@ -118,6 +121,11 @@ impl Enforcer {
     ) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?;
         let mt = &policy.matcher;
+        let host_room = if policy.net.hosts.is_empty() {
+            0
+        } else {
+            MAX_HOST_ADDRESSES
+        };
         let size = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
@@ -132,8 +140,8 @@ impl Enforcer {
             )
             .map_max_entries(m::LITERALS, size(mt.literals.len()))
             .map_max_entries(m::INODE_RULES, size(identity_count))
-            .map_max_entries(m::NET_V4, size(policy.net_v4.len()))
-            .map_max_entries(m::NET_V6, size(policy.net_v6.len()))
+            .map_max_entries(m::NET_V4, size(policy.net_v4.len() + host_room))
+            .map_max_entries(m::NET_V6, size(policy.net_v6.len() + host_room))
             .load(crate::BPF_OBJECT)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         for hook in HOOKS {
@@ -297,6 +305,139 @@ impl Enforcer {
             .map_err(map_err(m::SB_START))?;
         }
         Ok(())
+    }
+
+    /// Makes the LPM entries for resolved `allow_hosts` addresses match `want` (address ->
+    /// allow rules). `have` is what was installed before; it is updated. An address that goes
+    /// away gets back the policy's own entry for that exact prefix, if it has one.
+    pub fn set_hosts(
+        &mut self,
+        policy: &CompiledPolicy,
+        want: &std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>,
+        have: &mut std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>,
+    ) -> Result<(), LoadError> {
+        use std::net::IpAddr;
+        let pid = self.policy_id;
+        for (addr, rules) in want {
+            if have.get(addr) == Some(rules) {
+                continue;
+            }
+            let Some(first) = rules.first() else { continue };
+            let Some((_, mut e)) = crate::compile::net::host_entry(
+                &policy.net,
+                *addr,
+                (first.port_lo, first.port_hi),
+                first.rule,
+            ) else {
+                continue;
+            };
+            // Further host rules for the same address go in front as well.
+            for extra in rules.iter().skip(1) {
+                if (e.rules.count as usize) < sandbox_common::NET_RULES_PER_PREFIX {
+                    e.rules.rules.copy_within(0..e.rules.count as usize, 1);
+                    e.rules.rules[0] = *extra;
+                    e.rules.count += 1;
+                }
+            }
+            self.put_net(pid, *addr, e.rules)?;
+            have.insert(*addr, rules.clone());
+        }
+        let gone: Vec<IpAddr> = have
+            .keys()
+            .filter(|a| !want.contains_key(a))
+            .copied()
+            .collect();
+        for addr in gone {
+            have.remove(&addr);
+            let own = match addr {
+                IpAddr::V4(a) => policy
+                    .net_v4
+                    .iter()
+                    .find(|e| e.prefix_len == 32 && e.addr == a.octets())
+                    .map(|e| e.rules),
+                IpAddr::V6(a) => policy
+                    .net_v6
+                    .iter()
+                    .find(|e| e.prefix_len == 128 && e.addr == a.octets())
+                    .map(|e| e.rules),
+            };
+            match own {
+                Some(r) => self.put_net(pid, addr, r)?,
+                None => self.remove_net(pid, addr)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn put_net(
+        &mut self,
+        pid: u32,
+        addr: std::net::IpAddr,
+        rules: sandbox_common::NetRules,
+    ) -> Result<(), LoadError> {
+        match addr {
+            std::net::IpAddr::V4(a) => {
+                let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
+                    LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
+                t.insert(
+                    &Key::new(
+                        64,
+                        NetKeyV4 {
+                            policy_id_be: pid.to_be_bytes(),
+                            addr: a.octets(),
+                        },
+                    ),
+                    rules,
+                    0,
+                )
+                .map_err(map_err(m::NET_V4))
+            }
+            std::net::IpAddr::V6(a) => {
+                let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
+                    LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
+                t.insert(
+                    &Key::new(
+                        160,
+                        NetKeyV6 {
+                            policy_id_be: pid.to_be_bytes(),
+                            addr: a.octets(),
+                        },
+                    ),
+                    rules,
+                    0,
+                )
+                .map_err(map_err(m::NET_V6))
+            }
+        }
+    }
+
+    fn remove_net(&mut self, pid: u32, addr: std::net::IpAddr) -> Result<(), LoadError> {
+        match addr {
+            std::net::IpAddr::V4(a) => {
+                let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
+                    LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
+                t.remove(&Key::new(
+                    64,
+                    NetKeyV4 {
+                        policy_id_be: pid.to_be_bytes(),
+                        addr: a.octets(),
+                    },
+                ))
+                .map_err(map_err(m::NET_V4))
+            }
+            std::net::IpAddr::V6(a) => {
+                let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
+                    LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
+                t.remove(&Key::new(
+                    160,
+                    NetKeyV6 {
+                        policy_id_be: pid.to_be_bytes(),
+                        addr: a.octets(),
+                    },
+                ))
+                .map_err(map_err(m::NET_V6))
+            }
+        }
     }
 
     /// Puts `cgroup` (and everything below it) under the policy.

@@ -24,6 +24,47 @@ use crate::mounts::{self, Superblock};
 use crate::policy::{self, Context, Policy};
 use crate::preflight;
 
+/// How often `allow_hosts` names are resolved again.
+pub const HOST_REFRESH: Duration = Duration::from_secs(60);
+
+/// Address -> allow rules, from resolving every `allow_hosts` name. Private answers are
+/// left out (and reported): a name never opens the private set.
+pub fn resolve_hosts(c: &CompiledPolicy) -> (HostMap, Vec<String>) {
+    use std::net::ToSocketAddrs;
+    let mut map = HostMap::new();
+    let mut warnings = Vec::new();
+    for (h, rule) in &c.net.hosts {
+        match (h.host.as_str(), 0u16).to_socket_addrs() {
+            Ok(addrs) => {
+                for a in addrs.map(|s| s.ip()) {
+                    if compile::net::is_private(a) {
+                        warnings.push(format!(
+                            "{}: {} resolves to {a}, a private address: not allowed",
+                            h.field, h.host
+                        ));
+                        continue;
+                    }
+                    let r = sandbox_common::PortRule {
+                        port_lo: h.ports.0,
+                        port_hi: h.ports.1,
+                        rule: *rule,
+                        action: sandbox_common::net_action::ALLOW,
+                        _pad: 0,
+                    };
+                    let list = map.entry(a).or_default();
+                    if !list.contains(&r) {
+                        list.push(r);
+                    }
+                }
+            }
+            Err(e) => warnings.push(format!("{}: cannot resolve {}: {e}", h.field, h.host)),
+        }
+    }
+    (map, warnings)
+}
+
+pub type HostMap = std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>;
+
 /// Where the audit log goes when neither `--audit-log` nor `audit.path` says.
 pub const DEFAULT_AUDIT_LOG: &str = "/var/log/sandbox/audit.jsonl";
 
@@ -124,6 +165,8 @@ pub struct Armed {
     pub compiled: CompiledPolicy,
     pub mounts: Vec<Superblock>,
     pub identities: loader::Identities,
+    /// Installed `allow_hosts` addresses.
+    pub hosts: HostMap,
     pub cgroup: Cgroup,
 }
 
@@ -151,6 +194,14 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
     t.lap("load and attach");
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(&compiled, &mounts, &ids)?;
+    let mut hosts = HostMap::new();
+    if !compiled.net.hosts.is_empty() {
+        let (want, warnings) = resolve_hosts(&compiled);
+        for w in warnings {
+            eprintln!("sandbox: warning: {w}");
+        }
+        enforcer.set_hosts(&compiled, &want, &mut hosts)?;
+    }
     t.lap("apply");
     let root = cgroup::root()?;
     let cgroup = Cgroup::create(&root, cgroup_name)?;
@@ -164,6 +215,7 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
         compiled,
         mounts,
         identities: ids,
+        hosts,
         cgroup,
     })
 }
@@ -272,6 +324,10 @@ async fn supervise(
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let has_hosts = !armed.compiled.net.hosts.is_empty();
+    let mut refresh =
+        tokio::time::interval_at(tokio::time::Instant::now() + HOST_REFRESH, HOST_REFRESH);
+    let mut resolving: Option<tokio::task::JoinHandle<(HostMap, Vec<String>)>> = None;
     let status = loop {
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -284,6 +340,18 @@ async fn supervise(
             // The terminal sends SIGINT to the command too; sandbox waits for it to exit.
             _ = sigint.recv() => {}
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
+            _ = refresh.tick(), if has_hosts => {
+                if resolving.is_none() {
+                    let c = armed.compiled.clone();
+                    resolving = Some(tokio::task::spawn_blocking(move || resolve_hosts(&c)));
+                }
+            }
+            done = async { resolving.as_mut().expect("guarded").await }, if resolving.is_some() => {
+                resolving = None;
+                if let Ok((want, _warnings)) = done {
+                    armed.enforcer.set_hosts(&armed.compiled, &want, &mut armed.hosts)?;
+                }
+            }
         }
     };
     // Events still in flight from the last moments of the command.

@@ -14,6 +14,7 @@ fn load(name: &str) -> sandbox_user::compile::CompiledPolicy {
         home: "/home/agent".into(),
         cwd: "/work/proj".into(),
         env: Default::default(),
+        resolvers: Vec::new(),
     };
     let p = load_file(&path, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
     compile(&p, sandbox_user::compile::FIXED_SEED).unwrap_or_else(|e| panic!("{name}: {e}"))

@@ -856,3 +856,58 @@ fn explain_agrees_with_the_kernel() {
         expected.len()
     );
 }
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn allow_hosts_and_dns_resolvers() {
+    let d = workdir("allow_hosts");
+    // Name resolution in the guest: names from /etc/hosts, one nameserver for allow_dns.
+    let saved: Vec<(&str, Option<String>)> =
+        ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf"]
+            .iter()
+            .map(|f| (*f, std::fs::read_to_string(f).ok()))
+            .collect();
+    std::fs::write(
+        "/etc/hosts",
+        "93.184.216.34 example.test\n10.1.1.1 internal.test\n",
+    )
+    .unwrap();
+    std::fs::write("/etc/nsswitch.conf", "hosts: files\n").unwrap();
+    std::fs::write("/etc/resolv.conf", "nameserver 10.0.0.53\n").unwrap();
+    let policy = "network:\n  allow_hosts: ['example.test:443', internal.test]\n";
+    let r = probe(
+        &d,
+        Some(policy),
+        &[
+            &["connect", "93.184.216.34", "443"],
+            &["connect", "93.184.216.34", "80"],
+            &["connect", "93.184.216.35", "443"],
+            &["connect", "10.1.1.1", "443"],
+            &["udp", "10.0.0.53", "53"],
+            &["connect", "10.0.0.53", "80"],
+        ],
+    );
+    for (f, text) in saved {
+        match text {
+            Some(t) => std::fs::write(f, t).unwrap(),
+            None => drop(std::fs::remove_file(f)),
+        }
+    }
+    r.expect("connect 93.184.216.34 443", "ENETUNREACH");
+    r.expect("connect 93.184.216.34 80", "EPERM");
+    r.expect("connect 93.184.216.35 443", "EPERM");
+    // A name that resolves to a private address does not open it.
+    r.expect("connect 10.1.1.1 443", "EPERM");
+    assert!(
+        r.stderr
+            .contains("internal.test resolves to 10.1.1.1, a private address: not allowed"),
+        "{}",
+        r.stderr
+    );
+    // The host's resolver is reachable for DNS, and only for DNS.
+    r.expect("udp 10.0.0.53 53", "ENETUNREACH");
+    r.expect("connect 10.0.0.53 80", "EPERM");
+    let rec = &r.records("/dst_endpoint/ip", "93.184.216.35")[0];
+    assert_eq!(rec["policy"]["rule"], "network.default");
+    assert_eq!(rec["policy"]["reason"], "not_in_network_allowlist");
+}

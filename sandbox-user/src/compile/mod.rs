@@ -41,6 +41,7 @@ pub struct CompiledPolicy {
     pub identity: Vec<IdentityRule>,
     pub net_v4: Vec<net::Entry<4>>,
     pub net_v6: Vec<net::Entry<16>>,
+    pub net: net::NetCompiled,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +161,8 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     add_paths(&policy.exec.deny, accept::EXEC_DENY, &mut rules);
     add_paths(&policy.exec.allow, accept::EXEC_ALLOW, &mut rules);
 
-    let (net_v4, net_v6) = net::compile(&policy.network, &mut rules).map_err(CompileError::Net)?;
+    let net = net::compile(&policy.network, &mut rules).map_err(CompileError::Net)?;
+    let (net_v4, net_v6) = (net.v4.clone(), net.v6.clone());
     if rules.len() >= usize::from(NO_RULE) {
         return Err(CompileError::TooManyRules(rules.len()));
     }
@@ -195,6 +197,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
         identity,
         net_v4,
         net_v6,
+        net,
     })
 }
 

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use sandbox_common::{NET_RULES_PER_PREFIX, NetRules, PortRule, net_action};
 
 use super::RuleInfo;
-use crate::policy::Network;
+use crate::policy::{HostRule, Network};
 
 /// The built-in private set (`network.block_private`). IPv4 embedded in IPv6 (mapped, NAT64,
 /// 6to4) is checked against the IPv4 set by the kernel itself.
@@ -45,10 +45,18 @@ pub struct Entry<const N: usize> {
 
 type Own = BTreeMap<(u8, Vec<u8>), Vec<PortRule>>;
 
-pub fn compile(
-    n: &Network,
-    rules: &mut Vec<RuleInfo>,
-) -> Result<(Vec<Entry<4>>, Vec<Entry<16>>), String> {
+/// Network rules compiled: the LPM entries, and what is needed to add host entries later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetCompiled {
+    pub v4: Vec<Entry<4>>,
+    pub v6: Vec<Entry<16>>,
+    /// Own rules per prefix (what host entries inherit from).
+    pub own: BTreeMap<(u8, Vec<u8>), Vec<PortRule>>,
+    /// `allow_hosts` entries with their rule ids.
+    pub hosts: Vec<(HostRule, u16)>,
+}
+
+pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, String> {
     let mut own: Own = BTreeMap::new();
     let mut push = |net: IpNet, ports: (u16, u16), action: u8, rule: usize| {
         let key = (net.prefix_len(), addr_bytes(net.network()));
@@ -74,6 +82,14 @@ pub fn compile(
             source: r.source.clone(),
         });
     }
+    // The resolvers the host uses: port 53 only, before the private set they usually sit in.
+    for a in &n.resolvers {
+        push(IpNet::from(*a), (53, 53), net_action::ALLOW, rules.len());
+        rules.push(RuleInfo {
+            field: "network.allow_dns".into(),
+            source: format!("nameserver {a} (/etc/resolv.conf)"),
+        });
+    }
     if n.block_private {
         for s in PRIVATE_V4.iter().chain(PRIVATE_V6) {
             let net: IpNet = s.parse().expect("built-in prefix");
@@ -84,36 +100,96 @@ pub fn compile(
             });
         }
     }
+    let hosts = n
+        .allow_hosts
+        .iter()
+        .map(|h| {
+            let id = rules.len() as u16;
+            rules.push(RuleInfo {
+                field: h.field.clone(),
+                source: h.source.clone(),
+            });
+            (h.clone(), id)
+        })
+        .collect();
     let mut v4 = Vec::new();
     let mut v6 = Vec::new();
-    for ((len, addr), _) in &own {
-        let list = inherited(&own, *len, addr);
-        if list.len() > NET_RULES_PER_PREFIX {
-            return Err(format!(
-                "{} port rules apply to {}/{len}; at most {NET_RULES_PER_PREFIX} fit on one prefix",
-                list.len(),
-                show(addr)
-            ));
-        }
-        let mut value = NetRules {
-            count: list.len() as u32,
-            ..NetRules::default()
-        };
-        value.rules[..list.len()].copy_from_slice(&list);
-        match addr.len() {
-            4 => v4.push(Entry {
-                prefix_len: *len,
-                addr: addr[..].try_into().expect("4 bytes"),
-                rules: value,
+    for (len, addr) in own.keys() {
+        match entry(&own, *len, addr, &[])? {
+            (4, e) => v4.push(Entry {
+                prefix_len: e.prefix_len,
+                addr: e.addr[..4].try_into().expect("4 bytes"),
+                rules: e.rules,
             }),
-            _ => v6.push(Entry {
-                prefix_len: *len,
-                addr: addr[..].try_into().expect("16 bytes"),
-                rules: value,
-            }),
+            (_, e) => v6.push(e),
         }
     }
-    Ok((v4, v6))
+    Ok(NetCompiled { v4, v6, own, hosts })
+}
+
+/// The LPM entry for a prefix: `extra` rules first, then the prefix's own, then inherited.
+fn entry(
+    own: &Own,
+    len: u8,
+    addr: &[u8],
+    extra: &[PortRule],
+) -> Result<(usize, Entry<16>), String> {
+    let mut list = extra.to_vec();
+    list.extend(inherited(own, len, addr));
+    if list.len() > NET_RULES_PER_PREFIX {
+        return Err(format!(
+            "{} port rules apply to {}/{len}; at most {NET_RULES_PER_PREFIX} fit on one prefix",
+            list.len(),
+            show(addr)
+        ));
+    }
+    let mut value = NetRules {
+        count: list.len() as u32,
+        ..NetRules::default()
+    };
+    value.rules[..list.len()].copy_from_slice(&list);
+    let mut a = [0u8; 16];
+    a[..addr.len()].copy_from_slice(addr);
+    Ok((
+        addr.len(),
+        Entry {
+            prefix_len: len,
+            addr: a,
+            rules: value,
+        },
+    ))
+}
+
+/// True when the built-in private set contains `addr` (embedded IPv4 included).
+pub fn is_private(addr: IpAddr) -> bool {
+    let addr = embedded_v4(addr).map_or(addr, IpAddr::V4);
+    PRIVATE_V4
+        .iter()
+        .chain(PRIVATE_V6)
+        .any(|s| s.parse::<IpNet>().is_ok_and(|n| n.contains(&addr)))
+}
+
+/// The entry that allows one resolved address of an `allow_hosts` rule. `None` for an address
+/// in the private set: a name never opens a private address (DNS rebinding).
+pub fn host_entry(
+    c: &NetCompiled,
+    addr: IpAddr,
+    ports: (u16, u16),
+    rule: u16,
+) -> Option<(usize, Entry<16>)> {
+    if is_private(addr) {
+        return None;
+    }
+    let b = addr_bytes(addr);
+    let len = (b.len() * 8) as u8;
+    let allow = PortRule {
+        port_lo: ports.0,
+        port_hi: ports.1,
+        rule,
+        action: net_action::ALLOW,
+        _pad: 0,
+    };
+    entry(&c.own, len, &b, &[allow]).ok()
 }
 
 /// The prefix's own rules, then those of each containing shorter prefix, longest first.

@@ -44,8 +44,19 @@ pub struct Network {
     pub block_private: bool,
     pub allow: Vec<NetRule>,
     pub deny: Vec<NetRule>,
-    pub allow_hosts: Vec<String>,
+    pub allow_hosts: Vec<HostRule>,
     pub default: NetDefault,
+    /// Nameservers reachable on port 53 (`allow_dns`, from /etc/resolv.conf).
+    pub resolvers: Vec<IpAddr>,
+}
+
+/// One `allow_hosts` entry: a name resolved by sandbox, with a port range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRule {
+    pub field: String,
+    pub source: String,
+    pub host: String,
+    pub ports: (u16, u16),
 }
 
 #[derive(Debug, Clone)]
@@ -144,6 +155,8 @@ pub struct Context {
     pub home: PathBuf,
     pub cwd: PathBuf,
     pub env: std::collections::HashMap<String, String>,
+    /// Nameservers of this host (/etc/resolv.conf), for `network.allow_dns`.
+    pub resolvers: Vec<IpAddr>,
 }
 
 impl Context {
@@ -153,8 +166,17 @@ impl Context {
             home,
             cwd: std::env::current_dir()?,
             env: std::env::vars().collect(),
+            resolvers: resolvers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
         })
     }
+}
+
+/// `nameserver` addresses of a resolv.conf.
+pub fn resolvers(text: &str) -> Vec<IpAddr> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().split('%').next()?.parse().ok())
+        .collect()
 }
 
 /// Reads and validates a policy file.
@@ -272,18 +294,34 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
     };
     let allow = nets("network.allow", &raw.network.allow);
     let deny = nets("network.deny", &raw.network.deny);
+    let mut allow_hosts = Vec::new();
     for (i, h) in raw.network.allow_hosts.iter().enumerate() {
-        if !is_hostname(h) {
+        let field = format!("network.allow_hosts[{i}]");
+        let (host, ports) = match h.rsplit_once(':') {
+            Some((host, p)) => match parse_ports(p) {
+                Ok(ports) => (host, ports),
+                Err(m) => {
+                    errs.push(FieldError {
+                        field,
+                        message: format!("'{h}': {m}"),
+                    });
+                    continue;
+                }
+            },
+            None => (h.as_str(), (0, u16::MAX)),
+        };
+        if !is_hostname(host) || host.starts_with("*.") {
             errs.push(FieldError {
-                field: format!("network.allow_hosts[{i}]"),
-                message: format!("'{h}': not a valid host name"),
+                field,
+                message: format!("'{h}': not a host name (wildcards cannot be resolved)"),
             });
+            continue;
         }
-    }
-    if !raw.network.allow_hosts.is_empty() {
-        errs.push(FieldError {
-            field: "network.allow_hosts".into(),
-            message: "host allowlists are not supported by this version yet; use network.allow with addresses".into(),
+        allow_hosts.push(HostRule {
+            field,
+            source: h.clone(),
+            host: host.to_owned(),
+            ports,
         });
     }
     let network = Network {
@@ -299,7 +337,12 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
             }),
         allow,
         deny,
-        allow_hosts: raw.network.allow_hosts,
+        allow_hosts,
+        resolvers: if raw.network.allow_dns.unwrap_or(true) {
+            ctx.resolvers.clone()
+        } else {
+            Vec::new()
+        },
     };
     let audit = Audit {
         path: raw

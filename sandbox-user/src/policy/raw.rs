@@ -61,6 +61,7 @@ pub struct RawNetwork {
     pub deny: Vec<String>,
     #[serde(default)]
     pub allow_hosts: Vec<String>,
+    pub allow_dns: Option<bool>,
     pub default: Option<NetDefault>,
 }
 

@@ -11,7 +11,7 @@ fn ctx() -> Context {
     Context {
         home: "/home/u".into(),
         cwd: "/work/ws".into(),
-        env,
+        env, resolvers: Vec::new()
     }
 }
 
