@@ -96,6 +96,9 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             let p = policy::load_file(&file, &ctx)?;
             let c = compile::compile(&p, compile::FIXED_SEED)?;
             println!("{}: ok", file.display());
+            for w in policy::lint::lint(&p) {
+                println!("warning: {w}");
+            }
             println!("{}", explain::summary(&p, &c));
             Ok(0)
         }

@@ -227,6 +227,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let target = Target::detect(opts.as_root)?;
     let ctx = Context::from_process(target.home.clone())?;
     let policy = load_policy(opts.policy.as_deref(), &ctx)?;
+    for w in policy::lint::lint(&policy) {
+        eprintln!("sandbox: warning: {w}");
+    }
     let mut t = Timer::new();
     let compiled = compile::compile(&policy, compile::random_seed())?;
     t.lap("compile");

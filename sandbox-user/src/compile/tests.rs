@@ -285,7 +285,8 @@ fn default_policy_matcher_is_small() {
     let ctx = Context {
         home: "/home/u".into(),
         cwd: "/work".into(),
-        env: Default::default(), resolvers: Vec::new()
+        env: Default::default(),
+        resolvers: Vec::new(),
     };
     let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
     let c = super::compile(&p, SEED).unwrap();
@@ -313,7 +314,8 @@ fn net_policy(yaml: &str) -> super::CompiledPolicy {
     let ctx = Context {
         home: "/home/u".into(),
         cwd: "/work".into(),
-        env: Default::default(), resolvers: Vec::new()
+        env: Default::default(),
+        resolvers: Vec::new(),
     };
     super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap()
 }

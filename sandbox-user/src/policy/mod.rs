@@ -3,6 +3,7 @@
 //! expanded, paths canonicalised). Compilation to maps is `compile`.
 
 pub mod expand;
+pub mod lint;
 pub mod raw;
 
 use std::fmt;

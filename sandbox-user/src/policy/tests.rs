@@ -11,7 +11,8 @@ fn ctx() -> Context {
     Context {
         home: "/home/u".into(),
         cwd: "/work/ws".into(),
-        env, resolvers: Vec::new()
+        env,
+        resolvers: Vec::new(),
     }
 }
 
