@@ -47,8 +47,8 @@ fn main() {
         resolvers: Vec::new(),
     };
     println!(
-        "{:>8} {:>12} {:>12} {:>10} {:>10}",
-        "rules", "validate", "compile", "states", "classes"
+        "{:>8} {:>12} {:>12} {:>12} {:>10}",
+        "rules", "validate", "compile", "DFA states", "literals"
     );
     for n in [10, 100, 300, 1_000, 10_000] {
         let text = policy(n);
