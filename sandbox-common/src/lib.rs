@@ -254,11 +254,13 @@ pub struct KernelOffsets {
     pub linux_binprm_file: u32,
     pub task_struct_real_parent: u32,
     pub task_struct_tgid: u32,
+    pub task_struct_mm: u32,
+    pub mm_struct_exe_file: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 64);
+const _: () = assert!(size_of::<KernelOffsets>() == 72);
 
 /// Hooks that report events (`EventHeader::hook`).
 pub mod hook {
@@ -301,7 +303,8 @@ pub mod reason {
 pub const EVENT_F_PATH_TRUNCATED: u32 = 1;
 
 /// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
-/// path (relative to the superblock root of `dev`) follow the header.
+/// path (relative to the superblock root of `dev`) follow the header; then `exe_len` bytes
+/// of the acting process's executable (relative to the superblock root of `exe_dev`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventHeader {
@@ -330,13 +333,16 @@ pub struct EventHeader {
     /// four bytes).
     pub family: u16,
     pub port: u16,
-    pub _pad: u32,
+    /// The acting process's executable: kernel `s_dev` and path length (0: unknown).
+    pub exe_dev: u32,
     pub addr: [u8; 16],
+    pub exe_len: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<EventHeader>() == 112);
+const _: () = assert!(size_of::<EventHeader>() == 120);
 
-/// Largest record the programs write: header plus a full path.
-pub const EVENT_MAX: usize = size_of::<EventHeader>() + PATH_MAX;
+/// Largest record the programs write: header plus two full paths.
+pub const EVENT_MAX: usize = size_of::<EventHeader>() + 2 * PATH_MAX;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -375,6 +381,8 @@ impl KernelOffsets {
         linux_binprm_file: 0,
         task_struct_real_parent: 0,
         task_struct_tgid: 0,
+        task_struct_mm: 0,
+        mm_struct_exe_file: 0,
         valid: 0,
     };
 }

@@ -111,6 +111,8 @@ pub fn send(rep: &Report) {
     e.family = rep.family;
     e.port = rep.port;
     e._pad = 0;
+    e.exe_dev = 0;
+    e.exe_len = 0;
     e.addr = rep.addr;
     if path_len > 0 {
         let path_len = kread::opaque(path_len) & (PATH_MAX as u32 - 1);
@@ -125,8 +127,13 @@ pub fn send(rep: &Report) {
             );
         }
     }
+    // The acting process's executable (the file path is already copied out of `path`).
+    let (exe_dev, exe_len) = exe(task, &off, path_len);
+    e.exe_dev = exe_dev;
+    e.exe_len = exe_len;
     let size = size_of::<EventHeader>() as u64
-        + u64::from(kread::opaque(path_len) & (PATH_MAX as u32 - 1));
+        + u64::from(kread::opaque(path_len) & (PATH_MAX as u32 - 1))
+        + u64::from(kread::opaque(exe_len) & (PATH_MAX as u32 - 1));
     // SAFETY: `event` and `event_path` are contiguous (repr(C), header size is a multiple of
     // 8) and `size` never exceeds their sum.
     let ret = unsafe {
@@ -140,6 +147,45 @@ pub fn send(rep: &Report) {
     if ret != 0 {
         count_drop();
     }
+}
+
+/// Builds the path of `current->mm->exe_file` and appends it to the record after the
+/// `path_len` bytes of file path. Returns (s_dev, length), or (0, 0) for kernel threads and
+/// paths that do not resolve.
+#[inline(always)]
+fn exe(task: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (u32, u32) {
+    let Ok(mm) = kread::read_ptr(task, off.task_struct_mm) else {
+        return (0, 0);
+    };
+    let Ok(file) = kread::read_ptr(mm, off.mm_struct_exe_file) else {
+        return (0, 0);
+    };
+    let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
+        return (0, 0);
+    };
+    let sb = kread::read_ptr(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
+    let dev: u32 = kread::read(sb, off.super_block_s_dev).unwrap_or(0);
+    let Ok(start) = path::build_path(dentry) else {
+        return (0, 0);
+    };
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return (0, 0);
+    };
+    // SAFETY: per-CPU map value, exclusively ours while this program runs.
+    let s = unsafe { &mut *scratch };
+    let len = kread::opaque(PATH_END.saturating_sub(start)) & (PATH_MAX as u32 - 1);
+    let src = kread::opaque(start) & (PATH_MAX as u32 - 1);
+    let at = kread::opaque(path_len) & (PATH_MAX as u32 - 1);
+    // SAFETY: at < PATH_MAX and len < PATH_MAX inside the 2 * PATH_MAX event_path; src and
+    // len inside the PATH_BUF-sized path buffer.
+    let ret = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            s.event_path.as_mut_ptr().add(at as usize).cast(),
+            len,
+            s.path.as_ptr().add(src as usize).cast(),
+        )
+    };
+    if ret == 0 { (dev, len) } else { (0, 0) }
 }
 
 #[inline(always)]

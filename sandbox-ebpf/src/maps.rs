@@ -73,7 +73,8 @@ pub struct Scratch {
     pub scan: crate::path::Scan,
     pub path: [u8; PATH_BUF],
     pub event: EventHeader,
-    pub event_path: [u8; PATH_MAX],
+    /// The file path, then the executable's path.
+    pub event_path: [u8; 2 * PATH_MAX],
 }
 
 #[map]

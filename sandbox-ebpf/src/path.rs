@@ -225,18 +225,16 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
     0
 }
 
-/// Resolves the canonical path of `facts.dentry` and matches it (and the inode) against the
-/// policy.
+/// Builds the path of `dentry` within its superblock into `SCRATCH.path[start..PATH_END]`
+/// and returns `start`. Fails when the path does not fit or a read fails.
 #[inline(always)]
-pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-        return Resolved::Unresolved(0);
-    };
+pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
+    let scratch = SCRATCH.get_ptr_mut(0).ok_or(())?;
     // SAFETY: per-CPU map value, exclusively ours while this program runs; the loop
-    // callbacks below look it up again themselves.
+    // callback looks it up again itself.
     let s = unsafe { &mut *scratch };
     s.walk = Walk {
-        dentry: facts.dentry as u64,
+        dentry: dentry as u64,
         off: PATH_END,
         done: 0,
         failed: 0,
@@ -252,14 +250,30 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
         );
     }
     if s.walk.done == 0 || s.walk.failed != 0 {
-        return Resolved::Unresolved(sandbox_common::EVENT_F_PATH_TRUNCATED);
+        return Err(());
     }
-    let mut start_off = s.walk.off;
-    if start_off >= PATH_END {
+    let mut start = s.walk.off;
+    if start >= PATH_END {
         // The superblock root itself.
-        start_off = PATH_END - 1;
-        s.path[start_off as usize] = b'/';
+        start = PATH_END - 1;
+        s.path[start as usize] = b'/';
     }
+    Ok(start)
+}
+
+/// Resolves the canonical path of `facts.dentry` and matches it (and the inode) against the
+/// policy.
+#[inline(always)]
+pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
+    let Ok(start_off) = build_path(facts.dentry) else {
+        return Resolved::Unresolved(sandbox_common::EVENT_F_PATH_TRUNCATED);
+    };
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return Resolved::Unresolved(0);
+    };
+    // SAFETY: per-CPU map value, exclusively ours while this program runs; the loop
+    // callbacks below look it up again themselves.
+    let s = unsafe { &mut *scratch };
     // The path is SCRATCH.path[start_off..PATH_END]; the event copies it from there.
     facts.start = start_off;
 

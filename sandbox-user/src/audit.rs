@@ -43,6 +43,8 @@ pub struct Event {
     pub hook: Hook,
     /// Path relative to the superblock root (file and exec events).
     pub sb_path: Vec<u8>,
+    /// The acting process's executable, relative to the root of `header.exe_dev`.
+    pub exe_path: Vec<u8>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -67,16 +69,18 @@ impl Event {
         let header: EventHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         let hook = Hook::try_from(header.hook).map_err(DecodeError::Hook)?;
         let avail = bytes.len() - n;
-        if header.path_len as usize > avail {
+        let (p, x) = (header.path_len as usize, header.exe_len as usize);
+        if p + x > avail {
             return Err(DecodeError::PathLen {
-                len: header.path_len,
+                len: header.path_len + header.exe_len,
                 avail,
             });
         }
         Ok(Self {
             header,
             hook,
-            sb_path: bytes[n..n + header.path_len as usize].to_vec(),
+            sb_path: bytes[n..n + p].to_vec(),
+            exe_path: bytes[n + p..n + p + x].to_vec(),
         })
     }
 }
@@ -94,8 +98,25 @@ pub struct Formatter<'a> {
 impl Formatter<'_> {
     /// The full path: superblock mount point + path inside it.
     pub fn full_path(&self, e: &Event) -> String {
-        let inner = String::from_utf8_lossy(&e.sb_path);
-        match self.mounts.iter().find(|m| m.dev == e.header.dev) {
+        self.join(e.header.dev, &e.sb_path)
+    }
+
+    /// The acting process's executable: from the kernel record, else (older record, kernel
+    /// thread) from /proc while the process still exists.
+    pub fn exe(&self, e: &Event) -> Option<String> {
+        if e.header.exe_len > 0 {
+            return Some(self.join(e.header.exe_dev, &e.exe_path));
+        }
+        std::fs::read_link(format!("/proc/{}/exe", e.header.tgid))
+            .ok()
+            .map(|p| p.display().to_string())
+    }
+
+    /// Mount point of superblock `dev` + a path inside it.
+    fn join(&self, dev: u32, sb_path: &[u8]) -> String {
+        let inner = String::from_utf8_lossy(sb_path);
+        let e_dev = dev;
+        match self.mounts.iter().find(|m| m.dev == e_dev) {
             Some(m) => {
                 let p = crate::mounts::prefix(&m.mount_point);
                 if inner == "/" && !p.is_empty() {
@@ -104,11 +125,7 @@ impl Formatter<'_> {
                     format!("{p}{inner}")
                 }
             }
-            None => format!(
-                "dev{}:{}:{inner}",
-                e.header.dev >> 20,
-                e.header.dev & 0xfffff
-            ),
+            None => format!("dev{}:{}:{inner}", e_dev >> 20, e_dev & 0xfffff),
         }
     }
 
@@ -184,9 +201,7 @@ impl Formatter<'_> {
         let h = &e.header;
         let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
             .into_owned();
-        let exe = std::fs::read_link(format!("/proc/{}/exe", h.tgid))
-            .ok()
-            .map(|p| p.display().to_string());
+        let exe = self.exe(e);
         let cgroup = self.cgroups.name(h.cgroup_id);
         let (rule, source) = self.rule(e);
         let blocked = h.decision == decision::DENY;

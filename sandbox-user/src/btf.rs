@@ -56,6 +56,8 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         linux_binprm_file: f("linux_binprm", &["file"], Some(8))?,
         task_struct_real_parent: f("task_struct", &["real_parent"], Some(8))?,
         task_struct_tgid: f("task_struct", &["tgid"], Some(4))?,
+        task_struct_mm: f("task_struct", &["mm"], Some(8))?,
+        mm_struct_exe_file: f("mm_struct", &["exe_file"], Some(8))?,
         valid: 1,
     })
 }

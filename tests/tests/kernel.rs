@@ -203,6 +203,10 @@ fn file_deny_by_path_symlink_relative_and_subtree() {
     assert_eq!(rec["policy"]["rule"], "files.deny[0]");
     assert_eq!(rec["file"]["access"], "read");
     assert_eq!(rec["actor"]["process"]["comm"], "sandbox-probe");
+    assert_eq!(
+        rec["actor"]["process"]["exe"],
+        bins().probe.display().to_string()
+    );
     assert!(rec["actor"]["process"]["pid"].as_u64().unwrap() > 1);
     assert!(rec["actor"]["process"]["ppid"].as_u64().unwrap() > 1);
     assert!(
@@ -381,6 +385,11 @@ fn connect_private_and_metadata_denied_public_allowed() {
     assert_eq!(rec["class"], "network_activity");
     assert_eq!(rec["policy"]["rule"], "network.block_private");
     assert_eq!(rec["policy"]["rule_source"], "169.254.0.0/16");
+    // The probe has exited by the time the record is read: the kernel supplied the exe.
+    assert_eq!(
+        rec["actor"]["process"]["exe"],
+        bins().probe.display().to_string()
+    );
     let mapped = r.one_record("/dst_endpoint/ip", "::ffff:10.0.0.1");
     assert_eq!(mapped["dst_endpoint"]["family"], "ipv6");
     assert_eq!(mapped["policy"]["rule_source"], "10.0.0.0/8");
