@@ -71,28 +71,50 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
     if f_flags & FMODE_EXEC != 0 {
         f_mode |= FMODE_EXEC;
     }
+    Ok(check_file(
+        hook::FILE_OPEN,
+        policy_id,
+        info,
+        file,
+        f_mode,
+        audit,
+        |acc, facts| file_verdict(info.flags, f_mode, facts.mode, acc),
+    ))
+}
+
+/// Resolves `file`, lets `decide` judge what matched, reports a deny and returns the hook's
+/// value. A path that cannot be resolved is denied (fail closed).
+#[inline(always)]
+fn check_file(
+    hook_id: u32,
+    policy_id: u32,
+    info: &sandbox_common::PolicyInfo,
+    file: *const u8,
+    f_mode: u32,
+    audit: bool,
+    decide: impl Fn(&path::Match, &path::FileFacts) -> Option<Verdict>,
+) -> i32 {
+    let off = path::offsets();
     let mut facts = path::file_facts(file, &off);
-    let resolved = path::resolve(policy_id, info, &mut facts);
-    let acc = match resolved {
-        Resolved::Matched(acc) => acc,
-        Resolved::Unresolved(flags) => {
-            let rep = Report::file(hook::FILE_OPEN, policy_id, &facts, f_mode, flags);
-            return Ok(finish(
-                rep,
-                Verdict {
-                    reason: reason::PATH_UNRESOLVED,
-                    rule: NO_RULE,
-                },
-                audit,
-                errno::EACCES,
-            ));
-        }
+    let (v, flags) = match path::resolve(policy_id, info, &mut facts) {
+        Resolved::Matched(acc) => match decide(&acc, &facts) {
+            Some(v) => (v, 0),
+            None => return 0,
+        },
+        Resolved::Unresolved(flags) => (
+            Verdict {
+                reason: reason::PATH_UNRESOLVED,
+                rule: NO_RULE,
+            },
+            flags,
+        ),
     };
-    let Some(v) = file_verdict(info.flags, f_mode, facts.mode, &acc) else {
-        return Ok(0);
-    };
-    let rep = Report::file(hook::FILE_OPEN, policy_id, &facts, f_mode, 0);
-    Ok(finish(rep, v, audit, errno::EACCES))
+    finish(
+        Report::file(hook_id, policy_id, &facts, f_mode, flags),
+        v,
+        audit,
+        errno::EACCES,
+    )
 }
 
 /// A deny by a kind of rule: the event carries the kind; userspace names the rule.
@@ -177,46 +199,37 @@ fn try_bprm_check(ctx: &LsmContext) -> Result<i32, i32> {
     // bprm->file is the binary being checked: on the second round of a shebang script it is
     // the interpreter, so a denied interpreter is caught as well.
     let file = kread::read_ptr(bprm, off.linux_binprm_file)?;
-    let mut facts = path::file_facts(file, &off);
-    let acc = match path::resolve(policy_id, info, &mut facts) {
-        Resolved::Matched(acc) => acc,
-        Resolved::Unresolved(flags) => {
-            let rep = Report::file(hook::BPRM_CHECK, policy_id, &facts, 0, flags);
-            return Ok(finish(
-                rep,
-                Verdict {
-                    reason: reason::PATH_UNRESOLVED,
+    Ok(check_file(
+        hook::BPRM_CHECK,
+        policy_id,
+        info,
+        file,
+        0,
+        audit,
+        |acc, facts| {
+            if acc.has(accept::EXEC_DENY) {
+                Some(by(acc, accept::EXEC_DENY))
+            } else if acc.has(accept::FILE_DENY) {
+                Some(by(acc, accept::FILE_DENY))
+            } else if info.flags & policy_flags::EXEC_ALLOWLIST != 0 && !acc.has(accept::EXEC_ALLOW)
+            {
+                Some(Verdict {
+                    reason: reason::NOT_IN_EXEC_ALLOWLIST,
                     rule: NO_RULE,
-                },
-                audit,
-                errno::EACCES,
-            ));
-        }
-    };
-    let v = if acc.has(accept::EXEC_DENY) {
-        Some(by(&acc, accept::EXEC_DENY))
-    } else if acc.has(accept::FILE_DENY) {
-        Some(by(&acc, accept::FILE_DENY))
-    } else if info.flags & policy_flags::EXEC_ALLOWLIST != 0 && !acc.has(accept::EXEC_ALLOW) {
-        Some(Verdict {
-            reason: reason::NOT_IN_EXEC_ALLOWLIST,
-            rule: NO_RULE,
-        })
-    } else if info.flags & policy_flags::DENY_PRIVILEGED != 0
-        && (facts.mode & S_ISUID != 0 || facts.mode & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP))
-    {
-        Some(Verdict {
-            reason: reason::PRIVILEGED_BINARY,
-            rule: NO_RULE,
-        })
-    } else {
-        None
-    };
-    let Some(v) = v else {
-        return Ok(0);
-    };
-    let rep = Report::file(hook::BPRM_CHECK, policy_id, &facts, 0, 0);
-    Ok(finish(rep, v, audit, errno::EACCES))
+                })
+            } else if info.flags & policy_flags::DENY_PRIVILEGED != 0
+                && (facts.mode & S_ISUID != 0
+                    || facts.mode & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP))
+            {
+                Some(Verdict {
+                    reason: reason::PRIVILEGED_BINARY,
+                    rule: NO_RULE,
+                })
+            } else {
+                None
+            }
+        },
+    ))
 }
 
 #[lsm(hook = "socket_connect")]
