@@ -267,6 +267,15 @@ pub mod hook {
     pub const FILE_OPEN: u32 = 1;
     pub const SOCKET_CONNECT: u32 = 2;
     pub const BPRM_CHECK: u32 = 3;
+    /// Name changes in the file system, each judged as a write to the path: creating a
+    /// file, node, directory or symlink; removing one; either end of a link or rename.
+    pub const CREATE: u32 = 4;
+    pub const MKDIR: u32 = 5;
+    pub const SYMLINK: u32 = 6;
+    pub const UNLINK: u32 = 7;
+    pub const RMDIR: u32 = 8;
+    pub const LINK: u32 = 9;
+    pub const RENAME: u32 = 10;
 }
 
 /// What happened (`EventHeader::decision`).

@@ -47,6 +47,18 @@ pub struct FileFacts {
 pub fn file_facts(file: *const u8, off: &KernelOffsets) -> FileFacts {
     let dentry = kread::read_ptr(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
     let inode = kread::read_ptr(file, off.file_f_inode).unwrap_or(core::ptr::null());
+    facts(dentry, inode, off)
+}
+
+/// Facts of a name: a dentry whose inode may not exist yet (NULL for a file being created).
+#[inline(always)]
+pub fn dentry_facts(dentry: *const u8, off: &KernelOffsets) -> FileFacts {
+    let inode = kread::read_ptr(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
+    facts(dentry, inode, off)
+}
+
+#[inline(always)]
+fn facts(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> FileFacts {
     let sb = kread::read_ptr(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
     FileFacts {
         dentry,

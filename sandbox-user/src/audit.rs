@@ -22,6 +22,8 @@ pub enum Hook {
     FileOpen,
     SocketConnect,
     Exec,
+    /// A change of names, judged as a write: the activity (`create`, `unlink`, ...).
+    Name(&'static str),
 }
 
 impl TryFrom<u32> for Hook {
@@ -31,6 +33,13 @@ impl TryFrom<u32> for Hook {
             hook::FILE_OPEN => Ok(Self::FileOpen),
             hook::SOCKET_CONNECT => Ok(Self::SocketConnect),
             hook::BPRM_CHECK => Ok(Self::Exec),
+            hook::CREATE => Ok(Self::Name("create")),
+            hook::MKDIR => Ok(Self::Name("mkdir")),
+            hook::SYMLINK => Ok(Self::Name("symlink")),
+            hook::UNLINK => Ok(Self::Name("unlink")),
+            hook::RMDIR => Ok(Self::Name("rmdir")),
+            hook::LINK => Ok(Self::Name("link")),
+            hook::RENAME => Ok(Self::Name("rename")),
             other => Err(other),
         }
     }
@@ -228,6 +237,18 @@ impl Formatter<'_> {
                     "truncated": h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
                 }));
             }
+            Hook::Name(activity) => {
+                obj.insert("class".into(), json!("file_activity"));
+                obj.insert("class_uid".into(), json!(1001));
+                obj.insert("activity".into(), json!(activity));
+                obj.insert(
+                    "file".into(),
+                    json!({
+                        "path": self.full_path(e), "inode": h.ino, "dev": h.dev, "access": "write",
+                        "truncated": h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
+                    }),
+                );
+            }
             Hook::Exec => {
                 obj.insert("class".into(), json!("process_activity"));
                 obj.insert("class_uid".into(), json!(1007));
@@ -266,6 +287,7 @@ impl Formatter<'_> {
         };
         let what = match e.hook {
             Hook::FileOpen => format!("open ({}) {}", Self::access(e), self.full_path(e)),
+            Hook::Name(activity) => format!("{activity} {}", self.full_path(e)),
             Hook::Exec => format!("exec {}", self.full_path(e)),
             Hook::SocketConnect => match Self::dest(e) {
                 IpAddr::V6(a) => format!("connect [{a}]:{}", h.port),

@@ -191,3 +191,69 @@ mod tests {
         assert!(off.file_f_path_dentry > 0 && off.linux_binprm_file > 0);
     }
 }
+
+/// Number of parameters of the kernel's BPF-LSM attach point for `hook`
+/// (`bpf_lsm_<hook>`). The programs read the previous program's verdict right after the
+/// last parameter, so a kernel whose hook has another arity must not get them.
+pub fn lsm_hook_arity(btf: &Btf, hook: &str) -> Result<usize, BtfError> {
+    let name = format!("bpf_lsm_{hook}");
+    let types = btf
+        .resolve_types_by_name(&name)
+        .map_err(|_| BtfError::Other(format!("no {name} in kernel BTF")))?;
+    let func = types
+        .into_iter()
+        .find(|t| matches!(t, Type::Func(_)))
+        .ok_or_else(|| BtfError::Other(format!("{name} is not a function in kernel BTF")))?;
+    let bt = func
+        .as_btf_type()
+        .ok_or_else(|| BtfError::Other(format!("{name}: untyped")))?;
+    match btf
+        .resolve_chained_type(bt)
+        .map_err(|e| BtfError::Other(e.to_string()))?
+    {
+        Type::FuncProto(p) => Ok(p.parameters.len()),
+        other => Err(BtfError::Other(format!(
+            "{name}: prototype is a {}",
+            other.name()
+        ))),
+    }
+}
+
+/// Reads BTF from a file (normally `/sys/kernel/btf/vmlinux`).
+pub fn load(path: &Path) -> Result<Btf, BtfError> {
+    Btf::from_file(path).map_err(|source| BtfError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod arity_tests {
+    use super::*;
+
+    #[test]
+    fn lsm_hook_arities_on_this_kernel() {
+        let btf = load(Path::new("/sys/kernel/btf/vmlinux")).unwrap();
+        for (hook, n) in [
+            ("file_open", 1),
+            ("bprm_check_security", 1),
+            ("socket_connect", 3),
+        ] {
+            assert_eq!(lsm_hook_arity(&btf, hook).unwrap(), n, "{hook}");
+        }
+        for hook in [
+            "inode_create",
+            "inode_mkdir",
+            "inode_mknod",
+            "inode_symlink",
+            "inode_unlink",
+            "inode_rmdir",
+            "inode_link",
+            "inode_rename",
+            "path_truncate",
+            "inode_setattr",
+        ] {
+            eprintln!("{hook}: {:?}", lsm_hook_arity(&btf, hook));
+        }
+    }
+}

@@ -153,7 +153,11 @@ fn preflight_cmd() -> anyhow::Result<i32> {
         Ok(_) => {
             println!(
                 "ok   load        BPF-LSM programs load and attach ({})",
-                loader::HOOKS.join(", ")
+                loader::HOOKS
+                    .iter()
+                    .map(|(h, _)| *h)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
             Ok(0)
         }

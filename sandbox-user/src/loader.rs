@@ -22,7 +22,19 @@ use crate::compile::CompiledPolicy;
 use crate::mounts::{self, Superblock};
 
 /// The hooks, in attach order. The last attached runs first.
-pub const HOOKS: &[&str] = &["file_open", "bprm_check_security", "socket_connect"];
+/// Each with the number of parameters the programs expect it to have (checked against the
+/// kernel's BTF before loading: the earlier program's verdict is read right after them).
+pub const HOOKS: &[(&str, usize)] = &[
+    ("file_open", 1),
+    ("bprm_check_security", 1),
+    ("inode_create", 3),
+    ("inode_mknod", 4),
+    ("inode_mkdir", 3),
+    ("inode_symlink", 3),
+    ("inode_unlink", 2),
+    ("inode_rmdir", 2),
+    ("socket_connect", 3),
+];
 
 /// Addresses `allow_hosts` names may resolve to at once, per address family.
 pub const MAX_HOST_ADDRESSES: usize = 1024;
@@ -144,7 +156,7 @@ impl Enforcer {
             .map_max_entries(m::NET_V6, size(policy.net_v6.len() + host_room))
             .load(crate::BPF_OBJECT)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
-        for hook in HOOKS {
+        for (hook, _) in HOOKS {
             let prog: &mut Lsm = ebpf
                 .program_mut(hook)
                 .ok_or_else(|| LoadError::Attach {
@@ -491,7 +503,20 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Loads the offsets of the running kernel.
+/// Loads the offsets of the running kernel and checks that every hook has the arity the
+/// programs expect.
 pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
-    crate::btf::offsets_from_file(Path::new("/sys/kernel/btf/vmlinux"))
-        .map_err(|e| LoadError::Btf(e.to_string()))
+    let btf = crate::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
+        .map_err(|e| LoadError::Btf(e.to_string()))?;
+    for (hook, want) in HOOKS {
+        let got =
+            crate::btf::lsm_hook_arity(&btf, hook).map_err(|e| LoadError::Btf(e.to_string()))?;
+        if got != *want {
+            return Err(LoadError::Btf(format!(
+                "the kernel's LSM hook {hook} takes {got} arguments; this build of sandbox expects {want}: \
+                 it does not support this kernel yet"
+            )));
+        }
+    }
+    crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))
 }

@@ -920,3 +920,60 @@ fn allow_hosts_and_dns_resolvers() {
     assert_eq!(rec["policy"]["rule"], "network.default");
     assert_eq!(rec["policy"]["reason"], "not_in_network_allowlist");
 }
+
+/// Writes are more than opens for writing: creating and removing names in a read-only area
+/// are denied too, and a denied `creat` leaves no empty file behind. (link and rename are
+/// not hooked yet.)
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn name_changes_are_writes() {
+    let d = workdir("name_changes");
+    write(&d.join("ro/existing"), "x");
+    std::fs::create_dir_all(d.join("ro/subdir")).unwrap();
+    write(&d.join("secret/key"), "k");
+    write(&d.join("free/f"), "x");
+    let policy = format!(
+        "files:\n  read_only: [{0}/ro]\n  deny: [{0}/secret]\n",
+        d.display()
+    );
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["open", "ro/new", "creat"],
+            &["mkdir", "ro/newdir"],
+            &["symlink", "/etc/passwd", "ro/link"],
+            &["unlink", "ro/existing"],
+            &["rmdir", "ro/subdir"],
+            &["link", "free/f", "free/f-link"],
+            &["rename", "free/f-link", "free/g"],
+            &["mkdir", "free/newdir"],
+            &["unlink", "free/g"],
+        ],
+    );
+    for op in [
+        "open ro/new creat",
+        "mkdir ro/newdir",
+        "symlink /etc/passwd ro/link",
+        "unlink ro/existing",
+        "rmdir ro/subdir",
+    ] {
+        r.expect(op, "EACCES");
+    }
+    for op in [
+        "link free/f free/f-link",
+        "rename free/f-link free/g",
+        "mkdir free/newdir",
+        "unlink free/g",
+    ] {
+        r.expect(op, "OK");
+    }
+    assert!(
+        !d.join("ro/new").exists(),
+        "a denied creat left a file behind"
+    );
+    assert!(d.join("ro/existing").exists());
+    let rec = r.one_record("/file/path", &d.join("ro/newdir").display().to_string());
+    assert_eq!(rec["activity"], "mkdir");
+    assert_eq!(rec["policy"]["rule"], "files.read_only[0]");
+}

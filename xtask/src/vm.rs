@@ -179,7 +179,7 @@ pub fn boot(
     let mut child = Command::new("qemu-system-x86_64")
         .args(["-nodefaults", "-machine", "pc"])
         .args(accel())
-        .args(["-smp", "2", "-m", "1G", "-kernel"])
+        .args(["-smp", "2", "-m", "2G", "-kernel"])
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
         .arg(&initrd)

@@ -8,6 +8,8 @@
 //!   exec PATH [ARGS...]          fork + execve; reports the execve errno or the exit status
 //!   cgroup-child NAME            create a child of this process's cgroup and move into it
 //!   symlink TARGET LINK          create a symlink
+//!   mkdir|rmdir|unlink PATH      make or remove a name
+//!   rename FROM TO, link FROM TO rename, hard link
 //!   sleep MS
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
@@ -215,6 +217,13 @@ fn op_cgroup_child(name: &str) -> String {
     }
 }
 
+fn io(r: std::io::Result<()>) -> String {
+    match r {
+        Ok(()) => "OK".into(),
+        Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
+    }
+}
+
 fn op_symlink(target: &str, link: &str) -> String {
     match std::os::unix::fs::symlink(target, link) {
         Ok(()) => "OK".into(),
@@ -244,6 +253,11 @@ fn run_op(words: &[String]) -> String {
         "exec" => op_exec(&words[1..]),
         "cgroup-child" => op_cgroup_child(a(1)),
         "symlink" => op_symlink(a(1), a(2)),
+        "mkdir" => io(std::fs::create_dir(a(1))),
+        "rmdir" => io(std::fs::remove_dir(a(1))),
+        "unlink" => io(std::fs::remove_file(a(1))),
+        "rename" => io(std::fs::rename(a(1), a(2))),
+        "link" => io(std::fs::hard_link(a(1), a(2))),
         "sleep" => {
             std::thread::sleep(std::time::Duration::from_millis(a(1).parse().unwrap_or(0)));
             "OK".into()
