@@ -350,9 +350,6 @@ pub struct EventHeader {
 }
 const _: () = assert!(size_of::<EventHeader>() == 120);
 
-/// Largest record the programs write: header plus two full paths.
-pub const EVENT_MAX: usize = size_of::<EventHeader>() + 2 * PATH_MAX;
-
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY (all impls): repr(C) structs of integers and integer arrays with explicit

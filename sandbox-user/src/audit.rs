@@ -124,8 +124,7 @@ impl Formatter<'_> {
     /// Mount point of superblock `dev` + a path inside it.
     fn join(&self, dev: u32, sb_path: &[u8]) -> String {
         let inner = String::from_utf8_lossy(sb_path);
-        let e_dev = dev;
-        match self.mounts.iter().find(|m| m.dev == e_dev) {
+        match self.mounts.iter().find(|m| m.dev == dev) {
             Some(m) => {
                 let p = crate::mounts::prefix(&m.mount_point);
                 if inner == "/" && !p.is_empty() {
@@ -134,7 +133,7 @@ impl Formatter<'_> {
                     format!("{p}{inner}")
                 }
             }
-            None => format!("dev{}:{}:{inner}", e_dev >> 20, e_dev & 0xfffff),
+            None => format!("dev{}:{}:{inner}", dev >> 20, dev & 0xfffff),
         }
     }
 

@@ -1,7 +1,6 @@
 //! cgroup v2: finding the hierarchy, creating the per-run cgroup, moving into it, and
 //! tearing it down (every process in it killed) when the run ends.
 
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -100,16 +99,6 @@ impl Cgroup {
 
     pub fn procs_path(&self) -> PathBuf {
         self.path.join("cgroup.procs")
-    }
-
-    /// Moves a process into this cgroup.
-    pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
-        let p = self.procs_path();
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&p)
-            .map_err(io(&p))?;
-        f.write_all(pid.to_string().as_bytes()).map_err(io(&p))
     }
 
     /// Pids of every process in this cgroup and below it.

@@ -171,27 +171,19 @@ pub fn connect(c: &CompiledPolicy, addr: IpAddr, port: u16) -> Decision {
         IpAddr::V4(a) => format!("connect {a}:{port}"),
         IpAddr::V6(a) => format!("connect [{a}]:{port}"),
     };
-    let deny = match net::lookup(&c.net_v4, &c.net_v6, addr, port) {
-        Some((net_action::ALLOW, _)) => None,
-        Some((_, rule)) => Some(rule_text(c, rule)),
-        None if c.flags & policy_flags::NET_DEFAULT_DENY != 0 => {
-            Some("network.default is deny and no allow rule matches".into())
-        }
-        None => None,
-    };
-    let allowed_by = net::lookup(&c.net_v4, &c.net_v6, addr, port)
-        .filter(|(a, _)| *a == net_action::ALLOW)
-        .map(|(_, r)| rule_text(c, r));
-    let mut d = decision(
-        what,
-        deny,
-        c.flags & policy_flags::AUDIT_NET != 0,
-        "no network rule matches",
-    );
-    if let Some(r) = allowed_by {
-        d.because = r;
+    let hit = net::lookup(&c.net.v4, &c.net.v6, addr, port);
+    let audit = c.flags & policy_flags::AUDIT_NET != 0;
+    match hit {
+        Some((net_action::ALLOW, rule)) => decision(what, None, audit, &rule_text(c, rule)),
+        Some((_, rule)) => decision(what, Some(rule_text(c, rule)), audit, ""),
+        None if c.flags & policy_flags::NET_DEFAULT_DENY != 0 => decision(
+            what,
+            Some("network.default is deny and no allow rule matches".into()),
+            audit,
+            "",
+        ),
+        None => decision(what, None, audit, "no network rule matches"),
     }
-    d
 }
 
 fn decision(what: String, deny: Option<String>, audit: bool, none: &str) -> Decision {
@@ -238,7 +230,7 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
         c.matcher.literals.len(),
         c.matcher.anchored.states(),
         c.matcher.floating.states(),
-        c.net_v4.len(),
-        c.net_v6.len(),
+        c.net.v4.len(),
+        c.net.v6.len(),
     )
 }

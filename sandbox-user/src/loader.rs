@@ -152,8 +152,8 @@ impl Enforcer {
             )
             .map_max_entries(m::LITERALS, size(mt.literals.len()))
             .map_max_entries(m::INODE_RULES, size(identity_count))
-            .map_max_entries(m::NET_V4, size(policy.net_v4.len() + host_room))
-            .map_max_entries(m::NET_V6, size(policy.net_v6.len() + host_room))
+            .map_max_entries(m::NET_V4, size(policy.net.v4.len() + host_room))
+            .map_max_entries(m::NET_V6, size(policy.net.v6.len() + host_room))
             .load(crate::BPF_OBJECT)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         for (hook, _) in HOOKS {
@@ -254,7 +254,7 @@ impl Enforcer {
         {
             let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
                 LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
-            for e in &policy.net_v4 {
+            for e in &policy.net.v4 {
                 let key = Key::new(
                     32 + u32::from(e.prefix_len),
                     NetKeyV4 {
@@ -268,7 +268,7 @@ impl Enforcer {
         {
             let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
                 LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
-            for e in &policy.net_v6 {
+            for e in &policy.net.v6 {
                 let key = Key::new(
                     32 + u32::from(e.prefix_len),
                     NetKeyV6 {
@@ -363,12 +363,14 @@ impl Enforcer {
             have.remove(&addr);
             let own = match addr {
                 IpAddr::V4(a) => policy
-                    .net_v4
+                    .net
+                    .v4
                     .iter()
                     .find(|e| e.prefix_len == 32 && e.addr == a.octets())
                     .map(|e| e.rules),
                 IpAddr::V6(a) => policy
-                    .net_v6
+                    .net
+                    .v6
                     .iter()
                     .find(|e| e.prefix_len == 128 && e.addr == a.octets())
                     .map(|e| e.rules),

@@ -39,8 +39,6 @@ pub struct CompiledPolicy {
     pub attribution: matcher::Attribution,
     pub rules: Vec<RuleInfo>,
     pub identity: Vec<IdentityRule>,
-    pub net_v4: Vec<net::Entry<4>>,
-    pub net_v6: Vec<net::Entry<16>>,
     pub net: net::NetCompiled,
 }
 
@@ -162,7 +160,6 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     add_paths(&policy.exec.allow, accept::EXEC_ALLOW, &mut rules);
 
     let net = net::compile(&policy.network, &mut rules).map_err(CompileError::Net)?;
-    let (net_v4, net_v6) = (net.v4.clone(), net.v6.clone());
     if rules.len() >= usize::from(NO_RULE) {
         return Err(CompileError::TooManyRules(rules.len()));
     }
@@ -195,8 +192,6 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
         attribution,
         rules,
         identity,
-        net_v4,
-        net_v6,
         net,
     })
 }

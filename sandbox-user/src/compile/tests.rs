@@ -321,7 +321,7 @@ fn net_policy(yaml: &str) -> super::CompiledPolicy {
 }
 
 fn decide(c: &super::CompiledPolicy, addr: &str, port: u16) -> Option<u8> {
-    net::lookup(&c.net_v4, &c.net_v6, addr.parse::<IpAddr>().unwrap(), port).map(|(a, _)| a)
+    net::lookup(&c.net.v4, &c.net.v6, addr.parse::<IpAddr>().unwrap(), port).map(|(a, _)| a)
 }
 
 #[test]
@@ -352,7 +352,7 @@ fn network_longest_prefix_with_inherited_port_rules() {
 #[test]
 fn network_block_private_off() {
     let c = net_policy("network:\n  block_private: false\n");
-    assert!(c.net_v4.is_empty() && c.net_v6.is_empty());
+    assert!(c.net.v4.is_empty() && c.net.v6.is_empty());
     assert_eq!(decide(&c, "169.254.169.254", 80), None);
 }
 
@@ -362,6 +362,6 @@ fn compile_is_deterministic() {
     let a = net_policy(yaml);
     let b = net_policy(yaml);
     assert_eq!(a.matcher, b.matcher);
-    assert_eq!(a.net_v4, b.net_v4);
+    assert_eq!(a.net.v4, b.net.v4);
     assert_eq!(a.rules, b.rules);
 }
