@@ -114,6 +114,9 @@ const _: () = assert!(size_of::<PolicyInfo>() == 56);
 /// FNV-1a prime of the literal-path hash (kernel and userspace must agree).
 pub const LITERAL_FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
+/// Map flag: the array can be memory-mapped by userspace (`BPF_F_MMAPABLE`).
+pub const BPF_F_MMAPABLE: u32 = 1 << 10;
+
 /// `DFA_ACCEPT[base + state]`: kinds of rule (bit `1 << slot`, see [`accept`]) that match a
 /// path ending in this state (`exact`), and that match everything strictly below a path
 /// ending here (`below`: checked when the next byte is `/`).

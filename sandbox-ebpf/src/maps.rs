@@ -4,8 +4,8 @@
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf};
 use sandbox_common::{
-    ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES, NetKeyV4, NetKeyV6,
-    NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, ScanStart,
+    BPF_F_MMAPABLE, ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES,
+    NetKeyV4, NetKeyV6, NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, ScanStart,
 };
 
 /// Bit `n` set: some bound cgroup sits at level `n`. Written by the loader, read by every hook
@@ -27,13 +27,14 @@ pub static POLICIES: Array<PolicyInfo> = Array::with_max_entries(MAX_POLICIES, 0
 pub static DFA_CLASSES: Array<ByteClasses> = Array::with_max_entries(2 * MAX_POLICIES, 0);
 
 /// DFA transitions of all policies (sized by the loader). Read by file/exec hooks.
+/// Memory-mapped by the loader, which writes the whole table with one copy.
 #[map]
-pub static DFA_TRANS: Array<u32> = Array::with_max_entries(1, 0);
+pub static DFA_TRANS: Array<u32> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// Per-state kind masks (exact, below) of all DFAs (sized by the loader). Read by file/exec
-/// hooks.
+/// hooks. Memory-mapped by the loader like `DFA_TRANS`.
 #[map]
-pub static DFA_ACCEPT: Array<DfaAccept> = Array::with_max_entries(1, 0);
+pub static DFA_ACCEPT: Array<DfaAccept> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// (policy, superblock) -> scan state after feeding that superblock's canonical mount
 /// point. Written by the loader from /proc/self/mountinfo; read by file/exec hooks.

@@ -87,7 +87,10 @@ fn is_floating(g: &str) -> bool {
     g.contains("**")
 }
 
-pub fn build(patterns: &[Pattern], seed: u64) -> Result<Matcher, String> {
+pub fn build<'a>(
+    patterns: impl IntoIterator<Item = &'a Pattern>,
+    seed: u64,
+) -> Result<Matcher, String> {
     let mut literals: BTreeMap<u64, u32> = BTreeMap::new();
     // Per DFA, per (slot, below?) the regex bodies to alternate.
     let mut groups: [BTreeMap<(usize, bool), Vec<String>>; 2] = [BTreeMap::new(), BTreeMap::new()];
@@ -311,9 +314,13 @@ impl Matcher {
 
 /// Names the first rule of a kind that matches a path (for audit records and `explain`),
 /// with the same semantics as the matcher: literals cover their subtree, globs are exact.
+/// The glob matchers are built on first use: a policy that is never violated never pays
+/// for them, and compile time stays with what the kernel needs.
 #[derive(Debug, Clone)]
 pub struct Attribution {
-    by_slot: Vec<Vec<(usize, Rule)>>,
+    /// (pattern, rule id) in rule-id order.
+    rules: Vec<(Pattern, usize)>,
+    by_slot: std::sync::OnceLock<Vec<Vec<(usize, Rule)>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -324,27 +331,36 @@ enum Rule {
 
 impl Attribution {
     /// `rules`: (pattern, rule id) in rule-id order.
-    pub fn new(rules: &[(Pattern, usize)]) -> Self {
-        let mut by_slot = vec![Vec::new(); accept::SLOTS];
-        for (p, id) in rules {
-            let r = if p.literal {
-                Rule::Literal(unescape(&p.glob).into_bytes())
-            } else {
-                match glob(&p.glob) {
-                    Ok(g) => Rule::Glob(g.compile_matcher()),
-                    Err(_) => continue,
-                }
-            };
-            by_slot[p.slot].push((*id, r));
+    pub fn new(rules: Vec<(Pattern, usize)>) -> Self {
+        Self {
+            rules,
+            by_slot: std::sync::OnceLock::new(),
         }
-        Self { by_slot }
+    }
+
+    fn by_slot(&self) -> &[Vec<(usize, Rule)>] {
+        self.by_slot.get_or_init(|| {
+            let mut by_slot = vec![Vec::new(); accept::SLOTS];
+            for (p, id) in &self.rules {
+                let r = if p.literal {
+                    Rule::Literal(unescape(&p.glob).into_bytes())
+                } else {
+                    match glob(&p.glob) {
+                        Ok(g) => Rule::Glob(g.compile_matcher()),
+                        Err(_) => continue,
+                    }
+                };
+                by_slot[p.slot].push((*id, r));
+            }
+            by_slot
+        })
     }
 
     pub fn first(&self, slot: usize, path: &[u8]) -> Option<usize> {
         let p = std::path::Path::new(
             <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path),
         );
-        self.by_slot.get(slot)?.iter().find_map(|(id, r)| {
+        self.by_slot().get(slot)?.iter().find_map(|(id, r)| {
             let hit = match r {
                 Rule::Literal(l) => {
                     l.as_slice() == b"/"

@@ -163,9 +163,9 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     if rules.len() >= usize::from(NO_RULE) {
         return Err(CompileError::TooManyRules(rules.len()));
     }
-    let plain: Vec<matcher::Pattern> = patterns.iter().map(|(p, _)| p.clone()).collect();
-    let matcher = matcher::build(&plain, seed).map_err(CompileError::Dfa)?;
-    let attribution = matcher::Attribution::new(&patterns);
+    let matcher =
+        matcher::build(patterns.iter().map(|(p, _)| p), seed).map_err(CompileError::Dfa)?;
+    let attribution = matcher::Attribution::new(patterns);
 
     let mut flags = 0;
     let mut set = |cond: bool, flag: u32| {

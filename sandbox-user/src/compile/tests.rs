@@ -168,7 +168,7 @@ fn combined_matcher_per_kind_and_attribution() {
         }
         let plain: Vec<Pattern> = pats.iter().map(|(p, _)| p.clone()).collect();
         let m = dfa::build(&plain, SEED).unwrap();
-        let attr = Attribution::new(&pats);
+        let attr = Attribution::new(pats.clone());
         let refs: Vec<Reference> = plain
             .iter()
             .map(|p| Reference::new(&p.glob, p.literal))

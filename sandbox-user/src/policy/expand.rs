@@ -3,7 +3,8 @@
 //! prefix (so `~/.ssh` still matches when the home directory is reached through a symlink:
 //! the kernel only ever sees canonical paths).
 
-use std::path::{Component, Path, PathBuf};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use super::Context;
 
@@ -95,40 +96,82 @@ pub fn normalize(s: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
-/// Resolves symlinks in the literal (glob-free) leading components of a normalised absolute
-/// pattern. Returns the glob and, when the whole pattern is literal, the canonical path.
-pub fn canonicalize_pattern(s: &str) -> (String, Option<PathBuf>) {
-    let comps: Vec<&str> = s.split('/').filter(|c| !c.is_empty()).collect();
-    let literal_len = comps.iter().take_while(|c| !c.contains(GLOB_CHARS)).count();
-    let literal: PathBuf = std::iter::once("/")
-        .chain(comps[..literal_len].iter().copied())
-        .collect();
-    let canonical = canonicalize_existing_prefix(&literal);
-    let mut glob = escape_glob(&canonical.display().to_string());
-    for c in &comps[literal_len..] {
-        if !glob.ends_with('/') {
-            glob.push('/');
-        }
-        glob.push_str(c);
-    }
-    let whole_literal = literal_len == comps.len();
-    (glob, whole_literal.then_some(canonical))
+/// Resolves symlinks in the literal (glob-free) leading components of normalised absolute
+/// patterns, remembering every directory it has resolved: a policy of thousands of rules
+/// under a few roots costs one `lstat` per distinct directory, not a `realpath` per rule.
+#[derive(Debug, Default)]
+pub struct Canonicalizer {
+    /// Literal prefix -> its canonical path, or `None` when it does not exist.
+    known: HashMap<PathBuf, Option<PathBuf>>,
 }
 
-/// Canonicalises the longest existing prefix of `p` and appends the rest unchanged.
-fn canonicalize_existing_prefix(p: &Path) -> PathBuf {
-    let comps: Vec<Component<'_>> = p.components().collect();
-    for n in (1..=comps.len()).rev() {
-        let head: PathBuf = comps[..n].iter().collect();
-        if let Ok(c) = std::fs::canonicalize(&head) {
-            let mut out = c;
-            for rest in &comps[n..] {
-                out.push(rest);
+impl Canonicalizer {
+    /// The glob with its literal head canonicalised and, when the whole pattern is literal,
+    /// the canonical path.
+    pub fn pattern(&mut self, s: &str) -> (String, Option<PathBuf>) {
+        let comps: Vec<&str> = s.split('/').filter(|c| !c.is_empty()).collect();
+        let literal_len = comps.iter().take_while(|c| !c.contains(GLOB_CHARS)).count();
+        let canonical = self.existing_prefix(&comps[..literal_len], 0);
+        let mut glob = escape_glob(&canonical.display().to_string());
+        for c in &comps[literal_len..] {
+            if !glob.ends_with('/') {
+                glob.push('/');
             }
-            return out;
+            glob.push_str(c);
         }
+        let whole_literal = literal_len == comps.len();
+        (glob, whole_literal.then_some(canonical))
     }
-    p.to_path_buf()
+
+    /// Canonicalises the longest existing prefix of `/comps...` and appends the rest unchanged.
+    fn existing_prefix(&mut self, comps: &[&str], depth: u32) -> PathBuf {
+        let mut head = PathBuf::from("/");
+        let mut canonical = PathBuf::from("/");
+        for (i, c) in comps.iter().enumerate() {
+            head.push(c);
+            let next = match self.known.get(&head) {
+                Some(k) => k.clone(),
+                None => {
+                    let k = self.resolve_child(&canonical, c, depth);
+                    self.known.insert(head.clone(), k.clone());
+                    k
+                }
+            };
+            match next {
+                Some(n) => canonical = n,
+                None => {
+                    // Nothing below a missing directory exists either.
+                    for rest in &comps[i..] {
+                        canonical.push(rest);
+                    }
+                    return canonical;
+                }
+            }
+        }
+        canonical
+    }
+
+    /// `parent` is canonical: the canonical path of `parent/name`, `None` when it is missing.
+    /// A dangling symlink resolves to where its target would be, so a rule written through
+    /// it still names the file the kernel will see once the target is created.
+    fn resolve_child(&mut self, parent: &Path, name: &str, depth: u32) -> Option<PathBuf> {
+        let p = parent.join(name);
+        let meta = std::fs::symlink_metadata(&p).ok()?;
+        if !meta.file_type().is_symlink() {
+            return Some(p);
+        }
+        if let Ok(c) = std::fs::canonicalize(&p) {
+            return Some(c);
+        }
+        // Dangling (or a loop: given up after as many links as the kernel follows).
+        if depth >= 40 {
+            return None;
+        }
+        let target = parent.join(std::fs::read_link(&p).ok()?);
+        let normal = normalize(&target.to_string_lossy());
+        let comps: Vec<&str> = normal.split('/').filter(|c| !c.is_empty()).collect();
+        Some(self.existing_prefix(&comps, depth + 1))
+    }
 }
 
 /// Escapes glob characters so that `s` matches itself literally.

@@ -233,12 +233,13 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
             }
         },
     };
+    let mut canon = expand::Canonicalizer::default();
     let mut paths = |section: &str, list: &[String], exec: bool| -> Vec<PathRule> {
         list.iter()
             .enumerate()
             .filter_map(|(i, s)| {
                 let field = format!("{section}[{i}]");
-                match path_rule(s, ctx, &workspace, exec) {
+                match path_rule(s, ctx, &workspace, exec, &mut canon) {
                     Ok((glob, literal)) => Some(PathRule {
                         field,
                         source: s.clone(),
@@ -404,6 +405,7 @@ fn path_rule(
     ctx: &Context,
     workspace: &Path,
     exec: bool,
+    canon: &mut expand::Canonicalizer,
 ) -> Result<(String, Option<PathBuf>), String> {
     if s.is_empty() {
         return Err("empty pattern".into());
@@ -419,12 +421,8 @@ fn path_rule(
     };
     let expanded = expand::expand(&s, ctx, workspace)?;
     let normalized = expand::normalize(&expanded);
-    let (glob, literal) = expand::canonicalize_pattern(&normalized);
-    globset::GlobBuilder::new(&glob)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
-        .map_err(|e| format!("invalid glob: {}", e.kind()))?;
+    let (glob, literal) = canon.pattern(&normalized);
+    crate::compile::matcher::glob(&glob).map_err(|e| format!("invalid glob: {}", e.kind()))?;
     Ok((glob, literal))
 }
 
