@@ -19,51 +19,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::audit::{AuditFile, Event, Formatter};
 use crate::cgroup::{self, Cgroup};
 use crate::compile::{self, CompiledPolicy};
+use crate::hosts::{HostMap, HostTable};
 use crate::loader::{self, Enforcer};
 use crate::mounts::{self, Superblock};
 use crate::policy::{self, Context, Policy};
 use crate::preflight;
-
-/// How often `allow_hosts` names are resolved again.
-pub const HOST_REFRESH: Duration = Duration::from_secs(60);
-
-/// Address -> allow rules, from resolving every `allow_hosts` name. Private answers are
-/// left out (and reported): a name never opens the private set.
-pub fn resolve_hosts(c: &CompiledPolicy) -> (HostMap, Vec<String>) {
-    use std::net::ToSocketAddrs;
-    let mut map = HostMap::new();
-    let mut warnings = Vec::new();
-    for (h, rule) in &c.net.hosts {
-        match (h.host.as_str(), 0u16).to_socket_addrs() {
-            Ok(addrs) => {
-                for a in addrs.map(|s| s.ip()) {
-                    if compile::net::is_private(a) {
-                        warnings.push(format!(
-                            "{}: {} resolves to {a}, a private address: not allowed",
-                            h.field, h.host
-                        ));
-                        continue;
-                    }
-                    let r = sandbox_common::PortRule {
-                        port_lo: h.ports.0,
-                        port_hi: h.ports.1,
-                        rule: *rule,
-                        action: sandbox_common::net_action::ALLOW,
-                        _pad: 0,
-                    };
-                    let list = map.entry(a).or_default();
-                    if !list.contains(&r) {
-                        list.push(r);
-                    }
-                }
-            }
-            Err(e) => warnings.push(format!("{}: cannot resolve {}: {e}", h.field, h.host)),
-        }
-    }
-    (map, warnings)
-}
-
-pub type HostMap = std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>;
 
 /// Where the audit log goes when neither `--audit-log` nor `audit.path` says.
 pub const DEFAULT_AUDIT_LOG: &str = "/var/log/sandbox/audit.jsonl";
@@ -167,6 +127,8 @@ pub struct Armed {
     pub identities: loader::Identities,
     /// Installed `allow_hosts` addresses.
     pub hosts: HostMap,
+    /// `allow_hosts` addresses and when each expires.
+    pub host_table: HostTable,
     pub cgroup: Cgroup,
 }
 
@@ -195,12 +157,14 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(&compiled, &mounts, &ids)?;
     let mut hosts = HostMap::new();
+    let mut host_table = HostTable::default();
     if !compiled.net.hosts.is_empty() {
-        let (want, warnings) = resolve_hosts(&compiled);
-        for w in warnings {
+        let round = crate::hosts::resolve(&compiled);
+        for w in &round.warnings {
             eprintln!("sandbox: warning: {w}");
         }
-        enforcer.set_hosts(&compiled, &want, &mut hosts)?;
+        host_table.update(&round, std::time::Instant::now());
+        enforcer.set_hosts(&compiled, &host_table.want(&compiled), &mut hosts)?;
     }
     t.lap("apply");
     let root = cgroup::root()?;
@@ -216,6 +180,7 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
         mounts,
         identities: ids,
         hosts,
+        host_table,
         cgroup,
     })
 }
@@ -328,9 +293,11 @@ async fn supervise(
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let has_hosts = !armed.compiled.net.hosts.is_empty();
-    let mut refresh =
-        tokio::time::interval_at(tokio::time::Instant::now() + HOST_REFRESH, HOST_REFRESH);
-    let mut resolving: Option<tokio::task::JoinHandle<(HostMap, Vec<String>)>> = None;
+    let next_lookup =
+        |t: &HostTable| tokio::time::Instant::from_std(t.next_lookup(std::time::Instant::now()));
+    let lookup = tokio::time::sleep_until(next_lookup(&armed.host_table));
+    tokio::pin!(lookup);
+    let mut resolving: Option<tokio::task::JoinHandle<crate::hosts::Round>> = None;
     let status = loop {
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -343,17 +310,21 @@ async fn supervise(
             // The terminal sends SIGINT to the command too; sandbox waits for it to exit.
             _ = sigint.recv() => {}
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
-            _ = refresh.tick(), if has_hosts => {
-                if resolving.is_none() {
-                    let c = armed.compiled.clone();
-                    resolving = Some(tokio::task::spawn_blocking(move || resolve_hosts(&c)));
-                }
+            () = &mut lookup, if has_hosts && resolving.is_none() => {
+                let c = armed.compiled.clone();
+                resolving = Some(tokio::task::spawn_blocking(move || crate::hosts::resolve(&c)));
             }
             done = async { resolving.as_mut().expect("guarded").await }, if resolving.is_some() => {
                 resolving = None;
-                if let Ok((want, _warnings)) = done {
-                    armed.enforcer.set_hosts(&armed.compiled, &want, &mut armed.hosts)?;
-                }
+                let round = done.unwrap_or_else(|_| crate::hosts::Round {
+                    failed: true,
+                    ..Default::default()
+                });
+                // Expired addresses leave even when the lookup failed (fail closed).
+                armed.host_table.update(&round, std::time::Instant::now());
+                let want = armed.host_table.want(&armed.compiled);
+                armed.enforcer.set_hosts(&armed.compiled, &want, &mut armed.hosts)?;
+                lookup.as_mut().reset(next_lookup(&armed.host_table));
             }
         }
     };

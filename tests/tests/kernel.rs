@@ -870,19 +870,12 @@ fn explain_agrees_with_the_kernel() {
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn allow_hosts_and_dns_resolvers() {
     let d = workdir("allow_hosts");
-    // Name resolution in the guest: names from /etc/hosts, one nameserver for allow_dns.
-    let saved: Vec<(&str, Option<String>)> =
-        ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf"]
-            .iter()
-            .map(|f| (*f, std::fs::read_to_string(f).ok()))
-            .collect();
-    std::fs::write(
-        "/etc/hosts",
+    // Name resolution in the guest: names from /etc/hosts, one nameserver for allow_dns
+    // (nothing answers there: the DNS lookups fail and /etc/hosts is what counts).
+    let _etc = Resolution::set(
         "93.184.216.34 example.test\n10.1.1.1 internal.test\n",
-    )
-    .unwrap();
-    std::fs::write("/etc/nsswitch.conf", "hosts: files\n").unwrap();
-    std::fs::write("/etc/resolv.conf", "nameserver 10.0.0.53\n").unwrap();
+        "10.0.0.53",
+    );
     let policy = "network:\n  allow_hosts: ['example.test:443', internal.test]\n";
     let r = probe(
         &d,
@@ -896,12 +889,6 @@ fn allow_hosts_and_dns_resolvers() {
             &["connect", "10.0.0.53", "80"],
         ],
     );
-    for (f, text) in saved {
-        match text {
-            Some(t) => std::fs::write(f, t).unwrap(),
-            None => drop(std::fs::remove_file(f)),
-        }
-    }
     r.expect("connect 93.184.216.34 443", "ENETUNREACH");
     r.expect("connect 93.184.216.34 80", "EPERM");
     r.expect("connect 93.184.216.35 443", "EPERM");
@@ -919,6 +906,130 @@ fn allow_hosts_and_dns_resolvers() {
     let rec = &r.records("/dst_endpoint/ip", "93.184.216.35")[0];
     assert_eq!(rec["policy"]["rule"], "network.default");
     assert_eq!(rec["policy"]["reason"], "not_in_network_allowlist");
+}
+
+/// /etc/hosts, /etc/nsswitch.conf (files only: libc asks no DNS server) and
+/// /etc/resolv.conf for one test; the old files come back when it ends, panic or not.
+struct Resolution(Vec<(&'static str, Option<String>)>);
+
+impl Resolution {
+    fn set(hosts: &str, nameserver: &str) -> Self {
+        let files = ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf"];
+        let saved = files
+            .iter()
+            .map(|f| (*f, std::fs::read_to_string(f).ok()))
+            .collect();
+        std::fs::write("/etc/hosts", hosts).unwrap();
+        std::fs::write("/etc/nsswitch.conf", "hosts: files\n").unwrap();
+        std::fs::write("/etc/resolv.conf", format!("nameserver {nameserver}\n")).unwrap();
+        Self(saved)
+    }
+}
+
+impl Drop for Resolution {
+    fn drop(&mut self) {
+        for (f, text) in &self.0 {
+            match text {
+                Some(t) => drop(std::fs::write(f, t)),
+                None => drop(std::fs::remove_file(f)),
+            }
+        }
+    }
+}
+
+/// A DNS server on 127.0.0.1:53 (outside the sandbox: the loader asks it) whose answer for
+/// every A question is `answers[n]` for the n-th question (the last one from then on).
+/// AAAA questions get an empty answer.
+struct DnsServer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    questions: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl DnsServer {
+    fn start(answers: Vec<([u8; 4], u32)>) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let sock = std::net::UdpSocket::bind("127.0.0.1:53").expect("bind 127.0.0.1:53");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let questions = Arc::new(AtomicUsize::new(0));
+        let (s, q) = (stop.clone(), questions.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while !s.load(Ordering::Relaxed) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                // Header, then the question: labels, type, class.
+                let mut end = 12;
+                while end < n && buf[end] != 0 {
+                    end += 1 + usize::from(buf[end]);
+                }
+                let qtype = u16::from_be_bytes([buf[end + 1], buf[end + 2]]);
+                let question = &buf[12..end + 5];
+                let mut m = buf[..2].to_vec();
+                m.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0]);
+                m.extend_from_slice(question);
+                if qtype == 1 {
+                    let i = q.fetch_add(1, Ordering::Relaxed).min(answers.len() - 1);
+                    let (addr, ttl) = answers[i];
+                    m[7] = 1;
+                    m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+                    m.extend_from_slice(&ttl.to_be_bytes());
+                    m.extend_from_slice(&[0, 4]);
+                    m.extend_from_slice(&addr);
+                }
+                let _ = sock.send_to(&m, from);
+            }
+        });
+        Self { stop, questions }
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `allow_hosts` follows DNS: an address is allowed while the TTL of its answer lasts; when
+/// the name moves, the old address is refused once its TTL is over and the new one allowed.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn allow_hosts_follow_dns_ttl() {
+    let d = workdir("allow_hosts_ttl");
+    let _etc = Resolution::set("", "127.0.0.1");
+    let dns = DnsServer::start(vec![([93, 184, 216, 34], 3), ([93, 184, 216, 40], 60)]);
+    let r = probe(
+        &d,
+        Some("network:\n  allow_hosts: [moving.test]\n"),
+        &[
+            &["connect", "93.184.216.34", "443"],
+            &["connect", "93.184.216.40", "443"],
+            &["sleep", "6000"],
+            &["connect", "93.184.216.34", "444"],
+            &["connect", "93.184.216.40", "444"],
+        ],
+    );
+    // First answer: .34 for 3 s.
+    r.expect("connect 93.184.216.34 443", "ENETUNREACH");
+    r.expect("connect 93.184.216.40 443", "EPERM");
+    // Asked again when the TTL ran out: the name moved to .40.
+    r.expect("connect 93.184.216.34 444", "EPERM");
+    r.expect("connect 93.184.216.40 444", "ENETUNREACH");
+    let questions = dns.questions.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        (2..=4).contains(&questions),
+        "one lookup at start, one per TTL after: {questions} A questions\n{}",
+        r.stderr
+    );
+    for ip in ["93.184.216.40", "93.184.216.34"] {
+        let rec = r.one_record("/dst_endpoint/ip", ip);
+        assert_eq!(rec["policy"]["rule"], "network.default", "{rec}");
+        assert_eq!(rec["disposition"], "blocked", "{rec}");
+    }
 }
 
 /// Writes are more than opens for writing: creating and removing names in a read-only area
