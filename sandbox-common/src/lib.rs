@@ -11,6 +11,7 @@ pub mod errno;
 /// Names of the maps in the BPF object. The userspace `maps` module turns these into typed
 /// handles; nothing else spells a map name.
 pub mod map_names {
+    pub const PROTECTED: &str = "PROTECTED";
     pub const SCOPE_LEVELS: &str = "SCOPE_LEVELS";
     pub const CGROUP_POLICY: &str = "CGROUP_POLICY";
     pub const POLICIES: &str = "POLICIES";
@@ -259,11 +260,15 @@ pub struct KernelOffsets {
     pub task_struct_tgid: u32,
     pub task_struct_mm: u32,
     pub mm_struct_exe_file: u32,
+    pub msghdr_msg_name: u32,
+    pub msghdr_msg_namelen: u32,
+    pub super_block_s_magic: u32,
+    pub _pad: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 72);
+const _: () = assert!(size_of::<KernelOffsets>() == 88);
 
 /// Hooks that report events (`EventHeader::hook`).
 pub mod hook {
@@ -279,6 +284,18 @@ pub mod hook {
     pub const RMDIR: u32 = 8;
     pub const LINK: u32 = 9;
     pub const RENAME: u32 = 10;
+    /// A send with a destination address (unconnected UDP `sendto`/`sendmsg`/`sendmmsg`,
+    /// TCP Fast Open), judged like `connect` to that address.
+    pub const SOCKET_SENDMSG: u32 = 11;
+    /// Self-protection: what an in-scope process may not do to sandbox or to enforcement.
+    /// `bpf()` (any command; `EventHeader::target` = the command).
+    pub const BPF: u32 = 12;
+    /// A signal to a protected process (`target` = its tgid, `access` = the signal).
+    pub const SIGNAL: u32 = 13;
+    /// ptrace or /proc access to a protected process (`target` = its tgid, `access` = mode).
+    pub const PTRACE: u32 = 14;
+    /// `mount(2)` or `move_mount(2)`.
+    pub const MOUNT: u32 = 15;
 }
 
 /// What happened (`EventHeader::decision`).
@@ -309,6 +326,8 @@ pub mod reason {
     pub const NO_OFFSETS: u32 = 8;
     /// The file is denied by its identity (inode), e.g. through a hard link.
     pub const INODE: u32 = 9;
+    /// Self-protection: the operation would weaken enforcement or touch sandbox itself.
+    pub const SELF_PROTECTION: u32 = 10;
 }
 
 /// `EventHeader::flags`.
@@ -349,7 +368,8 @@ pub struct EventHeader {
     pub exe_dev: u32,
     pub addr: [u8; 16],
     pub exe_len: u32,
-    pub _pad: u32,
+    /// Self-protection events: the target process (tgid) or the `bpf()` command.
+    pub target: u32,
 }
 const _: () = assert!(size_of::<EventHeader>() == 120);
 
@@ -392,6 +412,10 @@ impl KernelOffsets {
         task_struct_tgid: 0,
         task_struct_mm: 0,
         mm_struct_exe_file: 0,
+        msghdr_msg_name: 0,
+        msghdr_msg_namelen: 0,
+        super_block_s_magic: 0,
+        _pad: 0,
         valid: 0,
     };
 }

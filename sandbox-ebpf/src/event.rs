@@ -8,7 +8,7 @@ use aya_ebpf::helpers::generated::{
     bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
     bpf_get_current_task, bpf_get_current_uid_gid, bpf_ringbuf_output,
 };
-use sandbox_common::{EventHeader, NO_RULE, PATH_MAX, hook};
+use sandbox_common::{EventHeader, NO_RULE, PATH_MAX};
 
 use crate::kread;
 use crate::maps::{DROPS, EVENTS, SCRATCH};
@@ -31,6 +31,7 @@ pub struct Report {
     pub family: u16,
     pub port: u16,
     pub addr: [u8; 16],
+    pub target: u32,
 }
 
 impl Report {
@@ -50,6 +51,7 @@ impl Report {
             family: 0,
             port: 0,
             addr: [0; 16],
+            target: 0,
         }
     }
 
@@ -65,8 +67,8 @@ impl Report {
     }
 
     #[inline(always)]
-    pub fn net(policy_id: u32, d: &Dest) -> Self {
-        let mut r = Self::bare(hook::SOCKET_CONNECT, policy_id);
+    pub fn net(hook_id: u32, policy_id: u32, d: &Dest) -> Self {
+        let mut r = Self::bare(hook_id, policy_id);
         r.family = d.family;
         r.port = d.port;
         r.addr = d.addr;
@@ -110,7 +112,7 @@ pub fn send(rep: &Report) {
     e.ino = rep.ino;
     e.family = rep.family;
     e.port = rep.port;
-    e._pad = 0;
+    e.target = rep.target;
     e.exe_dev = 0;
     e.exe_len = 0;
     e.addr = rep.addr;

@@ -71,6 +71,7 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
     if f_flags & FMODE_EXEC != 0 {
         f_mode |= FMODE_EXEC;
     }
+    let escape = f_mode & FMODE_WRITE != 0 && path::cgroup_outside_scope(file, &off);
     Ok(check_file(
         hook::FILE_OPEN,
         policy_id,
@@ -78,7 +79,15 @@ fn try_file_open(ctx: &LsmContext) -> Result<i32, i32> {
         file,
         f_mode,
         audit,
-        |acc, facts| file_verdict(info.flags, f_mode, facts.mode, acc),
+        |acc, facts| {
+            if escape {
+                return Some(Verdict {
+                    reason: reason::SELF_PROTECTION,
+                    rule: NO_RULE,
+                });
+            }
+            file_verdict(info.flags, f_mode, facts.mode, acc)
+        },
     ))
 }
 
@@ -318,15 +327,189 @@ fn try_socket_connect(ctx: &LsmContext) -> Result<i32, i32> {
     };
     let addr: *const u8 = ctx.arg(1);
     let addrlen: i32 = ctx.arg(2);
-    let Some(dest) = net::Dest::parse(addr, addrlen) else {
+    Ok(check_dest(
+        hook::SOCKET_CONNECT,
+        policy_id,
+        info,
+        addr,
+        addrlen,
+    ))
+}
+
+/// Sends that name their destination get the decision `connect` to it would get: they are
+/// how unconnected UDP (`sendto`, `sendmsg`, `sendmmsg`, io_uring sends) and TCP Fast Open
+/// (`sendto(MSG_FASTOPEN)`) reach an address without `connect`. Sends on a connected socket
+/// carry no address and were judged at `connect`.
+#[lsm(hook = "socket_sendmsg")]
+pub fn socket_sendmsg(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(3);
+    if prev != 0 {
+        return honour(prev);
+    }
+    match try_socket_sendmsg(&ctx) {
+        Ok(v) => v,
+        Err(_) => -errno::EPERM,
+    }
+}
+
+fn try_socket_sendmsg(ctx: &LsmContext) -> Result<i32, i32> {
+    let Some((policy_id, info)) = scope::current_policy() else {
         return Ok(0);
+    };
+    let off = path::offsets();
+    if off.valid == 0 {
+        let audit = info.flags & policy_flags::AUDIT_NET != 0;
+        return Ok(deny_unresolved(
+            hook::SOCKET_SENDMSG,
+            policy_id,
+            reason::NO_OFFSETS,
+            audit,
+        ));
+    }
+    let msg: *const u8 = ctx.arg(1);
+    // The kernel has copied the address in (`move_addr_to_kernel`) before this hook.
+    let name = kread::read_ptr(msg, off.msghdr_msg_name)?;
+    if name.is_null() {
+        return Ok(0);
+    }
+    let len: i32 = kread::read(msg, off.msghdr_msg_namelen)?;
+    Ok(check_dest(hook::SOCKET_SENDMSG, policy_id, info, name, len))
+}
+
+/// The network decision for a destination `sockaddr` in kernel memory, reported as `hook_id`.
+#[inline(always)]
+fn check_dest(
+    hook_id: u32,
+    policy_id: u32,
+    info: &sandbox_common::PolicyInfo,
+    addr: *const u8,
+    addrlen: i32,
+) -> i32 {
+    let Some(dest) = net::Dest::parse(addr, addrlen) else {
+        return 0;
     };
     let Some(v) = net::verdict(policy_id, info.flags, &dest) else {
-        return Ok(0);
+        return 0;
     };
     let audit = info.flags & policy_flags::AUDIT_NET != 0;
-    let rep = Report::net(policy_id, &dest);
-    Ok(finish(rep, v, audit, errno::EPERM))
+    let rep = Report::net(hook_id, policy_id, &dest);
+    finish(rep, v, audit, errno::EPERM)
+}
+
+// Self-protection. An in-scope process may not undo enforcement or touch sandbox: no
+// `bpf()` at all (no detaching, no map writes, no new programs), no signals or ptrace to
+// sandbox's own processes, no mounts. The whole policy's mode decides audit vs enforce.
+
+/// `security_bpf` took three parameters until a fourth (`kernel`) was added; one program
+/// per form, the loader attaches the one the kernel's BTF says fits.
+#[lsm(hook = "bpf")]
+pub fn bpf_3(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(3);
+    protect_bpf(&ctx, prev)
+}
+
+#[lsm(hook = "bpf")]
+pub fn bpf_4(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(4);
+    protect_bpf(&ctx, prev)
+}
+
+#[inline(always)]
+fn protect_bpf(ctx: &LsmContext, prev: i32) -> i32 {
+    if prev != 0 {
+        return honour(prev);
+    }
+    let Some((policy_id, info)) = scope::current_policy() else {
+        return 0;
+    };
+    let cmd: u32 = ctx.arg(0);
+    let mut rep = Report::bare(hook::BPF, policy_id);
+    rep.target = cmd;
+    deny_protected(rep, info)
+}
+
+#[lsm(hook = "task_kill")]
+pub fn task_kill(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(4);
+    if prev != 0 {
+        return honour(prev);
+    }
+    let sig: u32 = ctx.arg(2);
+    // Signal 0 only asks whether the process exists.
+    if sig == 0 {
+        return 0;
+    }
+    protect_task(hook::SIGNAL, ctx.arg(0), sig)
+}
+
+#[lsm(hook = "ptrace_access_check")]
+pub fn ptrace_access_check(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(2);
+    if prev != 0 {
+        return honour(prev);
+    }
+    let mode: u32 = ctx.arg(1);
+    protect_task(hook::PTRACE, ctx.arg(0), mode)
+}
+
+/// Denies `hook_id` when the target task belongs to a protected process.
+#[inline(always)]
+fn protect_task(hook_id: u32, task: *const u8, detail: u32) -> i32 {
+    let Some((policy_id, info)) = scope::current_policy() else {
+        return 0;
+    };
+    let off = path::offsets();
+    let tgid: u32 = if off.valid == 0 {
+        0
+    } else {
+        kread::read(task, off.task_struct_tgid).unwrap_or(0)
+    };
+    // An unreadable target is treated as protected (fail closed).
+    if tgid != 0 && maps::PROTECTED.get_ptr(&tgid).is_none() {
+        return 0;
+    }
+    let mut rep = Report::bare(hook_id, policy_id);
+    rep.target = tgid;
+    rep.access = detail;
+    deny_protected(rep, info)
+}
+
+#[lsm(hook = "sb_mount")]
+pub fn sb_mount(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(5);
+    protect_mount(prev)
+}
+
+#[lsm(hook = "move_mount")]
+pub fn move_mount(ctx: LsmContext) -> i32 {
+    let prev: i32 = ctx.arg(2);
+    protect_mount(prev)
+}
+
+#[inline(always)]
+fn protect_mount(prev: i32) -> i32 {
+    if prev != 0 {
+        return honour(prev);
+    }
+    let Some((policy_id, info)) = scope::current_policy() else {
+        return 0;
+    };
+    deny_protected(Report::bare(hook::MOUNT, policy_id), info)
+}
+
+#[inline(always)]
+fn deny_protected(rep: Report, info: &sandbox_common::PolicyInfo) -> i32 {
+    let all_audit = policy_flags::AUDIT_FILES | policy_flags::AUDIT_NET | policy_flags::AUDIT_EXEC;
+    let audit = info.flags & all_audit == all_audit;
+    finish(
+        rep,
+        Verdict {
+            reason: reason::SELF_PROTECTION,
+            rule: NO_RULE,
+        },
+        audit,
+        errno::EPERM,
+    )
 }
 
 /// A deny from an earlier LSM program on this hook stays a deny. The verifier (6.8+) wants
@@ -362,7 +545,7 @@ fn finish(mut rep: Report, v: Verdict, audit: bool, err: i32) -> i32 {
 #[inline(always)]
 fn deny_unresolved(hook_id: u32, policy_id: u32, why: u32, audit: bool) -> i32 {
     let rep = Report::bare(hook_id, policy_id);
-    let err = if hook_id == hook::SOCKET_CONNECT {
+    let err = if hook_id == hook::SOCKET_CONNECT || hook_id == hook::SOCKET_SENDMSG {
         errno::EPERM
     } else {
         errno::EACCES

@@ -59,6 +59,11 @@ pub static NET_V4: LpmTrie<NetKeyV4, NetRules> = LpmTrie::with_max_entries(1, 0)
 #[map]
 pub static NET_V6: LpmTrie<NetKeyV6, NetRules> = LpmTrie::with_max_entries(1, 0);
 
+/// Processes that in-scope tasks may not signal or trace (tgid -> 1): sandbox itself.
+/// Written by the loader before binding; read by task_kill and ptrace_access_check.
+#[map]
+pub static PROTECTED: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
+
 /// Deny/audit records to the loader.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);

@@ -1,4 +1,4 @@
-//! Destination parsing and the network decision for `socket_connect`.
+//! Destination parsing and the network decision for `socket_connect` and `socket_sendmsg`.
 
 use sandbox_common::{
     LpmKey, NET_RULES_PER_PREFIX, NO_RULE, NetKeyV4, NetKeyV6, NetRules, net_action, policy_flags,

@@ -50,6 +50,46 @@ pub fn file_facts(file: *const u8, off: &KernelOffsets) -> FileFacts {
     facts(dentry, inode, off)
 }
 
+/// `CGROUP2_SUPER_MAGIC` (include/uapi/linux/magic.h).
+const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+/// Deeper than any cgroup tree (the kernel's own default limit is far lower in practice).
+const MAX_CGROUP_WALK: u32 = 64;
+
+/// Self-protection: `file` is on cgroup2 and not inside the cgroup subtree the current task
+/// is confined to. Writing there (`cgroup.procs`, `cgroup.kill`, limits of other groups)
+/// would move the task out of scope or act on other processes. A cgroup directory's inode
+/// number is the cgroup id, so the test is a walk up the dentry chain.
+#[inline(always)]
+pub fn cgroup_outside_scope(file: *const u8, off: &KernelOffsets) -> bool {
+    let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
+        return false;
+    };
+    let Ok(sb) = kread::read_ptr(dentry, off.dentry_d_sb) else {
+        return false;
+    };
+    let magic: u64 = kread::read(sb, off.super_block_s_magic).unwrap_or(0);
+    if magic != CGROUP2_SUPER_MAGIC {
+        return false;
+    }
+    let bound = crate::scope::bound_cgroup();
+    let mut d = dentry;
+    let mut i = 0;
+    while i < MAX_CGROUP_WALK {
+        let inode = kread::read_ptr(d, off.dentry_d_inode).unwrap_or(core::ptr::null());
+        let ino: u64 = kread::read(inode, off.inode_i_ino).unwrap_or(0);
+        if bound != 0 && ino == bound {
+            return false;
+        }
+        let parent = kread::read_ptr(d, off.dentry_d_parent).unwrap_or(core::ptr::null());
+        if parent.is_null() || parent == d {
+            return true;
+        }
+        d = parent;
+        i += 1;
+    }
+    true
+}
+
 /// Facts of a name: a dentry whose inode may not exist yet (NULL for a file being created).
 #[inline(always)]
 pub fn dentry_facts(dentry: *const u8, off: &KernelOffsets) -> FileFacts {

@@ -20,10 +20,13 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
     FileOpen,
-    SocketConnect,
+    /// Reaching an address: `connect`, or `send` with a destination address.
+    Net(&'static str),
     Exec,
     /// A change of names, judged as a write: the activity (`create`, `unlink`, ...).
     Name(&'static str),
+    /// Self-protection: `bpf`, `signal`, `ptrace`, `mount`.
+    Protect(&'static str),
 }
 
 impl TryFrom<u32> for Hook {
@@ -31,7 +34,12 @@ impl TryFrom<u32> for Hook {
     fn try_from(v: u32) -> Result<Self, u32> {
         match v {
             hook::FILE_OPEN => Ok(Self::FileOpen),
-            hook::SOCKET_CONNECT => Ok(Self::SocketConnect),
+            hook::SOCKET_CONNECT => Ok(Self::Net("connect")),
+            hook::SOCKET_SENDMSG => Ok(Self::Net("send")),
+            hook::BPF => Ok(Self::Protect("bpf")),
+            hook::SIGNAL => Ok(Self::Protect("signal")),
+            hook::PTRACE => Ok(Self::Protect("ptrace")),
+            hook::MOUNT => Ok(Self::Protect("mount")),
             hook::BPRM_CHECK => Ok(Self::Exec),
             hook::CREATE => Ok(Self::Name("create")),
             hook::MKDIR => Ok(Self::Name("mkdir")),
@@ -141,7 +149,7 @@ impl Formatter<'_> {
         let id = e.header.rule;
         let found = if id == u32::from(NO_RULE) {
             None
-        } else if e.hook == Hook::SocketConnect {
+        } else if matches!(e.hook, Hook::Net(_)) {
             // Network records carry the rule id itself.
             self.policy.rule(id as u16)
         } else {
@@ -167,6 +175,7 @@ impl Formatter<'_> {
             reason::NOT_IN_NET_ALLOWLIST => "network.default",
             reason::PATH_UNRESOLVED => "(path too long or too deep)",
             reason::NO_OFFSETS => "(kernel offsets missing)",
+            reason::SELF_PROTECTION => "self_protection",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -183,6 +192,7 @@ impl Formatter<'_> {
             reason::PATH_UNRESOLVED => "path_unresolved",
             reason::NO_OFFSETS => "no_offsets",
             reason::INODE => "inode_identity",
+            reason::SELF_PROTECTION => "self_protection",
             _ => "unknown",
         }
     }
@@ -257,10 +267,29 @@ impl Formatter<'_> {
                     json!({ "file": { "path": self.full_path(e), "inode": h.ino, "dev": h.dev } }),
                 );
             }
-            Hook::SocketConnect => {
+            Hook::Protect(activity) => {
+                obj.insert("class".into(), json!("process_activity"));
+                obj.insert("class_uid".into(), json!(1007));
+                obj.insert("activity".into(), json!(activity));
+                match activity {
+                    "bpf" => {
+                        obj.insert("bpf_cmd".into(), json!(h.target));
+                    }
+                    "signal" => {
+                        obj.insert("target".into(), json!({ "pid": h.target }));
+                        obj.insert("signal".into(), json!(h.access));
+                    }
+                    "ptrace" => {
+                        obj.insert("target".into(), json!({ "pid": h.target }));
+                        obj.insert("ptrace_mode".into(), json!(h.access));
+                    }
+                    _ => {}
+                }
+            }
+            Hook::Net(activity) => {
                 obj.insert("class".into(), json!("network_activity"));
                 obj.insert("class_uid".into(), json!(4001));
-                obj.insert("activity".into(), json!("connect"));
+                obj.insert("activity".into(), json!(activity));
                 let ip = Self::dest(e);
                 obj.insert(
                     "dst_endpoint".into(),
@@ -288,9 +317,13 @@ impl Formatter<'_> {
             Hook::FileOpen => format!("open ({}) {}", Self::access(e), self.full_path(e)),
             Hook::Name(activity) => format!("{activity} {}", self.full_path(e)),
             Hook::Exec => format!("exec {}", self.full_path(e)),
-            Hook::SocketConnect => match Self::dest(e) {
-                IpAddr::V6(a) => format!("connect [{a}]:{}", h.port),
-                IpAddr::V4(a) => format!("connect {a}:{}", h.port),
+            Hook::Protect("bpf") => format!("bpf() command {}", h.target),
+            Hook::Protect("signal") => format!("signal {} to pid {}", h.access, h.target),
+            Hook::Protect(activity) if h.target != 0 => format!("{activity} of pid {}", h.target),
+            Hook::Protect(activity) => activity.to_owned(),
+            Hook::Net(activity) => match Self::dest(e) {
+                IpAddr::V6(a) => format!("{activity} [{a}]:{}", h.port),
+                IpAddr::V4(a) => format!("{activity} {a}:{}", h.port),
             },
         };
         let (rule, source) = self.rule(e);

@@ -148,14 +148,17 @@ fn preflight_cmd() -> anyhow::Result<i32> {
     let ctx = context()?;
     let p = run::load_policy(None, &ctx)?;
     let c = compile::compile(&p, compile::FIXED_SEED)?;
-    let loaded = loader::kernel_offsets().and_then(|off| loader::Enforcer::load(&c, &off, 1));
+    let loaded = loader::kernel_fit().and_then(|k| {
+        loader::Enforcer::load(&c, &k, 1)?;
+        Ok(k)
+    });
     match loaded {
-        Ok(_) => {
+        Ok(k) => {
             println!(
                 "ok   load        BPF-LSM programs load and attach ({})",
-                loader::HOOKS
+                k.programs
                     .iter()
-                    .map(|(h, _)| *h)
+                    .map(|p| p.hook)
                     .collect::<Vec<_>>()
                     .join(", ")
             );

@@ -130,7 +130,12 @@ fn random_id() -> u16 {
         u16::from_ne_bytes(b)
     } else {
         // Only unpredictability suffers; answers are still matched on the question.
-        std::process::id() as u16 ^ Instant::now().elapsed().subsec_nanos() as u16
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        (std::process::id() ^ t).to_ne_bytes()[0..2]
+            .try_into()
+            .map_or(0, u16::from_ne_bytes)
     }
 }
 
@@ -238,6 +243,9 @@ fn read_name(msg: &[u8], mut at: usize) -> Result<(String, usize), String> {
     Err("name compression loop".into())
 }
 
+/// owner, type, class, TTL, data, offset of the data in the message.
+type RawRecord = (String, u16, u16, u32, Vec<u8>, usize);
+
 /// Checks that `msg` answers (`id`, `name`, `qtype`) and returns the addresses of `name`,
 /// following CNAMEs inside the answer section.
 pub fn parse_answer(msg: &[u8], id: u16, name: &str, qtype: u16) -> Result<Parsed, Mismatch> {
@@ -267,7 +275,7 @@ pub fn parse_answer(msg: &[u8], id: u16, name: &str, qtype: u16) -> Result<Parse
     }
     let mut records = Vec::new();
     for _ in 0..an {
-        let rec = (|| -> Result<(String, u16, u16, u32, Vec<u8>, usize), String> {
+        let rec = (|| -> Result<RawRecord, String> {
             let owner = r.name()?;
             let (t, class, ttl) = (r.u16()?, r.u16()?, r.u32()?);
             let len = usize::from(r.u16()?);

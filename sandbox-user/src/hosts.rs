@@ -20,9 +20,9 @@ use crate::dns;
 /// Shortest time an answer is used (TTL 0 would mean asking in a loop).
 pub const TTL_FLOOR: Duration = Duration::from_secs(1);
 /// Longest time between two lookups of a name, whatever its TTL.
-pub const TTL_CEILING: Duration = Duration::from_secs(300);
+pub const TTL_CEILING: Duration = Duration::from_mins(5);
 /// Lifetime of addresses only `getaddrinfo` gave (no TTL is known for them).
-pub const NO_TTL: Duration = Duration::from_secs(60);
+pub const NO_TTL: Duration = Duration::from_mins(1);
 /// Retry interval after a failed lookup.
 pub const RETRY: Duration = Duration::from_secs(5);
 /// Time allowed to each nameserver per question.

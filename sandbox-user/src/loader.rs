@@ -21,20 +21,70 @@ use crate::cgroup::Cgroup;
 use crate::compile::CompiledPolicy;
 use crate::mounts::{self, Superblock};
 
-/// The hooks, in attach order. The last attached runs first.
-/// Each with the number of parameters the programs expect it to have (checked against the
-/// kernel's BTF before loading: the earlier program's verdict is read right after them).
-pub const HOOKS: &[(&str, usize)] = &[
-    ("file_open", 1),
-    ("bprm_check_security", 1),
-    ("inode_create", 3),
-    ("inode_mknod", 4),
-    ("inode_mkdir", 3),
-    ("inode_symlink", 3),
-    ("inode_unlink", 2),
-    ("inode_rmdir", 2),
-    ("socket_connect", 3),
+/// One BPF-LSM program of the object: its function name, the hook it attaches to, and the
+/// number of parameters the hook must have for it (the program reads the earlier
+/// programs' verdict right after them). A hook whose parameters changed between kernels
+/// has one program per form; the loader attaches the one that fits (see [`fitting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Program {
+    pub name: &'static str,
+    pub hook: &'static str,
+    pub arity: usize,
+}
+
+const fn prog(name: &'static str, hook: &'static str, arity: usize) -> Program {
+    Program { name, hook, arity }
+}
+
+/// Every program, in attach order (the last attached runs first).
+pub const PROGRAMS: &[Program] = &[
+    prog("file_open", "file_open", 1),
+    prog("bprm_check_security", "bprm_check_security", 1),
+    prog("inode_create", "inode_create", 3),
+    prog("inode_mknod", "inode_mknod", 4),
+    prog("inode_mkdir", "inode_mkdir", 3),
+    prog("inode_symlink", "inode_symlink", 3),
+    prog("inode_unlink", "inode_unlink", 2),
+    prog("inode_rmdir", "inode_rmdir", 2),
+    prog("socket_connect", "socket_connect", 3),
+    prog("socket_sendmsg", "socket_sendmsg", 3),
+    prog("bpf_3", "bpf", 3),
+    prog("bpf_4", "bpf", 4),
+    prog("task_kill", "task_kill", 4),
+    prog("ptrace_access_check", "ptrace_access_check", 2),
+    prog("sb_mount", "sb_mount", 5),
+    prog("move_mount", "move_mount", 2),
 ];
+
+/// The programs to attach on a kernel whose hooks have `arity(hook)` parameters: one per
+/// hook, or an error naming a hook no program fits.
+pub fn fitting(arity: impl Fn(&str) -> Result<usize, String>) -> Result<Vec<Program>, LoadError> {
+    let mut out: Vec<Program> = Vec::new();
+    let mut hooks: Vec<&str> = PROGRAMS.iter().map(|p| p.hook).collect();
+    hooks.dedup();
+    for hook in hooks {
+        let got = arity(hook).map_err(LoadError::Btf)?;
+        let forms: Vec<&Program> = PROGRAMS.iter().filter(|p| p.hook == hook).collect();
+        let Some(p) = forms.iter().find(|p| p.arity == got) else {
+            let want: Vec<String> = forms.iter().map(|p| p.arity.to_string()).collect();
+            return Err(LoadError::Btf(format!(
+                "the kernel's LSM hook {hook} takes {got} arguments; this build of sandbox \
+                 has programs for {}: it does not support this kernel yet",
+                want.join(" or ")
+            )));
+        };
+        out.push(**p);
+    }
+    Ok(out)
+}
+
+/// What the loader needs to know about the running kernel.
+#[derive(Debug, Clone)]
+pub struct KernelFit {
+    pub offsets: KernelOffsets,
+    /// The programs that fit its hooks.
+    pub programs: Vec<Program>,
+}
 
 /// Addresses `allow_hosts` names may resolve to at once, per address family.
 pub const MAX_HOST_ADDRESSES: usize = 1024;
@@ -68,8 +118,8 @@ pub struct Enforcer {
     levels: u64,
 }
 
-/// Files protected by identity: every existing file named by a literal deny, read_only or
-/// exec.deny rule (and, for directories, every file below them), by device and inode.
+/// Files protected by identity: every existing file named by a literal deny, `read_only` or
+/// `exec.deny` rule (and, for directories, every file below them), by device and inode.
 #[derive(Debug, Default, Clone)]
 pub struct Identities {
     /// `INODE_RULES` entries: kind mask per file.
@@ -128,12 +178,13 @@ impl Enforcer {
     /// enforced until [`Enforcer::bind`].
     pub fn load(
         policy: &CompiledPolicy,
-        offsets: &KernelOffsets,
+        kernel: &KernelFit,
         identity_count: usize,
     ) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?;
-        let mut e = Self::create_maps(policy, offsets, identity_count, &btf)?;
-        e.attach(&btf)?;
+        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, &btf)?;
+        e.attach(&kernel.programs, &btf)?;
+        e.protect(std::process::id())?;
         Ok(e)
     }
 
@@ -176,12 +227,13 @@ impl Enforcer {
         })
     }
 
-    /// Loads and attaches every program of [`HOOKS`].
-    fn attach(&mut self, btf: &Btf) -> Result<(), LoadError> {
-        for (hook, _) in HOOKS {
+    /// Loads and attaches `programs`.
+    fn attach(&mut self, programs: &[Program], btf: &Btf) -> Result<(), LoadError> {
+        for p in programs {
+            let hook = &p.hook;
             let prog: &mut Lsm = self
                 .ebpf
-                .program_mut(hook)
+                .program_mut(p.name)
                 .ok_or_else(|| LoadError::Attach {
                     hook: (*hook).into(),
                     detail: "missing from the object".into(),
@@ -475,6 +527,13 @@ impl Enforcer {
         RingBuf::try_from(map).map_err(map_err(m::EVENTS))
     }
 
+    /// Makes process `tgid` untouchable for in-scope tasks (signals, ptrace).
+    pub fn protect(&mut self, tgid: u32) -> Result<(), LoadError> {
+        let mut h: HashMap<_, u32, u32> =
+            HashMap::try_from(self.map(m::PROTECTED)?).map_err(map_err(m::PROTECTED))?;
+        h.insert(tgid, 1, 0).map_err(map_err(m::PROTECTED))
+    }
+
     /// Records dropped because the ring buffer was full, summed over CPUs.
     pub fn drops(&mut self) -> Result<u64, LoadError> {
         let a: PerCpuArray<_, u64> =
@@ -643,20 +702,12 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Loads the offsets of the running kernel.
-/// Loads the offsets of the running kernel and checks that every hook has the arity the
-/// programs expect.
-pub fn kernel_offsets() -> Result<KernelOffsets, LoadError> {
+/// Reads the running kernel's BTF: struct offsets, and the programs whose hook forms fit.
+pub fn kernel_fit() -> Result<KernelFit, LoadError> {
     let btf = crate::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
         .map_err(|e| LoadError::Btf(e.to_string()))?;
-    for (hook, want) in HOOKS {
-        let got =
-            crate::btf::lsm_hook_arity(&btf, hook).map_err(|e| LoadError::Btf(e.to_string()))?;
-        if got != *want {
-            return Err(LoadError::Btf(format!(
-                "the kernel's LSM hook {hook} takes {got} arguments; this build of sandbox expects {want}: \
-                 it does not support this kernel yet"
-            )));
-        }
-    }
-    crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))
+    let programs =
+        fitting(|hook| crate::btf::lsm_hook_arity(&btf, hook).map_err(|e| e.to_string()))?;
+    let offsets = crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
+    Ok(KernelFit { offsets, programs })
 }

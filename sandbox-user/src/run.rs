@@ -147,11 +147,11 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
         );
     }
     t.lap("preflight");
-    let offsets = loader::kernel_offsets()?;
+    let kernel = loader::kernel_fit()?;
     t.lap("kernel offsets from BTF");
     let ids = loader::identities(&compiled, 0);
     t.lap("identities");
-    let mut enforcer = Enforcer::load(&compiled, &offsets, ids.entries.len())
+    let mut enforcer = Enforcer::load(&compiled, &kernel, ids.entries.len())
         .map_err(|e| anyhow!(preflight::explain_load_failure(&e)))?;
     t.lap("load and attach");
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;

@@ -294,6 +294,54 @@ fn child_cgroup_stays_confined() {
     );
 }
 
+/// An agent cannot undo its confinement: no bpf(), no signals or ptrace to sandbox, no
+/// mounts, no moving itself out of its cgroup (its own sub-cgroups stay usable).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn self_protection() {
+    let d = workdir("self_protection");
+    std::fs::create_dir_all(d.join("mnt")).unwrap();
+    let r = probe(
+        &d,
+        Some("name: guarded\n"),
+        &[
+            &["bpf"],
+            &["kill-parent", "9"],
+            &["kill-parent", "0"],
+            &["ptrace-parent"],
+            &["mount", "mnt"],
+            &["cgroup-move", "/"],
+            &["cgroup-child", "inner"],
+        ],
+    );
+    r.expect("bpf", "EPERM");
+    r.expect("kill-parent 9", "EPERM");
+    r.expect("kill-parent 0", "OK");
+    r.expect("ptrace-parent", "EPERM");
+    r.expect("mount mnt", "EPERM");
+    r.expect("cgroup-move /", "EACCES");
+    r.expect("cgroup-child inner", "OK");
+    // sandbox survived the SIGKILL attempt: it reported the probe's own exit status (1:
+    // some operations failed) and wrote the records.
+    assert_eq!(r.status, 1, "{}", r.stderr);
+    let bpf = r.one_record("/activity", "bpf");
+    assert_eq!(bpf["policy"]["rule"], "self_protection", "{bpf}");
+    assert_eq!(bpf["bpf_cmd"], 0);
+    let sig = r.one_record("/activity", "signal");
+    assert_eq!(sig["signal"], 9);
+    assert_eq!(
+        sig["target"]["pid"], sig["actor"]["process"]["ppid"],
+        "{sig}"
+    );
+    let pt = r.one_record("/activity", "ptrace");
+    assert_eq!(pt["target"]["pid"], pt["actor"]["process"]["ppid"], "{pt}");
+    r.one_record("/activity", "mount");
+    let mv = r.one_record("/file/path", "/sys/fs/cgroup/cgroup.procs");
+    assert_eq!(mv["policy"]["rule"], "self_protection", "{mv}");
+    // The same calls from outside the sandbox are not ours to refuse.
+    assert_eq!(probe_outside(&["bpf"]), "OK");
+}
+
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn exec_denied_by_path_symlink_and_hardlink() {
@@ -393,6 +441,59 @@ fn connect_private_and_metadata_denied_public_allowed() {
     let mapped = r.one_record("/dst_endpoint/ip", "::ffff:10.0.0.1");
     assert_eq!(mapped["dst_endpoint"]["family"], "ipv6");
     assert_eq!(mapped["policy"]["rule_source"], "10.0.0.0/8");
+}
+
+/// Sends that carry a destination reach it without `connect`: unconnected UDP (`sendto`,
+/// `sendmsg`, `sendmmsg`) and TCP Fast Open. They get the decision `connect` would get.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn sends_with_an_address_get_the_connect_decision() {
+    let d = workdir("sends");
+    let r = probe(
+        &d,
+        Some("network:\n  deny: ['198.51.0.0/16:9', '[2001:db8::/32]']\n"),
+        &[
+            &["udp", "169.254.169.254", "53"],
+            &["sendmsg", "10.1.2.3", "53"],
+            &["sendmmsg", "127.0.0.1", "9"],
+            &["sendmmsg", "::1", "9"],
+            &["tfo", "169.254.169.253", "80"],
+            &["udp", "::ffff:10.9.9.9", "53"],
+            &["udp", "2001:db8::1", "53"],
+            &["sendmsg", "198.51.1.1", "9"],
+            &["sendmsg", "198.51.1.1", "10"],
+            &["udp", "8.8.8.8", "53"],
+            &["tfo", "8.8.8.8", "80"],
+        ],
+    );
+    for op in [
+        "udp 169.254.169.254 ",
+        "sendmsg 10.1.2.3 ",
+        "sendmmsg 127.0.0.1 ",
+        "sendmmsg ::1 ",
+        "tfo 169.254.169.253 ",
+        "udp ::ffff:10.9.9.9 ",
+        "udp 2001:db8::1 ",
+        "sendmsg 198.51.1.1 9",
+    ] {
+        r.expect(op, "EPERM");
+    }
+    // Not denied: the kernel's own answer (the VM has no route out).
+    r.expect("sendmsg 198.51.1.1 10", "ENETUNREACH");
+    r.expect("udp 8.8.8.8", "ENETUNREACH");
+    r.expect("tfo 8.8.8.8", "ENETUNREACH");
+    assert!(r.records("/dst_endpoint/ip", "8.8.8.8").is_empty());
+    let rec = r.one_record("/dst_endpoint/ip", "169.254.169.254");
+    assert_eq!(rec["activity"], "send", "{rec}");
+    assert_eq!(rec["dst_endpoint"]["port"], 53);
+    assert_eq!(rec["policy"]["rule"], "network.block_private");
+    let tfo = r.one_record("/dst_endpoint/ip", "169.254.169.253");
+    assert_eq!(tfo["activity"], "send", "{tfo}");
+    assert_eq!(tfo["dst_endpoint"]["port"], 80);
+    let rule = r.one_record("/dst_endpoint/ip", "2001:db8::1");
+    assert_eq!(rule["policy"]["rule"], "network.deny[1]", "{rule}");
+    // sendmmsg is checked per message and stops at the first refused one.
+    assert_eq!(r.records("/dst_endpoint/ip", "127.0.0.1").len(), 1);
 }
 
 #[test]

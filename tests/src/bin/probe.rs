@@ -160,6 +160,64 @@ fn op_udp(addr: &str, port: &str) -> String {
     }
 }
 
+/// `sendmsg` (one message) or `sendmmsg` (two) on an unconnected UDP socket, or
+/// `sendto(MSG_FASTOPEN)` on a TCP socket (TCP Fast Open: data and connect in one call).
+fn op_send(how: &str, addr: &str, port: &str) -> String {
+    let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
+        return "BADARGS".into();
+    };
+    let (mut ss, len, fam) = sockaddr(addr, port);
+    let data = *b"x";
+    // SAFETY: plain socket syscalls on locals that outlive the calls.
+    unsafe {
+        let kind = if how == "tfo" {
+            libc::SOCK_STREAM
+        } else {
+            libc::SOCK_DGRAM
+        };
+        let s = libc::socket(fam, kind | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return errno_name(last_errno());
+        }
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr().cast_mut().cast(),
+            iov_len: 1,
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_name = (&raw mut ss).cast();
+        msg.msg_namelen = len;
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        let r = match how {
+            "sendmsg" => libc::sendmsg(s, &raw const msg, 0) as i64,
+            "sendmmsg" => {
+                let mut msgs = [
+                    libc::mmsghdr {
+                        msg_hdr: msg,
+                        msg_len: 0,
+                    },
+                    libc::mmsghdr {
+                        msg_hdr: msg,
+                        msg_len: 0,
+                    },
+                ];
+                i64::from(libc::sendmmsg(s, msgs.as_mut_ptr(), 2, 0))
+            }
+            _ => libc::sendto(
+                s,
+                data.as_ptr().cast(),
+                1,
+                libc::MSG_FASTOPEN,
+                (&raw const ss).cast(),
+                len,
+            ) as i64,
+        };
+        let e = if r < 0 { last_errno() } else { 0 };
+        libc::close(s);
+        errno_name(e)
+    }
+}
+
 fn op_exec(args: &[String]) -> String {
     let Some(path) = args.first() else {
         return "BADARGS".into();
@@ -217,6 +275,66 @@ fn op_cgroup_child(name: &str) -> String {
     }
 }
 
+/// Self-protection probes: what an agent would try to undo its confinement.
+fn op_protect(op: &str, arg: &str) -> String {
+    // SAFETY: plain syscalls on locals.
+    let r: i64 = unsafe {
+        match op {
+            // BPF_MAP_CREATE of a one-entry array: the simplest bpf() call there is.
+            "bpf" => {
+                let mut attr = [0u32; 16];
+                attr[0] = 2; // BPF_MAP_TYPE_ARRAY
+                attr[1] = 4; // key size
+                attr[2] = 4; // value size
+                attr[3] = 1; // max entries
+                let fd = libc::syscall(libc::SYS_bpf, 0, attr.as_mut_ptr(), 64);
+                if fd >= 0 {
+                    libc::close(fd as i32);
+                }
+                fd
+            }
+            "kill-parent" => i64::from(libc::kill(libc::getppid(), arg.parse().unwrap_or(15))),
+            "ptrace-parent" => {
+                let pid = libc::getppid();
+                let r = libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0);
+                if r == 0 {
+                    libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
+                }
+                r
+            }
+            "mount" => {
+                let dir = cstr(arg);
+                let r = libc::mount(
+                    c"none".as_ptr(),
+                    dir.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                );
+                if r == 0 {
+                    libc::umount(dir.as_ptr());
+                }
+                i64::from(r)
+            }
+            _ => return "BADOP".into(),
+        }
+    };
+    if r < 0 {
+        errno_name(last_errno())
+    } else {
+        "OK".into()
+    }
+}
+
+/// Writes this process's pid into `cgroup.procs` of the cgroup at `path` (relative to the
+/// cgroup2 root): leaving the sandbox's cgroup.
+fn op_cgroup_move(path: &str) -> String {
+    io(std::fs::write(
+        format!("/sys/fs/cgroup/{}/cgroup.procs", path.trim_matches('/')),
+        b"0",
+    ))
+}
+
 fn io(r: std::io::Result<()>) -> String {
     match r {
         Ok(()) => "OK".into(),
@@ -250,8 +368,11 @@ fn run_op(words: &[String]) -> String {
         "open" => op_open(a(1), a(2)),
         "connect" => op_connect(a(1), a(2)),
         "udp" => op_udp(a(1), a(2)),
+        "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),
         "exec" => op_exec(&words[1..]),
         "cgroup-child" => op_cgroup_child(a(1)),
+        "cgroup-move" => op_cgroup_move(a(1)),
+        "bpf" | "kill-parent" | "ptrace-parent" | "mount" => op_protect(a(0), a(1)),
         "symlink" => op_symlink(a(1), a(2)),
         "mkdir" => io(std::fs::create_dir(a(1))),
         "rmdir" => io(std::fs::remove_dir(a(1))),
