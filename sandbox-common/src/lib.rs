@@ -263,7 +263,7 @@ pub struct KernelOffsets {
     pub msghdr_msg_name: u32,
     pub msghdr_msg_namelen: u32,
     pub super_block_s_magic: u32,
-    pub _pad: u32,
+    pub path_dentry: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
@@ -296,6 +296,10 @@ pub mod hook {
     pub const PTRACE: u32 = 14;
     /// `mount(2)` or `move_mount(2)`.
     pub const MOUNT: u32 = 15;
+    /// Attribute changes, judged as writes to the path.
+    pub const TRUNCATE: u32 = 16;
+    pub const CHMOD: u32 = 17;
+    pub const CHOWN: u32 = 18;
 }
 
 /// What happened (`EventHeader::decision`).
@@ -415,7 +419,7 @@ impl KernelOffsets {
         msghdr_msg_name: 0,
         msghdr_msg_namelen: 0,
         super_block_s_magic: 0,
-        _pad: 0,
+        path_dentry: 0,
         valid: 0,
     };
 }

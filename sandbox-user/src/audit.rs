@@ -48,6 +48,9 @@ impl TryFrom<u32> for Hook {
             hook::RMDIR => Ok(Self::Name("rmdir")),
             hook::LINK => Ok(Self::Name("link")),
             hook::RENAME => Ok(Self::Name("rename")),
+            hook::TRUNCATE => Ok(Self::Name("truncate")),
+            hook::CHMOD => Ok(Self::Name("chmod")),
+            hook::CHOWN => Ok(Self::Name("chown")),
             other => Err(other),
         }
     }

@@ -61,7 +61,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         msghdr_msg_name: f("msghdr", &["msg_name"], Some(8))?,
         msghdr_msg_namelen: f("msghdr", &["msg_namelen"], Some(4))?,
         super_block_s_magic: f("super_block", &["s_magic"], Some(8))?,
-        _pad: 0,
+        path_dentry: f("path", &["dentry"], Some(8))?,
         valid: 1,
     })
 }

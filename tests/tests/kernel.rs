@@ -1134,8 +1134,65 @@ fn allow_hosts_follow_dns_ttl() {
 }
 
 /// Writes are more than opens for writing: creating and removing names in a read-only area
-/// are denied too, and a denied `creat` leaves no empty file behind. (link and rename are
-/// not hooked yet.)
+/// are denied too, and a denied `creat` leaves no empty file behind.
+/// A protected file cannot be given another name (link), moved out from under its rule
+/// (rename) or changed through its attributes (truncate, chmod, chown); nothing can be
+/// linked or renamed into a read-only area. The same operations work where writes are
+/// allowed.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn links_renames_and_attributes_are_writes() {
+    let d = workdir("links_renames");
+    write(&d.join("secret/key"), "k");
+    write(&d.join("ro/existing"), "x");
+    write(&d.join("free/f"), "x");
+    write(&d.join("free/x"), "x");
+    let policy = format!(
+        "files:\n  read_only: [{0}/ro]\n  deny: [{0}/secret]\n",
+        d.display()
+    );
+    let denied: &[&[&str]] = &[
+        &["link", "secret/key", "free/k1"],
+        &["link", "ro/existing", "free/r1"],
+        &["link", "free/f", "ro/l1"],
+        &["rename", "secret/key", "free/k2"],
+        &["rename", "ro/existing", "free/r2"],
+        &["rename", "free/x", "ro/x"],
+        &["truncate", "ro/existing"],
+        &["chmod", "ro/existing"],
+        &["chown", "ro/existing"],
+        &["truncate", "secret/key"],
+    ];
+    let allowed: &[&[&str]] = &[
+        &["link", "free/f", "free/f2"],
+        &["rename", "free/f2", "free/f3"],
+        &["truncate", "free/f3"],
+        &["chmod", "free/f"],
+        &["chown", "free/f"],
+    ];
+    let ops: Vec<&[&str]> = denied.iter().chain(allowed).copied().collect();
+    let r = probe(&d, Some(&policy), &ops);
+    for op in denied {
+        r.expect(&op.join(" "), "EACCES");
+    }
+    for op in allowed {
+        r.expect(&op.join(" "), "OK");
+    }
+    assert_eq!(std::fs::read_to_string(d.join("ro/existing")).unwrap(), "x");
+    assert_eq!(std::fs::read_to_string(d.join("secret/key")).unwrap(), "k");
+    assert!(!d.join("free/k1").exists() && !d.join("free/r2").exists());
+    let key = d.join("secret/key").display().to_string();
+    let recs = r.records("/file/path", &key);
+    let activities: Vec<&str> = recs.iter().filter_map(|r| r["activity"].as_str()).collect();
+    assert_eq!(activities, ["link", "rename", "truncate"], "{recs:#?}");
+    assert!(recs.iter().all(|r| r["policy"]["rule"] == "files.deny[0]"));
+    let into_ro = r.one_record("/file/path", &d.join("ro/x").display().to_string());
+    assert_eq!(into_ro["activity"], "rename");
+    assert_eq!(into_ro["policy"]["rule"], "files.read_only[0]");
+    let chmod = r.records("/activity", "chmod");
+    assert_eq!(chmod.len(), 1, "{chmod:#?}");
+}
+
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn name_changes_are_writes() {

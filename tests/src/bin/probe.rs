@@ -335,6 +335,24 @@ fn op_cgroup_move(path: &str) -> String {
     ))
 }
 
+/// Attribute changes by path: truncate to 0, chmod 0600, chown to the current owner.
+fn op_attr(op: &str, path: &str) -> String {
+    let p = cstr(path);
+    // SAFETY: plain syscalls on a NUL-terminated path.
+    let r = unsafe {
+        match op {
+            "truncate" => libc::truncate(p.as_ptr(), 0),
+            "chmod" => libc::chmod(p.as_ptr(), 0o600),
+            _ => libc::chown(p.as_ptr(), libc::getuid(), libc::getgid()),
+        }
+    };
+    if r == 0 {
+        "OK".into()
+    } else {
+        errno_name(last_errno())
+    }
+}
+
 fn io(r: std::io::Result<()>) -> String {
     match r {
         Ok(()) => "OK".into(),
@@ -379,6 +397,7 @@ fn run_op(words: &[String]) -> String {
         "unlink" => io(std::fs::remove_file(a(1))),
         "rename" => io(std::fs::rename(a(1), a(2))),
         "link" => io(std::fs::hard_link(a(1), a(2))),
+        "truncate" | "chmod" | "chown" => op_attr(a(0), a(1)),
         "sleep" => {
             std::thread::sleep(std::time::Duration::from_millis(a(1).parse().unwrap_or(0)));
             "OK".into()
