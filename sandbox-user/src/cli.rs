@@ -149,7 +149,7 @@ fn preflight_cmd() -> anyhow::Result<i32> {
     let p = run::load_policy(None, &ctx)?;
     let c = compile::compile(&p, compile::FIXED_SEED)?;
     let loaded = loader::kernel_fit().and_then(|k| {
-        loader::Enforcer::load(&c, &k, 1)?;
+        loader::Enforcer::load(&c, &k, 1, None)?;
         Ok(k)
     });
     match loaded {

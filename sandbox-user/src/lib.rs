@@ -15,6 +15,7 @@ pub mod explain;
 pub mod hosts;
 pub mod loader;
 pub mod mounts;
+pub mod pins;
 pub mod policy;
 pub mod preflight;
 pub mod run;

@@ -123,6 +123,9 @@ pub struct Enforcer {
     ebpf: Ebpf,
     pub policy_id: u32,
     levels: u64,
+    /// Links pinned in bpffs (see `pins`): they stay attached if sandbox dies.
+    pinned: Vec<aya::programs::links::PinnedLink>,
+    pin_dir: Option<std::path::PathBuf>,
 }
 
 /// Files protected by identity: every existing file named by a literal deny, `read_only` or
@@ -183,14 +186,21 @@ pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Identities {
 impl Enforcer {
     /// Loads the programs with maps sized for `policy` and attaches them. Nothing is
     /// enforced until [`Enforcer::bind`].
+    /// With `pin_dir`, every link is pinned there, so enforcement outlives this process
+    /// until [`Enforcer::release`].
     pub fn load(
         policy: &CompiledPolicy,
         kernel: &KernelFit,
         identity_count: usize,
+        pin_dir: Option<&Path>,
     ) -> Result<Self, LoadError> {
         let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?;
         let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, &btf)?;
-        e.attach(&kernel.programs, &btf)?;
+        e.pin_dir = pin_dir.map(Path::to_path_buf);
+        if let Err(err) = e.attach(&kernel.programs, &btf) {
+            e.release();
+            return Err(err);
+        }
         e.protect(std::process::id())?;
         Ok(e)
     }
@@ -231,6 +241,8 @@ impl Enforcer {
             ebpf,
             policy_id: 0,
             levels: 0,
+            pinned: Vec::new(),
+            pin_dir: None,
         })
     }
 
@@ -254,12 +266,34 @@ impl Enforcer {
                 hook: (*hook).into(),
                 detail: error_chain(&e),
             })?;
-            prog.attach().map_err(|e| LoadError::Attach {
+            let link = prog.attach().map_err(|e| LoadError::Attach {
                 hook: (*hook).into(),
                 detail: error_chain(&e),
             })?;
+            if let Some(dir) = &self.pin_dir {
+                let pin_err = |detail: String| LoadError::Attach {
+                    hook: (*hook).into(),
+                    detail: format!("pinning the link in {}: {detail}", dir.display()),
+                };
+                let link = prog.take_link(link).map_err(|e| pin_err(e.to_string()))?;
+                let pinned = aya::programs::links::FdLink::from(link)
+                    .pin(dir.join(p.name))
+                    .map_err(|e| pin_err(e.to_string()))?;
+                self.pinned.push(pinned);
+            }
         }
         Ok(())
+    }
+
+    /// Unpins the links (they detach with this object) and removes the pin directory. Call
+    /// once the run's cgroup is gone, never before: until then the pins keep it confined.
+    pub fn release(&mut self) {
+        for p in self.pinned.drain(..) {
+            drop(p.unpin());
+        }
+        if let Some(dir) = self.pin_dir.take() {
+            drop(crate::pins::remove_dir(&dir));
+        }
     }
 
     /// Writes every map of `policy` as policy `self.policy_id`. Call before `bind`.

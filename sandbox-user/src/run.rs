@@ -151,38 +151,68 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
     t.lap("kernel offsets from BTF");
     let ids = loader::identities(&compiled, 0);
     t.lap("identities");
-    let mut enforcer = Enforcer::load(&compiled, &kernel, ids.entries.len())
-        .map_err(|e| anyhow!(preflight::explain_load_failure(&e)))?;
+    let root = cgroup::root()?;
+    for line in crate::pins::sweep(&root) {
+        eprintln!("sandbox: {line}");
+    }
+    let pin_dir = crate::pins::own_dir()
+        .inspect_err(|w| eprintln!("sandbox: warning: {w}"))
+        .ok();
+    let enforcer = Enforcer::load(&compiled, &kernel, ids.entries.len(), pin_dir.as_deref())
+        .map_err(|e| anyhow!(preflight::explain_load_failure(&e)));
+    if enforcer.is_err()
+        && let Some(d) = &pin_dir
+    {
+        drop(crate::pins::remove_dir(d));
+    }
+    let mut enforcer = enforcer?;
     t.lap("load and attach");
+    match arm_loaded(&mut enforcer, &compiled, &ids, &root, cgroup_name, &mut t) {
+        Ok((mounts, hosts, host_table, cgroup)) => Ok(Armed {
+            enforcer,
+            compiled,
+            mounts,
+            identities: ids,
+            hosts,
+            host_table,
+            cgroup,
+        }),
+        Err(e) => {
+            enforcer.release();
+            Err(e)
+        }
+    }
+}
+
+/// The steps after the programs are attached; on an error the caller unpins them.
+fn arm_loaded(
+    enforcer: &mut Enforcer,
+    compiled: &CompiledPolicy,
+    ids: &loader::Identities,
+    root: &Path,
+    cgroup_name: &str,
+    t: &mut Timer,
+) -> anyhow::Result<(Vec<Superblock>, HostMap, HostTable, Cgroup)> {
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
-    enforcer.apply(&compiled, &mounts, &ids)?;
+    enforcer.apply(compiled, &mounts, ids)?;
     let mut hosts = HostMap::new();
     let mut host_table = HostTable::default();
     if !compiled.net.hosts.is_empty() {
-        let round = crate::hosts::resolve(&compiled);
+        let round = crate::hosts::resolve(compiled);
         for w in &round.warnings {
             eprintln!("sandbox: warning: {w}");
         }
         host_table.update(&round, std::time::Instant::now());
-        enforcer.set_hosts(&compiled, &host_table.want(&compiled), &mut hosts)?;
+        enforcer.set_hosts(compiled, &host_table.want(compiled), &mut hosts)?;
     }
     t.lap("apply");
-    let root = cgroup::root()?;
-    let cgroup = Cgroup::create(&root, cgroup_name)?;
+    let cgroup = Cgroup::create(root, cgroup_name)?;
     if let Err(e) = enforcer.bind(&cgroup) {
         let _ = cgroup.destroy();
         return Err(e.into());
     }
     t.lap("cgroup bound");
-    Ok(Armed {
-        enforcer,
-        compiled,
-        mounts,
-        identities: ids,
-        hosts,
-        host_table,
-        cgroup,
-    })
+    Ok((mounts, hosts, host_table, cgroup))
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
@@ -206,14 +236,20 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let mut audit = AuditFile::open(&audit_path)
         .with_context(|| format!("opening audit log {}", audit_path.display()))?;
 
+    // The OOM killer should take the agent, not its supervisor (the command gets the
+    // default back before exec). Pinned programs keep the agent confined even then.
+    drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
     let mut armed = arm(compiled, &format!("run-{}", std::process::id()))?;
     let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
     t.lap("supervise");
-    if let Err(e) = armed.cgroup.destroy() {
-        eprintln!(
-            "sandbox: warning: removing {}: {e}",
+    match armed.cgroup.destroy() {
+        // Only with the cgroup gone may the programs go.
+        Ok(()) => armed.enforcer.release(),
+        Err(e) => eprintln!(
+            "sandbox: warning: removing {}: {e}; its programs stay pinned until the next \
+             sandbox run cleans up",
             armed.cgroup.path.display()
-        );
+        ),
     }
     t.lap("teardown");
     result
@@ -258,6 +294,11 @@ async fn supervise(
             // If sandbox dies, the command does not go on unsupervised.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            let oom = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+            if oom >= 0 {
+                libc::write(oom, b"0".as_ptr().cast(), 1);
+                libc::close(oom);
             }
             if drop_privs {
                 let ok = match &user {

@@ -342,6 +342,87 @@ fn self_protection() {
     assert_eq!(probe_outside(&["bpf"]), "OK");
 }
 
+/// Waits up to `secs` for `p` to exist.
+fn wait_for(p: &Path, secs: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !p.exists() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// Fail closed when sandbox itself dies: a process the command left behind stays confined
+/// after sandbox is SIGKILLed (the programs are pinned), and the next run cleans up.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn enforcement_outlives_a_killed_sandbox() {
+    let d = workdir("outlives");
+    write(&d.join("secret"), "s");
+    let policy = d.join("policy.yaml");
+    write(
+        &policy,
+        &format!("files:\n  deny: [{}/secret]\n", d.display()),
+    );
+    let b = bins();
+    let result = d.join("result");
+    let mut sandbox = Command::new(&b.sandbox)
+        .arg("run")
+        .arg("--audit-log")
+        .arg(d.join("audit.jsonl"))
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--")
+        .arg(&b.probe)
+        .args(["orphan-open", "secret", "4000"])
+        .arg(&result)
+        .args(["::", "sleep", "60000"])
+        .current_dir(&d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = sandbox.id();
+    assert!(
+        wait_for(&d.join("result.started"), 60),
+        "the orphan never started"
+    );
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    sandbox.wait().unwrap();
+    assert!(wait_for(&result, 60), "the orphan never reported");
+    assert_eq!(std::fs::read_to_string(&result).unwrap(), "EACCES");
+    // Its cgroup and pins are still there until the next run cleans up.
+    let cg = Path::new("/sys/fs/cgroup/sandbox").join(format!("run-{pid}"));
+    assert!(cg.exists());
+    let pins = |pid: u32| -> Vec<PathBuf> {
+        std::fs::read_dir("/sys/fs/bpf/sandbox")
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name().is_some_and(|n| {
+                            n.to_string_lossy().starts_with(&format!("run-{pid}-"))
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(pins(pid).len(), 1);
+    let next = run_in(&d, None, &d, &["true"]);
+    assert_eq!(next.status, 0, "{}", next.stderr);
+    assert!(
+        next.stderr.contains("cleaned up after a sandbox that died"),
+        "{}",
+        next.stderr
+    );
+    assert!(!cg.exists());
+    assert!(pins(pid).is_empty());
+}
+
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn exec_denied_by_path_symlink_and_hardlink() {
@@ -620,11 +701,23 @@ fn exit_status_propagates_and_cgroup_is_removed() {
         .args(["--", "/bin/sh", "-c", "sleep 1000 & exit 7"])
         .spawn()
         .unwrap();
-    let cgroup = PathBuf::from(format!("/sys/fs/cgroup/sandbox/run-{}", child.id()));
+    let child_id = child.id();
+    let cgroup = PathBuf::from(format!("/sys/fs/cgroup/sandbox/run-{child_id}"));
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(7));
-    // The background sleep was killed with the cgroup, and the cgroup is gone.
+    // The background sleep was killed with the cgroup, and the cgroup is gone, and so are
+    // the pinned programs.
     assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+    let pins = PathBuf::from("/sys/fs/bpf/sandbox");
+    let left: Vec<_> = std::fs::read_dir(&pins)
+        .map(|r| r.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        !left
+            .iter()
+            .any(|p| p.to_string_lossy().contains(&format!("run-{}-", child_id))),
+        "pins left behind: {left:?}"
+    );
     let r = run_in(&d, None, &d, &["/bin/sh", "-c", "kill -TERM $$"]);
     assert_eq!(r.status, 128 + 15);
 }

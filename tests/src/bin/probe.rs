@@ -69,6 +69,29 @@ fn op_open(path: &str, mode: &str) -> String {
     "OK".into()
 }
 
+/// Leaves an orphan behind: a detached grandchild that writes `<result>.started`, waits
+/// `delay_ms`, opens `path` for reading and writes the outcome to `result`.
+fn op_orphan_open(path: &str, delay_ms: &str, result: &str) -> String {
+    let delay = std::time::Duration::from_millis(delay_ms.parse().unwrap_or(0));
+    // SAFETY: fork; the child only runs plain Rust and syscalls, then _exit.
+    unsafe {
+        match libc::fork() {
+            -1 => errno_name(last_errno()),
+            0 => {
+                libc::setsid();
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                libc::dup2(null, 1);
+                libc::dup2(null, 2);
+                let _ = std::fs::write(format!("{result}.started"), b"");
+                std::thread::sleep(delay);
+                let _ = std::fs::write(result, op_open(path, "r"));
+                libc::_exit(0)
+            }
+            _ => "OK".into(),
+        }
+    }
+}
+
 fn sockaddr(addr: IpAddr, port: u16) -> (libc::sockaddr_storage, libc::socklen_t, i32) {
     // SAFETY: zeroed sockaddr_storage is valid; the casts write the matching struct.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -390,6 +413,7 @@ fn run_op(words: &[String]) -> String {
         "exec" => op_exec(&words[1..]),
         "cgroup-child" => op_cgroup_child(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
+        "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
         "bpf" | "kill-parent" | "ptrace-parent" | "mount" => op_protect(a(0), a(1)),
         "symlink" => op_symlink(a(1), a(2)),
         "mkdir" => io(std::fs::create_dir(a(1))),

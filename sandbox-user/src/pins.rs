@@ -1,0 +1,115 @@
+//! Enforcement that outlives sandbox. The programs' links are pinned in bpffs under
+//! `/sys/fs/bpf/sandbox/run-<pid>-<start time>`: if sandbox is killed (OOM killer, root on
+//! the host), its direct child dies with it (parent-death signal) but anything that child
+//! started keeps running, and stays confined by the pinned programs and their maps. The
+//! next `sandbox run` finds runs whose sandbox is gone, kills what is left in their cgroups,
+//! removes the cgroups and then the pins (in that order: never a moment unconfined).
+
+use std::path::{Path, PathBuf};
+
+use crate::cgroup::Cgroup;
+
+/// Where runs pin their links.
+pub const PIN_ROOT: &str = "/sys/fs/bpf/sandbox";
+/// `BPF_FS_MAGIC` (include/uapi/linux/magic.h).
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// `starttime` (field 22 of /proc/<pid>/stat): with the pid, names one process for good.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This process's pin directory, or why links cannot be pinned here.
+pub fn own_dir() -> Result<PathBuf, String> {
+    let root = Path::new(PIN_ROOT);
+    let fs = root.parent().expect("PIN_ROOT has a parent");
+    let c = std::ffi::CString::new(fs.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: statfs into a zeroed struct with a NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &raw mut st) } != 0 || st.f_type != BPF_FS_MAGIC {
+        return Err(format!(
+            "{} is not a BPF file system, so enforcement cannot outlive sandbox: if sandbox \
+             is killed, processes its command started keep running unconfined. \
+             Fix: mount -t bpf bpf {}",
+            fs.display(),
+            fs.display()
+        ));
+    }
+    let pid = std::process::id();
+    let start = start_time(pid).ok_or("cannot read /proc/self/stat")?;
+    let dir = root.join(format!("run-{pid}-{start}"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Removes a pin directory (the pinned links detach when their last reference goes).
+pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        std::fs::remove_file(e?.path())?;
+    }
+    std::fs::remove_dir(dir)
+}
+
+/// Cleans up after runs whose sandbox died: kills and removes their cgroups, then unpins
+/// their programs. Returns one line per run cleaned or left alone because of an error.
+pub fn sweep(cgroup_root: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(PIN_ROOT) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((pid, start)) = name
+            .strip_prefix("run-")
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(p, s)| Some((p.parse::<u32>().ok()?, s.parse::<u64>().ok()?)))
+        else {
+            continue;
+        };
+        if start_time(pid) == Some(start) {
+            continue; // that sandbox is still running
+        }
+        let cg = cgroup_root.join("sandbox").join(format!("run-{pid}"));
+        if cg.exists() {
+            let left = Cgroup::open(cgroup_root, &cg).and_then(|c| {
+                let n = c.pids().len();
+                c.destroy().map(|()| n)
+            });
+            match left {
+                Ok(n) => out.push(format!(
+                    "cleaned up after a sandbox that died (pid {pid}): killed {n} process(es) \
+                     still confined in {}",
+                    cg.display()
+                )),
+                Err(err) => {
+                    out.push(format!(
+                        "cannot clean up {} (its sandbox, pid {pid}, died): {err}; its \
+                         programs stay pinned in {}",
+                        cg.display(),
+                        e.path().display()
+                    ));
+                    continue;
+                }
+            }
+        }
+        if let Err(err) = remove_dir(&e.path()) {
+            out.push(format!("cannot remove {}: {err}", e.path().display()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_names_a_live_process() {
+        let me = start_time(std::process::id()).expect("own start time");
+        assert_eq!(start_time(std::process::id()), Some(me));
+        assert_eq!(start_time(u32::MAX), None);
+    }
+}
