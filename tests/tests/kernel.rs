@@ -342,6 +342,34 @@ fn self_protection() {
     assert_eq!(probe_outside(&["bpf"]), "OK");
 }
 
+/// io_uring does not go around the hooks: OPENAT and CONNECT submitted through a ring get
+/// the decisions of open(2) and connect(2).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn io_uring_gets_the_same_decisions() {
+    let d = workdir("io_uring");
+    write(&d.join("secret"), "s");
+    write(&d.join("public"), "p");
+    let policy = format!("files:\n  deny: [{}/secret]\n", d.display());
+    let r = probe(
+        &d,
+        Some(&policy),
+        &[
+            &["uring-open", "secret"],
+            &["uring-open", "public"],
+            &["uring-connect", "169.254.169.254", "80"],
+            &["uring-connect", "8.8.8.8", "80"],
+        ],
+    );
+    r.expect("uring-open secret", "EACCES");
+    r.expect("uring-open public", "OK");
+    r.expect("uring-connect 169.254.169.254", "EPERM");
+    r.expect("uring-connect 8.8.8.8", "ENETUNREACH");
+    let rec = r.one_record("/file/path", &d.join("secret").display().to_string());
+    assert_eq!(rec["policy"]["rule"], "files.deny[0]");
+    r.one_record("/dst_endpoint/ip", "169.254.169.254");
+}
+
 /// Waits up to `secs` for `p` to exist.
 fn wait_for(p: &Path, secs: u64) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);

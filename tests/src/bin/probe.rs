@@ -92,6 +92,108 @@ fn op_orphan_open(path: &str, delay_ms: &str, result: &str) -> String {
     }
 }
 
+/// One io_uring operation, submitted and reaped with raw system calls: `openat` of a path
+/// for reading, or `connect` to an address. The kernel runs it for this task (or an
+/// io-wq worker of this process), so the LSM hooks must decide as for the system call.
+fn op_uring(op: &str, a1: &str, a2: &str) -> String {
+    const IORING_OP_CONNECT: u8 = 16;
+    const IORING_OP_OPENAT: u8 = 18;
+    const IORING_OFF_SQ_RING: i64 = 0;
+    const IORING_OFF_CQ_RING: i64 = 0x0800_0000;
+    const IORING_OFF_SQES: i64 = 0x1000_0000;
+    // struct io_uring_params: 10 u32, then io_sqring_offsets and io_cqring_offsets (10 u32
+    // each, the last two forming a u64).
+    let mut p = [0u32; 30];
+    let path = cstr(a1);
+    let mut sock = -1;
+    let mut sa = None;
+    if op == "uring-connect" {
+        let (Ok(addr), Ok(port)) = (a1.parse::<IpAddr>(), a2.parse::<u16>()) else {
+            return "BADARGS".into();
+        };
+        let (ss, len, fam) = sockaddr(addr, port);
+        // SAFETY: plain syscall.
+        sock = unsafe { libc::socket(fam, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        sa = Some((ss, len));
+    }
+    // SAFETY: the io_uring ABI, used as documented: the rings are mapped with the sizes
+    // and offsets the kernel returned; indices are masked with the ring masks.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_io_uring_setup, 4u32, p.as_mut_ptr()) as i32;
+        if fd < 0 {
+            return format!("SETUP-{}", errno_name(last_errno()));
+        }
+        let (sq_entries, cq_entries) = (p[0] as usize, p[1] as usize);
+        let (sq_off, cq_off) = (&p[10..20], &p[20..30]);
+        let map = |len: usize, off: i64| {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                off,
+            )
+            .cast::<u8>()
+        };
+        let sq = map(sq_off[6] as usize + sq_entries * 4, IORING_OFF_SQ_RING);
+        let cq = map(cq_off[5] as usize + cq_entries * 16, IORING_OFF_CQ_RING);
+        let sqes = map(sq_entries * 64, IORING_OFF_SQES);
+        let sqe = std::slice::from_raw_parts_mut(sqes, 64);
+        sqe.fill(0);
+        match &sa {
+            Some((ss, len)) => {
+                sqe[0] = IORING_OP_CONNECT;
+                sqe[4..8].copy_from_slice(&sock.to_ne_bytes());
+                sqe[8..16].copy_from_slice(&u64::from(*len).to_ne_bytes());
+                sqe[16..24].copy_from_slice(&(std::ptr::from_ref(ss) as u64).to_ne_bytes());
+            }
+            None => {
+                sqe[0] = IORING_OP_OPENAT;
+                sqe[4..8].copy_from_slice(&libc::AT_FDCWD.to_ne_bytes());
+                sqe[16..24].copy_from_slice(&(path.as_ptr() as u64).to_ne_bytes());
+                sqe[28..32].copy_from_slice(&(libc::O_RDONLY | libc::O_CLOEXEC).to_ne_bytes());
+            }
+        }
+        let at = |base: *mut u8, off: u32| base.add(off as usize).cast::<u32>();
+        let tail = at(sq, sq_off[1]);
+        let mask = *at(sq, sq_off[2]);
+        let t = tail.read_volatile();
+        at(sq, sq_off[6]).add((t & mask) as usize).write_volatile(0);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        tail.write_volatile(t + 1);
+        let n = libc::syscall(
+            libc::SYS_io_uring_enter,
+            fd,
+            1u32,
+            1u32,
+            1u32,
+            0usize,
+            0usize,
+        );
+        if n < 0 {
+            return format!("ENTER-{}", errno_name(last_errno()));
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        let head = at(cq, cq_off[0]).read_volatile();
+        let cmask = *at(cq, cq_off[2]);
+        let cqe = cq.add(cq_off[5] as usize + (head & cmask) as usize * 16);
+        let res = cqe.add(8).cast::<i32>().read_volatile();
+        libc::close(fd);
+        if sock >= 0 {
+            libc::close(sock);
+        }
+        if res < 0 {
+            errno_name(-res)
+        } else {
+            if sa.is_none() {
+                libc::close(res);
+            }
+            "OK".into()
+        }
+    }
+}
+
 fn sockaddr(addr: IpAddr, port: u16) -> (libc::sockaddr_storage, libc::socklen_t, i32) {
     // SAFETY: zeroed sockaddr_storage is valid; the casts write the matching struct.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -414,6 +516,7 @@ fn run_op(words: &[String]) -> String {
         "cgroup-child" => op_cgroup_child(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
+        "uring-open" | "uring-connect" => op_uring(a(0), a(1), a(2)),
         "bpf" | "kill-parent" | "ptrace-parent" | "mount" => op_protect(a(0), a(1)),
         "symlink" => op_symlink(a(1), a(2)),
         "mkdir" => io(std::fs::create_dir(a(1))),
