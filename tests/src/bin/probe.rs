@@ -194,6 +194,126 @@ fn op_uring(op: &str, a1: &str, a2: &str) -> String {
     }
 }
 
+/// Other ways to reach a file than open(2) on its name.
+fn op_open_alias(op: &str, a1: &str, a2: &str, a3: &str) -> String {
+    let res = |r: i32| -> String {
+        if r < 0 {
+            errno_name(last_errno())
+        } else {
+            // SAFETY: r is a descriptor we own.
+            unsafe { libc::close(r) };
+            "OK".into()
+        }
+    };
+    // SAFETY: plain syscalls on NUL-terminated paths and locals that outlive them.
+    unsafe {
+        match op {
+            // A path given as hex bytes: newlines and non-UTF-8 names.
+            "open-hex" => {
+                let bytes: Vec<u8> = (0..a1.len() / 2)
+                    .filter_map(|i| u8::from_str_radix(&a1[2 * i..2 * i + 2], 16).ok())
+                    .collect();
+                let p = CString::new(bytes).expect("no NUL");
+                res(libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC))
+            }
+            "openat2" => {
+                // struct open_how { flags, mode, resolve }
+                let how = [(libc::O_RDONLY | libc::O_CLOEXEC) as u64, 0, 0];
+                let p = cstr(a1);
+                res(libc::syscall(
+                    libc::SYS_openat2,
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    how.as_ptr(),
+                    24usize,
+                ) as i32)
+            }
+            "by-handle" => {
+                // struct file_handle { handle_bytes, handle_type, f_handle[128] }
+                let mut h = [0u32; 2 + 32];
+                h[0] = 128;
+                let mut mount_id = 0;
+                let p = cstr(a1);
+                if libc::syscall(
+                    libc::SYS_name_to_handle_at,
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    h.as_mut_ptr(),
+                    &raw mut mount_id,
+                    0,
+                ) != 0
+                {
+                    return format!("HANDLE-{}", errno_name(last_errno()));
+                }
+                let dir = libc::open(c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                let fd = libc::syscall(
+                    libc::SYS_open_by_handle_at,
+                    dir,
+                    h.as_mut_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                ) as i32;
+                libc::close(dir);
+                res(fd)
+            }
+            // chroot into a1 (in a child) and open a2 inside it.
+            "chroot-open" => {
+                let (dir, p) = (cstr(a1), cstr(a2));
+                let mut fds = [0i32; 2];
+                libc::pipe(fds.as_mut_ptr());
+                let pid = libc::fork();
+                if pid == 0 {
+                    let e = if libc::chroot(dir.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                        -last_errno()
+                    } else {
+                        let fd = libc::open(p.as_ptr(), libc::O_RDONLY);
+                        if fd < 0 { last_errno() } else { 0 }
+                    };
+                    libc::write(fds[1], (&raw const e).cast(), 4);
+                    libc::_exit(0);
+                }
+                let mut e = 0i32;
+                libc::read(fds[0], (&raw mut e).cast(), 4);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+                if e < 0 {
+                    format!("CHROOT-{}", errno_name(-e))
+                } else {
+                    errno_name(e)
+                }
+            }
+            // A chain of `a1` directories named `a2`-long 'd's, made and entered relative to
+            // each other (no PATH_MAX limit on the way), then file `a3` created at the
+            // bottom.
+            "deep-open" => {
+                let depth: usize = a1.parse().unwrap_or(1);
+                let name = cstr(&"d".repeat(a2.parse().unwrap_or(1)));
+                let mut dir = libc::open(c".".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                for _ in 0..depth {
+                    if libc::mkdirat(dir, name.as_ptr(), 0o755) != 0 && last_errno() != libc::EEXIST
+                    {
+                        return format!("MKDIR-{}", errno_name(last_errno()));
+                    }
+                    let next = libc::openat(dir, name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                    libc::close(dir);
+                    if next < 0 {
+                        return format!("CHDIR-{}", errno_name(last_errno()));
+                    }
+                    dir = next;
+                }
+                let file = cstr(a3);
+                let f = libc::openat(
+                    dir,
+                    file.as_ptr(),
+                    libc::O_RDONLY | libc::O_CREAT | libc::O_CLOEXEC,
+                    0o644,
+                );
+                libc::close(dir);
+                res(f)
+            }
+            _ => "BADOP".into(),
+        }
+    }
+}
+
 fn sockaddr(addr: IpAddr, port: u16) -> (libc::sockaddr_storage, libc::socklen_t, i32) {
     // SAFETY: zeroed sockaddr_storage is valid; the casts write the matching struct.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -517,6 +637,9 @@ fn run_op(words: &[String]) -> String {
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
         "uring-open" | "uring-connect" => op_uring(a(0), a(1), a(2)),
+        "open-hex" | "openat2" | "by-handle" | "chroot-open" | "deep-open" => {
+            op_open_alias(a(0), a(1), a(2), a(3))
+        }
         "bpf" | "kill-parent" | "ptrace-parent" | "mount" => op_protect(a(0), a(1)),
         "symlink" => op_symlink(a(1), a(2)),
         "mkdir" => io(std::fs::create_dir(a(1))),
