@@ -240,6 +240,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     // default back before exec). Pinned programs keep the agent confined even then.
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
     let mut armed = arm(compiled, &format!("run-{}", std::process::id()))?;
+    t.lap("arm (total)");
     let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
     t.lap("supervise");
     match armed.cgroup.destroy() {
@@ -312,9 +313,11 @@ async fn supervise(
             Ok(())
         });
     }
+    let mut t = Timer::new();
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
+    t.lap("spawn");
     drop(procs);
     let child_pid = child.id();
 
@@ -369,6 +372,7 @@ async fn supervise(
             }
         }
     };
+    t.lap("command ran");
     // Events still in flight from the last moments of the command.
     tokio::time::sleep(Duration::from_millis(50)).await;
     pump.drain(ring.get_mut())?;
