@@ -43,6 +43,23 @@ pub enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
     },
+    /// Enforce a policy on an existing cgroup (a systemd service, a daemon) until stopped.
+    /// SIGHUP reloads the policy file (a bad one changes nothing); SIGTERM stops.
+    Attach {
+        /// The cgroup: a path under the cgroup v2 mount, or relative to it
+        /// (e.g. system.slice/nginx.service).
+        #[arg(long)]
+        cgroup: PathBuf,
+        /// Policy file (YAML). Without it, the built-in default policy applies.
+        #[arg(long, short)]
+        policy: Option<PathBuf>,
+        /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else /var/log/sandbox/audit.jsonl.
+        #[arg(long)]
+        audit_log: Option<PathBuf>,
+        /// No per-deny lines on stderr (the audit log still gets every record).
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Validate a policy file and summarise what it enforces.
     Check { file: PathBuf },
     /// Print the built-in default policy.
@@ -89,6 +106,22 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
                 quiet,
                 as_root,
                 command,
+            }))
+        }
+        Command::Attach {
+            cgroup,
+            policy,
+            audit_log,
+            quiet,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(crate::attach::attach(crate::attach::AttachOptions {
+                cgroup,
+                policy,
+                audit_log,
+                quiet,
             }))
         }
         Command::Check { file } => {

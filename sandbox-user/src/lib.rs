@@ -5,6 +5,7 @@
 //! [`compile`] (`CompiledPolicy`, pure) -> [`loader`] (maps, programs, cgroup binding) ->
 //! kernel hooks -> ring buffer -> [`audit`] sinks.
 
+pub mod attach;
 pub mod audit;
 pub mod btf;
 pub mod cgroup;

@@ -22,8 +22,10 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// This process's pin directory, or why links cannot be pinned here.
-pub fn own_dir() -> Result<PathBuf, String> {
+/// A new pin directory for this process, or why links cannot be pinned here:
+/// `run-<pid>-<start>` for `sandbox run`, `attach-<pid>-<start>-<cgroup id>-<load>` for
+/// `sandbox attach` (one per load: a reload pins a second set before the first goes).
+pub fn own_dir(attached: Option<u64>) -> Result<PathBuf, String> {
     let root = Path::new(PIN_ROOT);
     let fs = root.parent().expect("PIN_ROOT has a parent");
     let c = std::ffi::CString::new(fs.as_os_str().as_encoded_bytes()).expect("no NUL");
@@ -40,9 +42,49 @@ pub fn own_dir() -> Result<PathBuf, String> {
     }
     let pid = std::process::id();
     let start = start_time(pid).ok_or("cannot read /proc/self/stat")?;
-    let dir = root.join(format!("run-{pid}-{start}"));
+    // A reload loads a second set while the first is still pinned: one directory each.
+    static LOADS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = root.join(match attached {
+        None => format!("run-{pid}-{start}"),
+        Some(cg) => format!("attach-{pid}-{start}-{cg}-{n}"),
+    });
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
+}
+
+/// (pid, cgroup id) of an `attach-<pid>-<start>-<cgroup id>-<load>` directory name.
+fn attach_dir(name: &str) -> Option<(u32, u64)> {
+    let mut it = name.strip_prefix("attach-")?.split('-');
+    let pid = it.next()?.parse().ok()?;
+    let _start: u64 = it.next()?.parse().ok()?;
+    Some((pid, it.next()?.parse().ok()?))
+}
+
+/// Whether the sandbox that made pin directory `name` (`<kind>-<pid>-<start>[-...]`) is
+/// still running.
+fn alive(name: &str) -> bool {
+    let mut it = name.split('-').skip(1);
+    let (Some(pid), Some(start)) = (
+        it.next().and_then(|p| p.parse::<u32>().ok()),
+        it.next().and_then(|s| s.parse::<u64>().ok()),
+    ) else {
+        return false;
+    };
+    start_time(pid) == Some(start)
+}
+
+/// After `sandbox attach` bound cgroup `cg`: removes what dead attaches left pinned on it.
+pub fn remove_stale_attach(cg: u64) {
+    let Ok(entries) = std::fs::read_dir(PIN_ROOT) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if attach_dir(&name).is_some_and(|(_, c)| c == cg) && !alive(&name) {
+            drop(remove_dir(&e.path()));
+        }
+    }
 }
 
 /// Removes a pin directory (the pinned links detach when their last reference goes).
@@ -62,6 +104,19 @@ pub fn sweep(cgroup_root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
+        if let Some((pid, cg)) = attach_dir(&name)
+            && !alive(&name)
+        {
+            // Not ours to kill: the service keeps running, confined, until `sandbox attach`
+            // binds its cgroup again (which then removes this).
+            out.push(format!(
+                "enforcement left by a sandbox attach that died (pid {pid}) is still in force \
+                 on cgroup id {cg}; it ends when sandbox attach binds that cgroup again, or \
+                 when {} is removed",
+                e.path().display()
+            ));
+            continue;
+        }
         let Some((pid, start)) = name
             .strip_prefix("run-")
             .and_then(|r| r.split_once('-'))

@@ -129,11 +129,22 @@ pub struct Armed {
     pub hosts: HostMap,
     /// `allow_hosts` addresses and when each expires.
     pub host_table: HostTable,
+    /// Ring-buffer drops already written to the audit log.
+    pub reported_drops: u64,
     pub cgroup: Cgroup,
 }
 
-/// Preflight, load, apply, create and bind the run's cgroup.
-pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed> {
+/// Which cgroup a policy is bound to.
+#[derive(Debug, Clone, Copy)]
+pub enum Bind<'a> {
+    /// A new cgroup `<root>/sandbox/<name>`, created once the programs are attached.
+    NewRun(&'a str),
+    /// An existing cgroup (`sandbox attach`): never created or removed by sandbox.
+    Existing(&'a Path),
+}
+
+/// Preflight, load, apply, create (or open) and bind the cgroup.
+pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
     let mut t = Timer::new();
     let failed: Vec<String> = preflight::static_checks()
         .into_iter()
@@ -155,7 +166,18 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
     for line in crate::pins::sweep(&root) {
         eprintln!("sandbox: {line}");
     }
-    let pin_dir = crate::pins::own_dir()
+    let existing = match bind {
+        Bind::Existing(p) => {
+            let abs = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                root.join(p)
+            };
+            Some(Cgroup::open(&root, &abs)?)
+        }
+        Bind::NewRun(_) => None,
+    };
+    let pin_dir = crate::pins::own_dir(existing.as_ref().map(|c| c.id))
         .inspect_err(|w| eprintln!("sandbox: warning: {w}"))
         .ok();
     let enforcer = Enforcer::load(&compiled, &kernel, ids.entries.len(), pin_dir.as_deref())
@@ -167,7 +189,15 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
     }
     let mut enforcer = enforcer?;
     t.lap("load and attach");
-    match arm_loaded(&mut enforcer, &compiled, &ids, &root, cgroup_name, &mut t) {
+    match arm_loaded(
+        &mut enforcer,
+        &compiled,
+        &ids,
+        &root,
+        bind,
+        existing,
+        &mut t,
+    ) {
         Ok((mounts, hosts, host_table, cgroup)) => Ok(Armed {
             enforcer,
             compiled,
@@ -176,6 +206,7 @@ pub fn arm(compiled: CompiledPolicy, cgroup_name: &str) -> anyhow::Result<Armed>
             hosts,
             host_table,
             cgroup,
+            reported_drops: 0,
         }),
         Err(e) => {
             enforcer.release();
@@ -190,7 +221,8 @@ fn arm_loaded(
     compiled: &CompiledPolicy,
     ids: &loader::Identities,
     root: &Path,
-    cgroup_name: &str,
+    bind: Bind<'_>,
+    existing: Option<Cgroup>,
     t: &mut Timer,
 ) -> anyhow::Result<(Vec<Superblock>, HostMap, HostTable, Cgroup)> {
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
@@ -206,11 +238,21 @@ fn arm_loaded(
         enforcer.set_hosts(compiled, &host_table.want(compiled), &mut hosts)?;
     }
     t.lap("apply");
-    let cgroup = Cgroup::create(root, cgroup_name)?;
-    if let Err(e) = enforcer.bind(&cgroup) {
-        let _ = cgroup.destroy();
-        return Err(e.into());
-    }
+    let cgroup = match (existing, bind) {
+        (Some(c), _) => {
+            enforcer.bind(&c)?;
+            c
+        }
+        (None, Bind::NewRun(name)) => {
+            let cgroup = Cgroup::create(root, name)?;
+            if let Err(e) = enforcer.bind(&cgroup) {
+                let _ = cgroup.destroy();
+                return Err(e.into());
+            }
+            cgroup
+        }
+        (None, Bind::Existing(p)) => bail!("cgroup {} was not opened", p.display()),
+    };
     t.lap("cgroup bound");
     Ok((mounts, hosts, host_table, cgroup))
 }
@@ -239,7 +281,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     // The OOM killer should take the agent, not its supervisor (the command gets the
     // default back before exec). Pinned programs keep the agent confined even then.
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
-    let mut armed = arm(compiled, &format!("run-{}", std::process::id()))?;
+    let name = format!("run-{}", std::process::id());
+    let mut armed = arm(compiled, Bind::NewRun(&name))?;
     t.lap("arm (total)");
     let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
     t.lap("supervise");
@@ -346,8 +389,14 @@ async fn supervise(
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                pump.drain(guard.get_inner_mut())?;
-                guard.clear_ready();
+                if pump.drain(guard.get_inner_mut(), DRAIN_BATCH)? {
+                    guard.clear_ready();
+                } else {
+                    // Still more: let the runtime look at signals and timers first (the
+                    // loop would otherwise never give it the chance under a flood).
+                    drop(guard);
+                    tokio::task::yield_now().await;
+                }
             }
             status = child.wait() => break status?,
             _ = sigterm.recv() => forward(child_pid, libc::SIGTERM),
@@ -375,7 +424,7 @@ async fn supervise(
     t.lap("command ran");
     // Events still in flight from the last moments of the command.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    pump.drain(ring.get_mut())?;
+    pump.drain(ring.get_mut(), FINAL_DRAIN)?;
     pump.check_drops(&mut armed.enforcer)?;
     pump.audit.flush()?;
     Ok(exit_code(status))
@@ -404,9 +453,21 @@ pub struct Pump<'a> {
     pub reported_drops: u64,
 }
 
+/// Records written after the command ended (bounded: processes it left may still be
+/// producing them until the cgroup is killed).
+pub const FINAL_DRAIN: usize = 1 << 20;
+
+/// Records handled per wake-up before the event loop looks at signals and timers again: a
+/// process flooding denials must not starve the rest of sandbox.
+pub const DRAIN_BATCH: usize = 4096;
+
 impl Pump<'_> {
-    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) -> anyhow::Result<()> {
-        while let Some(item) = ring.next() {
+    /// Writes up to `max` records; `true` when the ring buffer is empty.
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
+        for _ in 0..max {
+            let Some(item) = ring.next() else {
+                return Ok(true);
+            };
             match Event::decode(&item) {
                 Ok(e) => {
                     self.audit.write(&self.fmt.json(&e))?;
@@ -423,7 +484,7 @@ impl Pump<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     pub fn check_drops(&mut self, enforcer: &mut Enforcer) -> anyhow::Result<()> {

@@ -636,6 +636,21 @@ fn run_op(words: &[String]) -> String {
         "cgroup-child" => op_cgroup_child(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
+        "open-loop" => {
+            // Opens a(1) for reading until the file a(2) exists, pausing a(3) microseconds
+            // between opens; counts the outcomes.
+            let pause = std::time::Duration::from_micros(a(3).parse().unwrap_or(0));
+            let (mut ok, mut denied) = (0u64, 0u64);
+            while !std::path::Path::new(a(2)).exists() {
+                std::thread::sleep(pause);
+                if op_open(a(1), "r") == "OK" {
+                    ok += 1;
+                } else {
+                    denied += 1;
+                }
+            }
+            format!("ALLOWED={ok} DENIED={denied}")
+        }
         "uring-open" | "uring-connect" => op_uring(a(0), a(1), a(2)),
         "open-hex" | "openat2" | "by-handle" | "chroot-open" | "deep-open" => {
             op_open_alias(a(0), a(1), a(2), a(3))
