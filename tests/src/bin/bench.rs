@@ -9,6 +9,10 @@
 //!
 //!   sandbox-bench                 the driver: prints the table
 //!   sandbox-bench loop PORT       the measured loops (open+close, connect, fork+exec)
+//!   sandbox-bench flood N         N denied opens as fast as possible (the event stream)
+//!
+//! The flood phase checks that no denial is lost silently: every one of the N denied opens
+//! is either a record in the audit log or counted in an `audit_loss` record.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -117,6 +121,25 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("loop") {
         loops(args[2].parse().unwrap());
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("flood") {
+        let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let path = std::ffi::CString::new("/tmp/bench/denied").unwrap();
+        let t = Instant::now();
+        let mut denied = 0u32;
+        for _ in 0..n {
+            // SAFETY: plain syscalls on a valid path.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    denied += 1;
+                } else {
+                    libc::close(fd);
+                }
+            }
+        }
+        println!("flood denied={denied} ns={}", t.elapsed().as_nanos());
         return;
     }
     if args.get(1).map(String::as_str) == Some("hold") {
@@ -236,4 +259,65 @@ fn main() {
         .output()
         .unwrap();
     assert!(!check.status.success(), "the bench policy did not confine");
+    flood(&sandbox, &me);
+}
+
+/// The event stream under a flood of denials: how fast they are produced and recorded, and
+/// that records + counted losses add up to the denials.
+fn flood(sandbox: &str, me: &std::path::Path) {
+    const N: u32 = 200_000;
+    let log = "/tmp/bench/flood.jsonl";
+    let _ = std::fs::remove_file(log);
+    let t = Instant::now();
+    let out = Command::new(sandbox)
+        .args([
+            "run",
+            "--quiet",
+            "--audit-log",
+            log,
+            "--policy",
+            "/tmp/bench/policy-10.yaml",
+            "--",
+        ])
+        .arg(me)
+        .args(["flood", &N.to_string()])
+        .output()
+        .unwrap();
+    let wall = t.elapsed();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("flood "))
+        .unwrap_or_else(|| panic!("no flood result: {text}"));
+    let field = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (denied, ns) = (field("denied="), field("ns="));
+    let (mut records, mut lost) = (0u64, 0u64);
+    for l in std::fs::read_to_string(log).unwrap().lines() {
+        if l.contains("\"class\":\"audit_loss\"") {
+            let v = l.split("\"dropped_events\":").nth(1).unwrap_or("0");
+            lost += v
+                .trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse::<u64>().ok())
+                .unwrap_or(0);
+        } else if l.contains("/tmp/bench/denied") {
+            records += 1;
+        }
+    }
+    println!(
+        "flood: {denied} denied opens in {:.2} s ({:.0}/s produced); {records} records + {lost} \
+         counted as lost = {} (run took {:.2} s)",
+        ns as f64 / 1e9,
+        denied as f64 / (ns as f64 / 1e9),
+        records + lost,
+        wall.as_secs_f64()
+    );
+    assert_eq!(u64::from(N), denied, "every flood open must be denied");
+    assert_eq!(records + lost, denied, "denials lost without being counted");
 }
