@@ -3,7 +3,7 @@
 //!
 //! - Every process in the cgroup and below is confined from the moment of binding; sandbox
 //!   never creates, kills or removes the cgroup.
-//! - `SIGHUP` re-reads the policy file. A policy with errors is reported (file:line:column)
+//! - `SIGHUP` re-reads the policy file. A policy with errors is reported (`file:line:column`)
 //!   and changes nothing. A good one is loaded as a second, complete set of programs and
 //!   maps and bound *before* the old set is released: during the switch both decide (a
 //!   denial by either stands), so there is no moment with no policy or half of one.

@@ -22,6 +22,9 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Loads of this process so far (names its pin directories apart).
+static LOADS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// A new pin directory for this process, or why links cannot be pinned here:
 /// `run-<pid>-<start>` for `sandbox run`, `attach-<pid>-<start>-<cgroup id>-<load>` for
 /// `sandbox attach` (one per load: a reload pins a second set before the first goes).
@@ -43,7 +46,6 @@ pub fn own_dir(attached: Option<u64>) -> Result<PathBuf, String> {
     let pid = std::process::id();
     let start = start_time(pid).ok_or("cannot read /proc/self/stat")?;
     // A reload loads a second set while the first is still pinned: one directory each.
-    static LOADS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = root.join(match attached {
         None => format!("run-{pid}-{start}"),
