@@ -19,7 +19,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::audit::{AuditFile, Formatter};
 use crate::compile::{self, CompiledPolicy};
-use crate::hosts::HostTable;
+use crate::hosts::HostState;
 use crate::policy::{self, Context};
 use crate::run::{self, Armed, Bind, Pump};
 
@@ -148,9 +148,7 @@ async fn serve(
     };
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let has_hosts = !armed.compiled.net.hosts.is_empty();
-    let next_lookup =
-        |t: &HostTable| tokio::time::Instant::from_std(t.next_lookup(std::time::Instant::now()));
-    let lookup = tokio::time::sleep_until(next_lookup(&armed.host_table));
+    let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
     tokio::pin!(lookup);
     let mut resolving: Option<tokio::task::JoinHandle<crate::hosts::Round>> = None;
     let reload = loop {
@@ -171,19 +169,12 @@ async fn serve(
             _ = sigint.recv() => break false,
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
             () = &mut lookup, if has_hosts && resolving.is_none() => {
-                let c = armed.compiled.clone();
-                resolving = Some(tokio::task::spawn_blocking(move || crate::hosts::resolve(&c)));
+                resolving = Some(HostState::start_lookup(&armed.compiled));
             }
             done = async { resolving.as_mut().expect("guarded").await }, if resolving.is_some() => {
                 resolving = None;
-                let round = done.unwrap_or_else(|_| crate::hosts::Round {
-                    failed: true,
-                    ..Default::default()
-                });
-                armed.host_table.update(&round, std::time::Instant::now());
-                let want = armed.host_table.want(&armed.compiled);
-                armed.enforcer.set_hosts(&armed.compiled, &want, &mut armed.hosts)?;
-                lookup.as_mut().reset(next_lookup(&armed.host_table));
+                let next = armed.hosts.take_round(done, &mut armed.enforcer, &armed.compiled)?;
+                lookup.as_mut().reset(next);
             }
         }
     };

@@ -128,6 +128,55 @@ fn addresses(host: &str, servers: &[IpAddr]) -> Result<BTreeMap<IpAddr, Duration
     Ok(ttl)
 }
 
+/// The `allow_hosts` state of one loaded policy: what is allowed until when, and what is
+/// installed in the kernel.
+#[derive(Debug, Default)]
+pub struct HostState {
+    pub table: HostTable,
+    pub installed: HostMap,
+}
+
+impl HostState {
+    /// When the names are to be looked up next.
+    pub fn next_lookup(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.table.next_lookup(Instant::now()))
+    }
+
+    /// Looks every name of `c` up, off the event loop.
+    pub fn start_lookup(c: &CompiledPolicy) -> tokio::task::JoinHandle<Round> {
+        let c = c.clone();
+        tokio::task::spawn_blocking(move || resolve(&c))
+    }
+
+    /// Takes in a round of answers and installs the result.
+    pub fn install(
+        &mut self,
+        round: &Round,
+        enforcer: &mut crate::loader::Enforcer,
+        c: &CompiledPolicy,
+    ) -> Result<(), crate::loader::LoadError> {
+        self.table.update(round, Instant::now());
+        let want = self.table.want(c);
+        enforcer.set_hosts(c, &want, &mut self.installed)
+    }
+
+    /// Installs what a lookup found; expired addresses leave even when it failed (fail
+    /// closed). Returns when to look up next.
+    pub fn take_round(
+        &mut self,
+        done: Result<Round, tokio::task::JoinError>,
+        enforcer: &mut crate::loader::Enforcer,
+        c: &CompiledPolicy,
+    ) -> Result<tokio::time::Instant, crate::loader::LoadError> {
+        let round = done.unwrap_or_else(|_| Round {
+            failed: true,
+            ..Round::default()
+        });
+        self.install(&round, enforcer, c)?;
+        Ok(self.next_lookup())
+    }
+}
+
 /// Which (name, address) pairs are allowed, and until when.
 #[derive(Debug, Default, Clone)]
 pub struct HostTable {

@@ -19,7 +19,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::audit::{AuditFile, Event, Formatter};
 use crate::cgroup::{self, Cgroup};
 use crate::compile::{self, CompiledPolicy};
-use crate::hosts::{HostMap, HostTable};
+use crate::hosts::HostState;
 use crate::loader::{self, Enforcer};
 use crate::mounts::{self, Superblock};
 use crate::policy::{self, Context, Policy};
@@ -126,9 +126,7 @@ pub struct Armed {
     pub mounts: Vec<Superblock>,
     pub identities: loader::Identities,
     /// Installed `allow_hosts` addresses.
-    pub hosts: HostMap,
-    /// `allow_hosts` addresses and when each expires.
-    pub host_table: HostTable,
+    pub hosts: HostState,
     /// Ring-buffer drops already written to the audit log.
     pub reported_drops: u64,
     pub cgroup: Cgroup,
@@ -198,13 +196,12 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
         existing,
         &mut t,
     ) {
-        Ok((mounts, hosts, host_table, cgroup)) => Ok(Armed {
+        Ok((mounts, hosts, cgroup)) => Ok(Armed {
             enforcer,
             compiled,
             mounts,
             identities: ids,
             hosts,
-            host_table,
             cgroup,
             reported_drops: 0,
         }),
@@ -224,18 +221,16 @@ fn arm_loaded(
     bind: Bind<'_>,
     existing: Option<Cgroup>,
     t: &mut Timer,
-) -> anyhow::Result<(Vec<Superblock>, HostMap, HostTable, Cgroup)> {
+) -> anyhow::Result<(Vec<Superblock>, HostState, Cgroup)> {
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(compiled, &mounts, ids)?;
-    let mut hosts = HostMap::new();
-    let mut host_table = HostTable::default();
+    let mut hosts = HostState::default();
     if !compiled.net.hosts.is_empty() {
         let round = crate::hosts::resolve(compiled);
         for w in &round.warnings {
             eprintln!("sandbox: warning: {w}");
         }
-        host_table.update(&round, std::time::Instant::now());
-        enforcer.set_hosts(compiled, &host_table.want(compiled), &mut hosts)?;
+        hosts.install(&round, enforcer, compiled)?;
     }
     t.lap("apply");
     let cgroup = match (existing, bind) {
@@ -254,7 +249,7 @@ fn arm_loaded(
         (None, Bind::Existing(p)) => bail!("cgroup {} was not opened", p.display()),
     };
     t.lap("cgroup bound");
-    Ok((mounts, hosts, host_table, cgroup))
+    Ok((mounts, hosts, cgroup))
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
@@ -380,9 +375,7 @@ async fn supervise(
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let has_hosts = !armed.compiled.net.hosts.is_empty();
-    let next_lookup =
-        |t: &HostTable| tokio::time::Instant::from_std(t.next_lookup(std::time::Instant::now()));
-    let lookup = tokio::time::sleep_until(next_lookup(&armed.host_table));
+    let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
     tokio::pin!(lookup);
     let mut resolving: Option<tokio::task::JoinHandle<crate::hosts::Round>> = None;
     let status = loop {
@@ -404,20 +397,12 @@ async fn supervise(
             _ = sigint.recv() => {}
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
             () = &mut lookup, if has_hosts && resolving.is_none() => {
-                let c = armed.compiled.clone();
-                resolving = Some(tokio::task::spawn_blocking(move || crate::hosts::resolve(&c)));
+                resolving = Some(HostState::start_lookup(&armed.compiled));
             }
             done = async { resolving.as_mut().expect("guarded").await }, if resolving.is_some() => {
                 resolving = None;
-                let round = done.unwrap_or_else(|_| crate::hosts::Round {
-                    failed: true,
-                    ..Default::default()
-                });
-                // Expired addresses leave even when the lookup failed (fail closed).
-                armed.host_table.update(&round, std::time::Instant::now());
-                let want = armed.host_table.want(&armed.compiled);
-                armed.enforcer.set_hosts(&armed.compiled, &want, &mut armed.hosts)?;
-                lookup.as_mut().reset(next_lookup(&armed.host_table));
+                let next = armed.hosts.take_round(done, &mut armed.enforcer, &armed.compiled)?;
+                lookup.as_mut().reset(next);
             }
         }
     };
