@@ -683,6 +683,10 @@ fn exec_denied_by_path_symlink_and_hardlink() {
             &["exec", "./hardlinked"],
             &["exec", "./allowed-tool"],
             &["open", "denied-tool", "r"],
+            &["exec-fd", "./denied-tool"],
+            &["exec-fd", "./allowed-tool"],
+            &["exec-procfd", "./denied-tool"],
+            &["exec-memfd", "./denied-tool"],
         ],
     );
     r.expect("exec ./denied-tool", "EACCES");
@@ -691,6 +695,12 @@ fn exec_denied_by_path_symlink_and_hardlink() {
     r.expect("exec ./allowed-tool", "OK");
     // No copying a denied binary (or `ld.so denied-tool`): it cannot be read either.
     r.expect("open denied-tool r", "EACCES");
+    // execveat on an O_PATH descriptor is judged on the file; /proc/self/fd/N and a memfd
+    // copy both need the file opened for reading first, which is refused.
+    r.expect("exec-fd ./denied-tool", "EACCES");
+    r.expect("exec-fd ./allowed-tool", "OK");
+    r.expect("exec-procfd ./denied-tool", "OPEN-EACCES");
+    r.expect("exec-memfd ./denied-tool", "READ-EACCES");
     let rec = &r.records("/class", "process_activity")[0];
     assert_eq!(
         rec["process"]["file"]["path"],
@@ -699,7 +709,7 @@ fn exec_denied_by_path_symlink_and_hardlink() {
     assert_eq!(rec["policy"]["rule"], "exec.deny[0]");
     assert_eq!(
         r.records("/class", "process_activity").len(),
-        3,
+        4,
         "{:#?}",
         r.audit
     );
@@ -1173,10 +1183,19 @@ fn exec_allowlist_and_setuid_denial() {
     let r = probe(
         &d,
         Some(&policy),
-        &[&["exec", "./ok-tool"], &["exec", "./other-tool"]],
+        &[
+            &["exec", "./ok-tool"],
+            &["exec", "./other-tool"],
+            &["exec-memfd", "./ok-tool"],
+            &["exec-fd", "./ok-tool"],
+        ],
     );
     r.expect("exec ./ok-tool", "OK");
     r.expect("exec ./other-tool", "EACCES");
+    // A memfd has no path on any mounted file system: never in an allowlist, so an allowed
+    // binary's bytes (or a downloaded one) cannot be run from memory.
+    r.expect("exec-memfd ./ok-tool", "EACCES");
+    r.expect("exec-fd ./ok-tool", "OK");
     let rec = &r.records("/class", "process_activity")[0];
     assert_eq!(rec["policy"]["reason"], "not_in_exec_allowlist");
     let r = probe(

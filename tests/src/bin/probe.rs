@@ -464,14 +464,49 @@ fn op_send(how: &str, addr: &str, port: &str) -> String {
 }
 
 fn op_exec(args: &[String]) -> String {
+    op_exec_via("exec", args)
+}
+
+/// Executes `args[0]` by path (`exec`), by an `O_PATH` descriptor with `execveat`
+/// (`exec-fd`), through `/proc/self/fd/N` (`exec-procfd`), or as a copy in a memfd with
+/// `fexecve` (`exec-memfd`: the copy needs the file's content, so reading it is checked
+/// first).
+fn op_exec_via(how: &str, args: &[String]) -> String {
     let Some(path) = args.first() else {
         return "BADARGS".into();
+    };
+    // SAFETY: plain syscalls on locals, before the fork.
+    let fd = unsafe {
+        match how {
+            "exec-fd" => libc::open(cstr(path).as_ptr(), libc::O_PATH),
+            "exec-procfd" => libc::open(cstr(path).as_ptr(), libc::O_RDONLY),
+            "exec-memfd" => {
+                let bytes = match std::fs::read(path) {
+                    Ok(b) => b,
+                    Err(e) => return format!("READ-{}", errno_name(e.raw_os_error().unwrap_or(0))),
+                };
+                let m = libc::memfd_create(c"copy".as_ptr(), 0);
+                if m >= 0 {
+                    libc::write(m, bytes.as_ptr().cast(), bytes.len());
+                }
+                m
+            }
+            _ => -2,
+        }
+    };
+    if fd == -1 {
+        return format!("OPEN-{}", errno_name(last_errno()));
+    }
+    let path = if how == "exec-procfd" {
+        format!("/proc/self/fd/{fd}")
+    } else {
+        path.clone()
     };
     let cargs: Vec<CString> = args.iter().map(|a| cstr(a)).collect();
     let mut argv: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
     argv.push(std::ptr::null());
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-    let p = cstr(path);
+    let p = cstr(&path);
     // SAFETY: fork/execve with argv/envp prepared before the fork; the child only makes
     // async-signal-safe calls.
     unsafe {
@@ -481,7 +516,18 @@ fn op_exec(args: &[String]) -> String {
         }
         let pid = libc::fork();
         if pid == 0 {
-            libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            if fd >= 0 && how != "exec-procfd" {
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fd,
+                    c"".as_ptr(),
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            } else {
+                libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            }
             let e = last_errno();
             libc::write(fds[1], (&raw const e).cast(), 4);
             libc::_exit(127);
@@ -633,6 +679,7 @@ fn run_op(words: &[String]) -> String {
         "udp" => op_udp(a(1), a(2)),
         "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),
         "exec" => op_exec(&words[1..]),
+        "exec-fd" | "exec-procfd" | "exec-memfd" => op_exec_via(a(0), &words[1..]),
         "cgroup-child" => op_cgroup_child(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
