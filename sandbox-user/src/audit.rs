@@ -116,9 +116,42 @@ pub struct Formatter<'a> {
 }
 
 impl Formatter<'_> {
-    /// The full path: superblock mount point + path inside it.
+    /// The full path: superblock mount point + path inside it (invalid UTF-8 shown as
+    /// U+FFFD; see [`Formatter::path_bytes`]).
     pub fn full_path(&self, e: &Event) -> String {
         self.join(e.header.dev, &e.sb_path)
+    }
+
+    /// The full path as the kernel saw it, byte for byte.
+    pub fn path_bytes(&self, e: &Event) -> Vec<u8> {
+        let dev = e.header.dev;
+        match self.mounts.iter().find(|m| m.dev == dev) {
+            Some(m) => {
+                let p = crate::mounts::prefix(&m.mount_point);
+                if e.sb_path == b"/" && !p.is_empty() {
+                    p.as_bytes().to_vec()
+                } else {
+                    [p.as_bytes(), &e.sb_path].concat()
+                }
+            }
+            None => self.full_path(e).into_bytes(),
+        }
+    }
+
+    /// The `file` object of a record; a path that is not valid UTF-8 also comes as
+    /// `path_hex`, the exact bytes.
+    fn file_json(&self, e: &Event, access: &str) -> Value {
+        let h = &e.header;
+        let mut f = json!({
+            "path": self.full_path(e), "inode": h.ino, "dev": h.dev, "access": access,
+            "truncated": h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
+        });
+        let bytes = self.path_bytes(e);
+        if std::str::from_utf8(&bytes).is_err() {
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            f["path_hex"] = json!(hex);
+        }
+        f
     }
 
     /// The acting process's executable: from the kernel record, else (older record, kernel
@@ -164,7 +197,7 @@ impl Formatter<'_> {
                     .identities
                     .rule(e.header.dev, e.header.ino, slot)
                     .and_then(|r| self.policy.rule(r)),
-                _ => self.policy.rule_for(slot, self.full_path(e).as_bytes()),
+                _ => self.policy.rule_for(slot, &self.path_bytes(e)),
             }
         };
         if let Some(r) = found {
@@ -244,22 +277,13 @@ impl Formatter<'_> {
                 obj.insert("class".into(), json!("file_activity"));
                 obj.insert("class_uid".into(), json!(1001));
                 obj.insert("activity".into(), json!("open"));
-                obj.insert("file".into(), json!({
-                    "path": self.full_path(e), "inode": h.ino, "dev": h.dev, "access": Self::access(e),
-                    "truncated": h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
-                }));
+                obj.insert("file".into(), self.file_json(e, Self::access(e)));
             }
             Hook::Name(activity) => {
                 obj.insert("class".into(), json!("file_activity"));
                 obj.insert("class_uid".into(), json!(1001));
                 obj.insert("activity".into(), json!(activity));
-                obj.insert(
-                    "file".into(),
-                    json!({
-                        "path": self.full_path(e), "inode": h.ino, "dev": h.dev, "access": "write",
-                        "truncated": h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
-                    }),
-                );
+                obj.insert("file".into(), self.file_json(e, "write"));
             }
             Hook::Exec => {
                 obj.insert("class".into(), json!("process_activity"));

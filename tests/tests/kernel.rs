@@ -553,6 +553,11 @@ fn file_aliases_and_odd_names() {
         .filter(|x| x["policy"]["reason"] == "path_unresolved")
         .collect();
     assert_eq!(unresolved.len(), 1, "{:#?}", r.audit);
+    // The invalid-UTF-8 name: its record carries the exact bytes and names the rule.
+    let odd = r.one_record("/file/path_hex", &hex_invalid);
+    assert_eq!(odd["policy"]["rule"], "files.deny[1]", "{odd}");
+    let nl = r.one_record("/file/path", &format!("{ds}/odd\nname"));
+    assert_eq!(nl["policy"]["rule"], "files.deny[1]", "{nl}");
 }
 
 /// io_uring does not go around the hooks: OPENAT and CONNECT submitted through a ring get
