@@ -35,12 +35,12 @@ pub struct AttachOptions {
 fn compile_policy(
     path: Option<&Path>,
     ctx: &Context,
-) -> anyhow::Result<(CompiledPolicy, Option<PathBuf>)> {
+) -> anyhow::Result<(CompiledPolicy, policy::Audit)> {
     let p = run::load_policy(path, ctx)?;
     for w in policy::lint::lint(&p) {
         eprintln!("sandbox: warning: {w}");
     }
-    Ok((compile::compile(&p, compile::random_seed())?, p.audit.path))
+    Ok((compile::compile(&p, compile::random_seed())?, p.audit))
 }
 
 fn debug(what: &str) {
@@ -64,9 +64,9 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     let audit_path = opts
         .audit_log
         .clone()
-        .or(policy_audit)
+        .or(policy_audit.path)
         .unwrap_or_else(|| run::DEFAULT_AUDIT_LOG.into());
-    let mut audit = AuditFile::open(&audit_path)
+    let mut audit = AuditFile::with_rotation(&audit_path, policy_audit.max_size, policy_audit.keep)
         .with_context(|| format!("opening audit log {}", audit_path.display()))?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
     let mut armed = run::arm(compiled, Bind::Existing(&opts.cgroup))?;

@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sandbox_common::{EventHeader, NO_RULE, decision, hook, reason};
@@ -366,36 +366,168 @@ impl Formatter<'_> {
     }
 }
 
-/// An append-only JSON-lines file, created with mode 0600.
+/// An append-only JSON-lines file, created with mode 0600, written through a buffer
+/// (flushed after every batch of records and on every tick), rotated by size
+/// (`path.1` .. `path.N`). A write that fails (disk full) does not stop enforcement: the
+/// records are counted, reported on stderr, and written as an `audit_loss` record once
+/// writing works again.
 pub struct AuditFile {
-    file: File,
+    path: PathBuf,
+    out: std::io::BufWriter<File>,
+    /// Bytes in the current file.
+    size: u64,
+    max_size: u64,
+    keep: u32,
+    /// Records in the buffer, not yet handed to the kernel.
+    buffered: u64,
+    /// Records lost to write errors and not yet reported in the file.
+    unwritten: u64,
+    failing: bool,
+}
+
+fn open_log(path: &Path) -> std::io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode on open: make it owner-only too (a regular file
+    // only: `--audit-log /dev/null` must not change /dev/null).
+    if file.metadata()?.is_file() {
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    }
+    Ok(file)
 }
 
 impl AuditFile {
+    /// Opens `path` with the default rotation.
     pub fn open(path: &Path) -> std::io::Result<Self> {
+        Self::with_rotation(
+            path,
+            crate::policy::AUDIT_MAX_SIZE_MB << 20,
+            crate::policy::AUDIT_KEEP,
+        )
+    }
+
+    pub fn with_rotation(path: &Path, max_size: u64, keep: u32) -> std::io::Result<Self> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
-        // An existing file keeps its mode on open: make it owner-only too.
-        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-        Ok(Self { file })
+        let file = open_log(path)?;
+        let size = file.metadata()?.len();
+        Ok(Self {
+            path: path.to_path_buf(),
+            out: std::io::BufWriter::with_capacity(1 << 16, file),
+            size,
+            max_size,
+            keep,
+            buffered: 0,
+            unwritten: 0,
+            failing: false,
+        })
     }
 
+    /// Writes one record (buffered).
     pub fn write(&mut self, v: &Value) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(v)?;
         line.push(b'\n');
-        self.file.write_all(&line)
+        if self.size > 0 && self.size + line.len() as u64 > self.max_size {
+            self.rotate();
+        }
+        if self.out.write_all(&line).is_err() {
+            let n = 1 + std::mem::take(&mut self.buffered);
+            self.lost(n);
+            return Ok(());
+        }
+        self.size += line.len() as u64;
+        self.buffered += 1;
+        Ok(())
     }
 
+    /// Hands the buffer to the kernel; reports records lost to earlier failures once
+    /// writing works again.
     pub fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
+        if self.out.flush().is_err() {
+            let n = std::mem::take(&mut self.buffered);
+            self.lost(n);
+            return Ok(());
+        }
+        self.buffered = 0;
+        if self.unwritten > 0 {
+            let n = std::mem::take(&mut self.unwritten);
+            let mut line = serde_json::to_vec(&json!({
+                "schema_version": SCHEMA_VERSION,
+                "time": rfc3339(SystemTime::now()),
+                "class": "audit_loss",
+                "dropped_events": n,
+                "reason": "audit log write failed",
+            }))?;
+            line.push(b'\n');
+            if self
+                .out
+                .write_all(&line)
+                .and_then(|()| self.out.flush())
+                .is_err()
+            {
+                self.unwritten += n;
+                return Ok(());
+            }
+            self.size += line.len() as u64;
+            eprintln!(
+                "sandbox: audit log {} is writable again; {n} records were lost (recorded)",
+                self.path.display()
+            );
+            self.failing = false;
+        }
+        Ok(())
+    }
+
+    fn lost(&mut self, n: u64) {
+        self.unwritten += n;
+        if !self.failing {
+            self.failing = true;
+            eprintln!(
+                "sandbox: warning: cannot write the audit log {}: records are counted and \
+                 reported when writing works again; enforcement continues",
+                self.path.display()
+            );
+        }
+        // Drop what is stuck in the buffer (it is counted), keep the file.
+        if let Ok(f) = self.out.get_ref().try_clone() {
+            let stuck =
+                std::mem::replace(&mut self.out, std::io::BufWriter::with_capacity(1 << 16, f));
+            drop(stuck.into_parts());
+        }
+    }
+
+    /// `path` -> `path.1` -> ... -> `path.keep` (the oldest goes), then a new `path`.
+    fn rotate(&mut self) {
+        if self.flush().is_err() {
+            return;
+        }
+        let name = |n: u32| {
+            let mut p = self.path.clone().into_os_string();
+            p.push(format!(".{n}"));
+            PathBuf::from(p)
+        };
+        if self.keep == 0 {
+            drop(std::fs::remove_file(&self.path));
+        } else {
+            drop(std::fs::remove_file(name(self.keep)));
+            for n in (1..self.keep).rev() {
+                drop(std::fs::rename(name(n), name(n + 1)));
+            }
+            drop(std::fs::rename(&self.path, name(1)));
+        }
+        match open_log(&self.path) {
+            Ok(f) => {
+                self.out = std::io::BufWriter::with_capacity(1 << 16, f);
+                self.size = 0;
+            }
+            Err(_) => self.lost(0),
+        }
     }
 }
 
@@ -449,6 +581,53 @@ pub fn rfc3339(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audit_file_rotates_by_size_and_keeps_n() {
+        let dir = std::env::temp_dir().join(format!("sandbox-audit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("a.jsonl");
+        let mut f = AuditFile::with_rotation(&path, 200, 2).unwrap();
+        for i in 0..20 {
+            f.write(&json!({ "n": i, "pad": "x".repeat(40) })).unwrap();
+            f.flush().unwrap();
+        }
+        let read = |p: &Path| -> Vec<u64> {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap()["n"].as_u64().unwrap())
+                .collect()
+        };
+        let (cur, one, two) = (
+            read(&path),
+            read(&dir.join("a.jsonl.1")),
+            read(&dir.join("a.jsonl.2")),
+        );
+        assert!(!dir.join("a.jsonl.3").exists());
+        // Newest in the file, then .1, then .2, each under the size, none lost in between.
+        let all: Vec<u64> = [two, one, cur.clone()].concat();
+        assert_eq!(*all.last().unwrap(), 19);
+        assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
+        assert!(std::fs::metadata(&path).unwrap().len() <= 200);
+        let mode = std::fs::metadata(&path).unwrap().permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_full_disk_loses_records_countably_and_never_fails() {
+        // /dev/full: every write fails with ENOSPC (and its mode is left alone).
+        let before = std::fs::metadata("/dev/full").unwrap().permissions();
+        let mut f = AuditFile::with_rotation(Path::new("/dev/full"), 1 << 20, 1).unwrap();
+        for i in 0..10 {
+            f.write(&json!({ "n": i })).unwrap();
+        }
+        f.flush().unwrap();
+        assert_eq!(f.unwritten, 10);
+        assert!(f.failing);
+        assert_eq!(std::fs::metadata("/dev/full").unwrap().permissions(), before);
+    }
 
     #[test]
     fn rfc3339_known_instants() {

@@ -270,7 +270,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         .clone()
         .or(policy.audit.path.clone())
         .unwrap_or_else(|| DEFAULT_AUDIT_LOG.into());
-    let mut audit = AuditFile::open(&audit_path)
+    let mut audit = AuditFile::with_rotation(&audit_path, policy.audit.max_size, policy.audit.keep)
         .with_context(|| format!("opening audit log {}", audit_path.display()))?;
 
     // The OOM killer should take the agent, not its supervisor (the command gets the
@@ -451,6 +451,7 @@ impl Pump<'_> {
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
         for _ in 0..max {
             let Some(item) = ring.next() else {
+                self.audit.flush()?;
                 return Ok(true);
             };
             match Event::decode(&item) {
@@ -469,6 +470,7 @@ impl Pump<'_> {
                 }
             }
         }
+        self.audit.flush()?;
         Ok(false)
     }
 

@@ -72,7 +72,15 @@ pub struct Exec {
 pub struct Audit {
     pub path: Option<PathBuf>,
     pub format: AuditFormat,
+    /// Rotation: the size (bytes) past which the file is rotated, and how many old files
+    /// are kept.
+    pub max_size: u64,
+    pub keep: u32,
 }
+
+/// Default rotation: 100 MiB per file, 5 old files.
+pub const AUDIT_MAX_SIZE_MB: u64 = 100;
+pub const AUDIT_KEEP: u32 = 5;
 
 /// One path or exec pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,6 +370,24 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
                 }
             }),
         format: raw.audit.format.unwrap_or(AuditFormat::Json),
+        max_size: match raw.audit.max_size_mb {
+            Some(0) => {
+                errs.push(FieldError {
+                    field: "audit.max_size_mb".into(),
+                    message: "must be at least 1".into(),
+                });
+                AUDIT_MAX_SIZE_MB << 20
+            }
+            Some(n) if n > 1 << 20 => {
+                errs.push(FieldError {
+                    field: "audit.max_size_mb".into(),
+                    message: format!("{n} MiB is more than 1 TiB"),
+                });
+                AUDIT_MAX_SIZE_MB << 20
+            }
+            n => n.unwrap_or(AUDIT_MAX_SIZE_MB) << 20,
+        },
+        keep: raw.audit.keep.unwrap_or(AUDIT_KEEP),
     };
     let policy = Policy {
         name: raw.name.unwrap_or_else(|| "unnamed".into()),

@@ -88,6 +88,10 @@ pub struct RawExec {
 pub struct RawAudit {
     pub path: Option<String>,
     pub format: Option<AuditFormat>,
+    /// Rotate when the file would grow past this many MiB.
+    pub max_size_mb: Option<u64>,
+    /// Rotated files kept (`audit.jsonl.1` .. `.N`).
+    pub keep: Option<u32>,
 }
 
 /// A YAML or type error with its position (1-based line and column).
