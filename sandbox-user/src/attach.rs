@@ -136,7 +136,7 @@ async fn serve(
 ) -> anyhow::Result<bool> {
     let fmt = Formatter {
         policy: &armed.compiled,
-        mounts: &armed.mounts,
+        mounts: armed.mounts.clone(),
         identities: &armed.identities,
         cgroups: crate::cgroup::Names::new(crate::cgroup::root()?),
     };
@@ -168,6 +168,19 @@ async fn serve(
             _ = sigterm.recv() => break false,
             _ = sigint.recv() => break false,
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
+            changed = armed.mount_watch.changed() => {
+                changed?;
+                // A file system mounted (or moved) after load: tell the programs where it
+                // is before it is used, and name its paths right in records.
+                let m = crate::mounts::read()?;
+                armed.enforcer.update_mounts(&armed.compiled, &m)?;
+                if std::env::var_os("SANDBOX_DEBUG").is_some() {
+                    eprintln!("sandbox: debug: mount table changed: {} file systems", m.len());
+                }
+                pump.fmt.mounts.clone_from(&m);
+                armed.mounts = m;
+            }
+
             () = &mut lookup, if has_hosts && resolving.is_none() => {
                 resolving = Some(HostState::start_lookup(&armed.compiled));
             }
@@ -194,7 +207,7 @@ fn finish(
     let mut pump = Pump {
         fmt: Formatter {
             policy: &armed.compiled,
-            mounts: &armed.mounts,
+            mounts: armed.mounts.clone(),
             identities: &armed.identities,
             cgroups: crate::cgroup::Names::new(crate::cgroup::root()?),
         },

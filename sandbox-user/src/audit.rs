@@ -108,7 +108,8 @@ impl Event {
 /// Turns records into JSON and text, with the policy and mount table for names.
 pub struct Formatter<'a> {
     pub policy: &'a CompiledPolicy,
-    pub mounts: &'a [Superblock],
+    /// Updated when the mount table changes (see `mounts::MountWatch`).
+    pub mounts: Vec<Superblock>,
     pub identities: &'a crate::loader::Identities,
     /// cgroup id -> path, resolved from the cgroup tree (not from /proc, which races with
     /// the process exiting).
@@ -596,7 +597,11 @@ mod tests {
             std::fs::read_to_string(p)
                 .unwrap()
                 .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap()["n"].as_u64().unwrap())
+                .map(|l| {
+                    serde_json::from_str::<Value>(l).unwrap()["n"]
+                        .as_u64()
+                        .unwrap()
+                })
                 .collect()
         };
         let (cur, one, two) = (
@@ -611,7 +616,10 @@ mod tests {
         assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
         assert!(std::fs::metadata(&path).unwrap().len() <= 200);
         let mode = std::fs::metadata(&path).unwrap().permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -626,7 +634,10 @@ mod tests {
         f.flush().unwrap();
         assert_eq!(f.unwritten, 10);
         assert!(f.failing);
-        assert_eq!(std::fs::metadata("/dev/full").unwrap().permissions(), before);
+        assert_eq!(
+            std::fs::metadata("/dev/full").unwrap().permissions(),
+            before
+        );
     }
 
     #[test]

@@ -22,6 +22,28 @@ pub fn kernel_dev_of(st_dev: u64) -> u32 {
 }
 
 /// Reads `/proc/self/mountinfo`.
+/// Wakes up when the mount table of this mount namespace changes (the kernel signals it
+/// with `POLLPRI` on mountinfo), so the loader can tell the programs where a new file
+/// system sits before anyone uses it.
+pub struct MountWatch(tokio::io::unix::AsyncFd<std::fs::File>);
+
+impl MountWatch {
+    pub fn new() -> std::io::Result<Self> {
+        let f = std::fs::File::open("/proc/self/mountinfo")?;
+        // SAFETY: the File owns its descriptor for as long as the AsyncFd exists.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(f, tokio::io::Interest::PRIORITY)
+        }?;
+        Ok(Self(fd))
+    }
+
+    pub async fn changed(&mut self) -> std::io::Result<()> {
+        let mut g = self.0.ready(tokio::io::Interest::PRIORITY).await?;
+        g.clear_ready();
+        Ok(())
+    }
+}
+
 pub fn read() -> std::io::Result<Vec<Superblock>> {
     Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
 }

@@ -124,6 +124,8 @@ pub struct Armed {
     pub enforcer: Enforcer,
     pub compiled: CompiledPolicy,
     pub mounts: Vec<Superblock>,
+    /// Opened before `mounts` was read, so no later change goes unnoticed.
+    pub mount_watch: mounts::MountWatch,
     pub identities: loader::Identities,
     /// Installed `allow_hosts` addresses.
     pub hosts: HostState,
@@ -196,10 +198,11 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
         existing,
         &mut t,
     ) {
-        Ok((mounts, hosts, cgroup)) => Ok(Armed {
+        Ok((mounts, mount_watch, hosts, cgroup)) => Ok(Armed {
             enforcer,
             compiled,
             mounts,
+            mount_watch,
             identities: ids,
             hosts,
             cgroup,
@@ -221,7 +224,8 @@ fn arm_loaded(
     bind: Bind<'_>,
     existing: Option<Cgroup>,
     t: &mut Timer,
-) -> anyhow::Result<(Vec<Superblock>, HostState, Cgroup)> {
+) -> anyhow::Result<(Vec<Superblock>, mounts::MountWatch, HostState, Cgroup)> {
+    let mount_watch = mounts::MountWatch::new().context("watching /proc/self/mountinfo")?;
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(compiled, &mounts, ids)?;
     let mut hosts = HostState::default();
@@ -249,7 +253,7 @@ fn arm_loaded(
         (None, Bind::Existing(p)) => bail!("cgroup {} was not opened", p.display()),
     };
     t.lap("cgroup bound");
-    Ok((mounts, hosts, cgroup))
+    Ok((mounts, mount_watch, hosts, cgroup))
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
@@ -361,7 +365,7 @@ async fn supervise(
 
     let fmt = Formatter {
         policy: &armed.compiled,
-        mounts: &armed.mounts,
+        mounts: armed.mounts.clone(),
         identities: &armed.identities,
         cgroups: cgroup::Names::new(cgroup::root()?),
     };
@@ -396,6 +400,19 @@ async fn supervise(
             // The terminal sends SIGINT to the command too; sandbox waits for it to exit.
             _ = sigint.recv() => {}
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
+            changed = armed.mount_watch.changed() => {
+                changed?;
+                // A file system mounted (or moved) after load: tell the programs where it
+                // is before it is used, and name its paths right in records.
+                let m = mounts::read()?;
+                armed.enforcer.update_mounts(&armed.compiled, &m)?;
+                if std::env::var_os("SANDBOX_DEBUG").is_some() {
+                    eprintln!("sandbox: debug: mount table changed: {} file systems", m.len());
+                }
+                pump.fmt.mounts.clone_from(&m);
+                armed.mounts = m;
+            }
+
             () = &mut lookup, if has_hosts && resolving.is_none() => {
                 resolving = Some(HostState::start_lookup(&armed.compiled));
             }

@@ -479,6 +479,81 @@ fn attach_to_a_service_cgroup_and_reload() {
     let _ = std::fs::remove_dir(cg);
 }
 
+/// A file system mounted (outside the sandbox) after the policy loaded: its files are
+/// matched at their real place, not relative to the new file system's root.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn file_system_mounted_after_load() {
+    let d = workdir("late_mount");
+    let mnt = d.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let policy = d.join("policy.yaml");
+    write(
+        &policy,
+        &format!("files:\n  deny: [{}/mnt/secret]\n", d.display()),
+    );
+    let b = bins();
+    let child = Command::new(&b.sandbox)
+        .arg("run")
+        .arg("--audit-log")
+        .arg(d.join("audit.jsonl"))
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--")
+        .arg(&b.probe)
+        .args([
+            "sleep",
+            "4000",
+            "::",
+            "open",
+            "mnt/secret",
+            "r",
+            "::",
+            "open",
+            "mnt/other",
+            "r",
+        ])
+        .current_dir(&d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let procs = format!("/sys/fs/cgroup/sandbox/run-{}/cgroup.procs", child.id());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = std::ffi::CString::new(mnt.display().to_string()).unwrap();
+    // SAFETY: plain mount(2) of a fresh tmpfs.
+    let r = unsafe {
+        libc::mount(
+            c"late".as_ptr(),
+            m.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "mount tmpfs");
+    write(&mnt.join("secret"), "s");
+    write(&mnt.join("other"), "o");
+    let out = child.wait_with_output().unwrap();
+    // SAFETY: plain umount(2).
+    unsafe { libc::umount(m.as_ptr()) };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("PROBE open mnt/secret r -> EACCES"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("PROBE open mnt/other r -> OK"), "{stdout}");
+    assert!(
+        stderr.contains(&format!("open (read) {}/mnt/secret", d.display())),
+        "{stderr}"
+    );
+}
+
 /// Hex of a path's bytes, for the probe's `open-hex`.
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
