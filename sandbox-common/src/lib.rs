@@ -264,11 +264,13 @@ pub struct KernelOffsets {
     pub msghdr_msg_namelen: u32,
     pub super_block_s_magic: u32,
     pub path_dentry: u32,
+    pub super_block_s_flags: u32,
+    pub _pad: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 88);
+const _: () = assert!(size_of::<KernelOffsets>() == 96);
 
 /// Hooks that report events (`EventHeader::hook`).
 pub mod hook {
@@ -332,6 +334,9 @@ pub mod reason {
     pub const INODE: u32 = 9;
     /// Self-protection: the operation would weaken enforcement or touch sandbox itself.
     pub const SELF_PROTECTION: u32 = 10;
+    /// The file is on a file system mounted after the policy loaded that sandbox has not
+    /// placed in the mount table yet (a window of milliseconds): denied until it has.
+    pub const UNPLACED_MOUNT: u32 = 11;
 }
 
 /// `EventHeader::flags`.
@@ -420,6 +425,8 @@ impl KernelOffsets {
         msghdr_msg_namelen: 0,
         super_block_s_magic: 0,
         path_dentry: 0,
+        super_block_s_flags: 0,
+        _pad: 0,
         valid: 0,
     };
 }

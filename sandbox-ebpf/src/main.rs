@@ -130,6 +130,13 @@ fn check_facts(
             },
             flags,
         ),
+        Resolved::Unplaced => (
+            Verdict {
+                reason: reason::UNPLACED_MOUNT,
+                rule: NO_RULE,
+            },
+            0,
+        ),
     };
     finish(
         Report::file(hook_id, policy_id, &facts, f_mode, flags),

@@ -141,7 +141,13 @@ pub enum Resolved {
     Matched(Match),
     /// Could not resolve within the limits: fail closed. Carries event flags.
     Unresolved(u32),
+    /// On a file system mounted after load that userspace has not placed yet: fail closed.
+    Unplaced,
 }
+
+/// `SB_KERNMOUNT` (include/linux/fs.h): a kernel-internal mount (pipes, sockets, memfd,
+/// anonymous inodes), never in any mount table.
+const SB_KERNMOUNT: u64 = 1 << 22;
 
 /// Loop state of the dentry walk. It lives in the per-CPU scratch map, not on the stack:
 /// values loaded from a map are unknown to the verifier, so the loop body verifies once.
@@ -336,6 +342,14 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
     // SAFETY: the value is plain data copied out immediately.
     let sb = unsafe { SB_START.get(&key) }.copied();
     let sb_known = sb.is_some();
+    if !sb_known {
+        let off = offsets();
+        let sbp = kread::read_ptr(facts.dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
+        let flags: u64 = kread::read(sbp, off.super_block_s_flags).unwrap_or(0);
+        if flags & SB_KERNMOUNT == 0 {
+            return Resolved::Unplaced;
+        }
+    }
     let (a0, f0, h0, m0) = match sb {
         Some(v) => (v.anchored, v.floating, v.hash, v.mask),
         None => (

@@ -213,6 +213,7 @@ impl Formatter<'_> {
             reason::PATH_UNRESOLVED => "(path too long or too deep)",
             reason::NO_OFFSETS => "(kernel offsets missing)",
             reason::SELF_PROTECTION => "self_protection",
+            reason::UNPLACED_MOUNT => "(file system mounted after load, not placed yet)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -230,6 +231,7 @@ impl Formatter<'_> {
             reason::NO_OFFSETS => "no_offsets",
             reason::INODE => "inode_identity",
             reason::SELF_PROTECTION => "self_protection",
+            reason::UNPLACED_MOUNT => "unplaced_mount",
             _ => "unknown",
         }
     }

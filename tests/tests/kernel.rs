@@ -554,6 +554,63 @@ fn file_system_mounted_after_load() {
     );
 }
 
+/// Until sandbox has placed a new mount, its files are denied (fail closed): here sandbox
+/// is stopped (SIGSTOP) while the mount appears and the command opens a file on it.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_mount_not_yet_placed_is_denied() {
+    let d = workdir("unplaced_mount");
+    let mnt = d.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let b = bins();
+    let child = Command::new(&b.sandbox)
+        .arg("run")
+        .arg("--audit-log")
+        .arg(d.join("audit.jsonl"))
+        .arg("--")
+        .arg(&b.probe)
+        .args(["sleep", "3000", "::", "open", "mnt/file", "r"])
+        .current_dir(&d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let procs = format!("/sys/fs/cgroup/sandbox/run-{pid}/cgroup.procs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: plain syscalls: stop sandbox, mount a tmpfs.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let m = std::ffi::CString::new(mnt.display().to_string()).unwrap();
+    let r = unsafe {
+        libc::mount(
+            c"late".as_ptr(),
+            m.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "mount tmpfs");
+    write(&mnt.join("file"), "f");
+    // The command opens the file at about 3 s, while sandbox is still stopped.
+    std::thread::sleep(Duration::from_secs(6));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let out = child.wait_with_output().unwrap();
+    unsafe { libc::umount(m.as_ptr()) };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("PROBE open mnt/file r -> EACCES"),
+        "{stdout}\n{stderr}"
+    );
+    let audit = std::fs::read_to_string(d.join("audit.jsonl")).unwrap();
+    assert!(audit.contains("\"reason\":\"unplaced_mount\""), "{audit}");
+}
+
 /// Hex of a path's bytes, for the probe's `open-hex`.
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
