@@ -170,13 +170,7 @@ async fn serve(
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
             changed = armed.mount_watch.changed() => {
                 changed?;
-                // A file system mounted (or moved) after load: tell the programs where it
-                // is before it is used, and name its paths right in records.
-                let m = crate::mounts::read()?;
-                armed.enforcer.update_mounts(&armed.compiled, &m)?;
-                if std::env::var_os("SANDBOX_DEBUG").is_some() {
-                    eprintln!("sandbox: debug: mount table changed: {} file systems", m.len());
-                }
+                let m = run::remount(&mut armed.enforcer, &armed.compiled)?;
                 pump.fmt.mounts.clone_from(&m);
                 armed.mounts = m;
             }

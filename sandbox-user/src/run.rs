@@ -134,6 +134,23 @@ pub struct Armed {
     pub cgroup: Cgroup,
 }
 
+/// After the mount table changed (a file system mounted or moved after load): re-reads
+/// it and tells the programs where every file system is, before it is used.
+pub fn remount(
+    enforcer: &mut Enforcer,
+    compiled: &CompiledPolicy,
+) -> anyhow::Result<Vec<Superblock>> {
+    let m = mounts::read()?;
+    enforcer.update_mounts(compiled, &m)?;
+    if std::env::var_os("SANDBOX_DEBUG").is_some() {
+        eprintln!(
+            "sandbox: debug: mount table changed: {} file systems",
+            m.len()
+        );
+    }
+    Ok(m)
+}
+
 /// Which cgroup a policy is bound to.
 #[derive(Debug, Clone, Copy)]
 pub enum Bind<'a> {
@@ -402,13 +419,7 @@ async fn supervise(
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
             changed = armed.mount_watch.changed() => {
                 changed?;
-                // A file system mounted (or moved) after load: tell the programs where it
-                // is before it is used, and name its paths right in records.
-                let m = mounts::read()?;
-                armed.enforcer.update_mounts(&armed.compiled, &m)?;
-                if std::env::var_os("SANDBOX_DEBUG").is_some() {
-                    eprintln!("sandbox: debug: mount table changed: {} file systems", m.len());
-                }
+                let m = remount(&mut armed.enforcer, &armed.compiled)?;
                 pump.fmt.mounts.clone_from(&m);
                 armed.mounts = m;
             }

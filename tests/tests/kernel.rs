@@ -479,6 +479,61 @@ fn attach_to_a_service_cgroup_and_reload() {
     let _ = std::fs::remove_dir(cg);
 }
 
+/// `sandbox run [--policy P] -- probe ARGS` started in `dir`, output piped; returns once
+/// the command is in its cgroup.
+fn start_probe(dir: &Path, policy: Option<&Path>, args: &[&str]) -> std::process::Child {
+    let b = bins();
+    let mut c = Command::new(&b.sandbox);
+    c.arg("run").arg("--audit-log").arg(dir.join("audit.jsonl"));
+    if let Some(p) = policy {
+        c.arg("--policy").arg(p);
+    }
+    let child = c
+        .arg("--")
+        .arg(&b.probe)
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let procs = format!("/sys/fs/cgroup/sandbox/run-{}/cgroup.procs", child.id());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Mounts a fresh tmpfs on `dir`; unmounted when the guard goes.
+struct Tmpfs(std::ffi::CString);
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Self {
+        let m = std::ffi::CString::new(dir.display().to_string()).unwrap();
+        // SAFETY: plain mount(2) of a fresh tmpfs.
+        let r = unsafe {
+            libc::mount(
+                c"late".as_ptr(),
+                m.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "mount tmpfs on {}", dir.display());
+        Self(m)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // SAFETY: plain umount(2).
+        unsafe { libc::umount(self.0.as_ptr()) };
+    }
+}
+
 /// A file system mounted (outside the sandbox) after the policy loaded: its files are
 /// matched at their real place, not relative to the new file system's root.
 #[test]
@@ -492,16 +547,10 @@ fn file_system_mounted_after_load() {
         &policy,
         &format!("files:\n  deny: [{}/mnt/secret]\n", d.display()),
     );
-    let b = bins();
-    let child = Command::new(&b.sandbox)
-        .arg("run")
-        .arg("--audit-log")
-        .arg(d.join("audit.jsonl"))
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--")
-        .arg(&b.probe)
-        .args([
+    let child = start_probe(
+        &d,
+        Some(&policy),
+        &[
             "sleep",
             "4000",
             "::",
@@ -512,35 +561,13 @@ fn file_system_mounted_after_load() {
             "open",
             "mnt/other",
             "r",
-        ])
-        .current_dir(&d)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let procs = format!("/sys/fs/cgroup/sandbox/run-{}/cgroup.procs", child.id());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let m = std::ffi::CString::new(mnt.display().to_string()).unwrap();
-    // SAFETY: plain mount(2) of a fresh tmpfs.
-    let r = unsafe {
-        libc::mount(
-            c"late".as_ptr(),
-            m.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(r, 0, "mount tmpfs");
+        ],
+    );
+    let tmpfs = Tmpfs::mount(&mnt);
     write(&mnt.join("secret"), "s");
     write(&mnt.join("other"), "o");
     let out = child.wait_with_output().unwrap();
-    // SAFETY: plain umount(2).
-    unsafe { libc::umount(m.as_ptr()) };
+    drop(tmpfs);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -562,45 +589,18 @@ fn a_mount_not_yet_placed_is_denied() {
     let d = workdir("unplaced_mount");
     let mnt = d.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    let b = bins();
-    let child = Command::new(&b.sandbox)
-        .arg("run")
-        .arg("--audit-log")
-        .arg(d.join("audit.jsonl"))
-        .arg("--")
-        .arg(&b.probe)
-        .args(["sleep", "3000", "::", "open", "mnt/file", "r"])
-        .current_dir(&d)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start_probe(&d, None, &["sleep", "3000", "::", "open", "mnt/file", "r"]);
     let pid = child.id() as i32;
-    let procs = format!("/sys/fs/cgroup/sandbox/run-{pid}/cgroup.procs");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: plain syscalls: stop sandbox, mount a tmpfs.
+    // SAFETY: plain syscall: stop sandbox before the mount appears.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let m = std::ffi::CString::new(mnt.display().to_string()).unwrap();
-    let r = unsafe {
-        libc::mount(
-            c"late".as_ptr(),
-            m.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(r, 0, "mount tmpfs");
+    let tmpfs = Tmpfs::mount(&mnt);
     write(&mnt.join("file"), "f");
     // The command opens the file at about 3 s, while sandbox is still stopped.
     std::thread::sleep(Duration::from_secs(6));
+    // SAFETY: plain syscall.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     let out = child.wait_with_output().unwrap();
-    unsafe { libc::umount(m.as_ptr()) };
+    drop(tmpfs);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
