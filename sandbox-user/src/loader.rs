@@ -568,6 +568,18 @@ impl Enforcer {
         RingBuf::try_from(map).map_err(map_err(m::EVENTS))
     }
 
+    /// (program, runs, total time in them) of every program that ran, when the kernel
+    /// keeps statistics (`kernel.bpf_stats_enabled = 1`).
+    pub fn program_stats(&self) -> Vec<(String, u64, std::time::Duration)> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, p)| {
+                let i = p.info().ok()?;
+                (i.run_count() > 0).then(|| (name.to_owned(), i.run_count(), i.run_time()))
+            })
+            .collect()
+    }
+
     /// Makes process `tgid` untouchable for in-scope tasks (signals, ptrace).
     pub fn protect(&mut self, tgid: u32) -> Result<(), LoadError> {
         let mut h: HashMap<_, u32, u32> =

@@ -297,11 +297,31 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     // The OOM killer should take the agent, not its supervisor (the command gets the
     // default back before exec). Pinned programs keep the agent confined even then.
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
+    // Per-program run counts and times for the debug summary below: BPF_ENABLE_STATS
+    // keeps them on while the returned descriptor is open (they cost a little on every
+    // BPF program of the host: debug only).
+    let _stats = t.on.then(|| {
+        let mut attr = [0u32; 4]; // { type: BPF_STATS_RUN_TIME }
+        // SAFETY: BPF_ENABLE_STATS (32) reads `type` from the attribute.
+        let fd = unsafe { libc::syscall(libc::SYS_bpf, 32, attr.as_mut_ptr(), 16usize) };
+        // SAFETY: a descriptor the kernel just returned, owned here.
+        (fd >= 0).then(|| unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32)
+        })
+    });
     let name = format!("run-{}", std::process::id());
     let mut armed = arm(compiled, Bind::NewRun(&name))?;
     t.lap("arm (total)");
     let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
     t.lap("supervise");
+    if t.on {
+        for (name, runs, time) in armed.enforcer.program_stats() {
+            eprintln!(
+                "sandbox: debug: {name}: {runs} runs, {:.0} ns each",
+                time.as_nanos() as f64 / runs as f64
+            );
+        }
+    }
     match armed.cgroup.destroy() {
         // Only with the cgroup gone may the programs go.
         Ok(()) => armed.enforcer.release(),
