@@ -86,11 +86,13 @@ pub fn fitting(arity: impl Fn(&str) -> Result<usize, String>) -> Result<Vec<Prog
 }
 
 /// What the loader needs to know about the running kernel.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct KernelFit {
     pub offsets: KernelOffsets,
     /// The programs that fit its hooks.
     pub programs: Vec<Program>,
+    /// The kernel's BTF as aya reads it (for loading the programs).
+    pub btf: Btf,
 }
 
 /// Addresses `allow_hosts` names may resolve to at once, per address family.
@@ -194,10 +196,10 @@ impl Enforcer {
         identity_count: usize,
         pin_dir: Option<&Path>,
     ) -> Result<Self, LoadError> {
-        let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?;
-        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, &btf)?;
+        let btf = &kernel.btf;
+        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, btf)?;
         e.pin_dir = pin_dir.map(Path::to_path_buf);
-        if let Err(err) = e.attach(&kernel.programs, &btf) {
+        if let Err(err) = e.attach(&kernel.programs, btf) {
             e.release();
             return Err(err);
         }
@@ -756,11 +758,28 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Loads the offsets of the running kernel.
 /// Reads the running kernel's BTF: struct offsets, and the programs whose hook forms fit.
+/// Two parsers read the BTF (btf-rs for offsets and hook forms, aya for loading); they run
+/// side by side.
 pub fn kernel_fit() -> Result<KernelFit, LoadError> {
-    let btf = crate::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
-        .map_err(|e| LoadError::Btf(e.to_string()))?;
-    let programs =
-        fitting(|hook| crate::btf::lsm_hook_arity(&btf, hook).map_err(|e| e.to_string()))?;
-    let offsets = crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
-    Ok(KernelFit { offsets, programs })
+    let (ours, aya_btf) = std::thread::scope(|s| {
+        let aya_btf = s.spawn(|| Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string())));
+        let ours = (|| {
+            let btf = crate::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
+                .map_err(|e| LoadError::Btf(e.to_string()))?;
+            let programs =
+                fitting(|hook| crate::btf::lsm_hook_arity(&btf, hook).map_err(|e| e.to_string()))?;
+            let offsets = crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
+            Ok::<_, LoadError>((offsets, programs))
+        })();
+        let aya_btf = aya_btf
+            .join()
+            .unwrap_or_else(|_| Err(LoadError::Btf("BTF parser panicked".into())));
+        (ours, aya_btf)
+    });
+    let (offsets, programs) = ours?;
+    Ok(KernelFit {
+        offsets,
+        programs,
+        btf: aya_btf?,
+    })
 }

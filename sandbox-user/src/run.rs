@@ -176,7 +176,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
     }
     t.lap("preflight");
     let kernel = loader::kernel_fit()?;
-    t.lap("kernel offsets from BTF");
+    t.lap("kernel BTF (offsets, hook forms, for loading)");
     let ids = loader::identities(&compiled, 0);
     t.lap("identities");
     let root = cgroup::root()?;
