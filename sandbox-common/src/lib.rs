@@ -302,6 +302,9 @@ pub mod hook {
     pub const TRUNCATE: u32 = 16;
     pub const CHMOD: u32 = 17;
     pub const CHOWN: u32 = 18;
+    /// Any other attribute change (times, ...) and extended attributes.
+    pub const SETATTR: u32 = 19;
+    pub const XATTR: u32 = 20;
 }
 
 /// What happened (`EventHeader::decision`).

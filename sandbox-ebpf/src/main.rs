@@ -335,6 +335,12 @@ name_hook!(path_rename, "path_rename", hook::RENAME, 5, dentry 3);
 name_hook!(path_truncate, "path_truncate", hook::TRUNCATE, 1, path 0);
 name_hook!(path_chmod, "path_chmod", hook::CHMOD, 2, path 0);
 name_hook!(path_chown, "path_chown", hook::CHOWN, 3, path 0);
+// Every other attribute change (utimes, ...) goes through inode_setattr, which gained an
+// idmap parameter in 6.3: one program per form. Extended attributes likewise.
+name_hook!(inode_setattr_2, "inode_setattr", hook::SETATTR, 2, dentry 0);
+name_hook!(inode_setattr_3, "inode_setattr", hook::SETATTR, 3, dentry 1);
+name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, 6, dentry 1);
+name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, 3, dentry 1);
 
 #[lsm(hook = "socket_connect")]
 pub fn socket_connect(ctx: LsmContext) -> i32 {

@@ -51,6 +51,8 @@ impl TryFrom<u32> for Hook {
             hook::TRUNCATE => Ok(Self::Name("truncate")),
             hook::CHMOD => Ok(Self::Name("chmod")),
             hook::CHOWN => Ok(Self::Name("chown")),
+            hook::SETATTR => Ok(Self::Name("setattr")),
+            hook::XATTR => Ok(Self::Name("xattr")),
             other => Err(other),
         }
     }

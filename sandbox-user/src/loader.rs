@@ -53,6 +53,10 @@ pub const PROGRAMS: &[Program] = &[
     prog("path_truncate", "path_truncate", 1),
     prog("path_chmod", "path_chmod", 2),
     prog("path_chown", "path_chown", 3),
+    prog("inode_setattr_2", "inode_setattr", 2),
+    prog("inode_setattr_3", "inode_setattr", 3),
+    prog("inode_setxattr", "inode_setxattr", 6),
+    prog("inode_removexattr", "inode_removexattr", 3),
     prog("socket_connect", "socket_connect", 3),
     prog("socket_sendmsg", "socket_sendmsg", 3),
     prog("bpf_3", "bpf", 3),
@@ -67,8 +71,12 @@ pub const PROGRAMS: &[Program] = &[
 /// hook, or an error naming a hook no program fits.
 pub fn fitting(arity: impl Fn(&str) -> Result<usize, String>) -> Result<Vec<Program>, LoadError> {
     let mut out: Vec<Program> = Vec::new();
-    let mut hooks: Vec<&str> = PROGRAMS.iter().map(|p| p.hook).collect();
-    hooks.dedup();
+    let mut hooks: Vec<&str> = Vec::new();
+    for p in PROGRAMS {
+        if !hooks.contains(&p.hook) {
+            hooks.push(p.hook);
+        }
+    }
     for hook in hooks {
         let got = arity(hook).map_err(LoadError::Btf)?;
         let forms: Vec<&Program> = PROGRAMS.iter().filter(|p| p.hook == hook).collect();

@@ -1651,6 +1651,8 @@ fn links_renames_and_attributes_are_writes() {
         &["truncate", "ro/existing"],
         &["chmod", "ro/existing"],
         &["chown", "ro/existing"],
+        &["utimes", "ro/existing"],
+        &["setxattr", "ro/existing"],
         &["truncate", "secret/key"],
     ];
     let allowed: &[&[&str]] = &[
@@ -1659,6 +1661,8 @@ fn links_renames_and_attributes_are_writes() {
         &["truncate", "free/f3"],
         &["chmod", "free/f"],
         &["chown", "free/f"],
+        &["utimes", "free/f"],
+        &["setxattr", "free/f"],
     ];
     let ops: Vec<&[&str]> = denied.iter().chain(allowed).copied().collect();
     let r = probe(&d, Some(&policy), &ops);

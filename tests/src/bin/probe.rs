@@ -626,7 +626,8 @@ fn op_cgroup_move(path: &str) -> String {
     ))
 }
 
-/// Attribute changes by path: truncate to 0, chmod 0600, chown to the current owner.
+/// Attribute changes by path: truncate to 0, chmod 0600, chown to the current owner, times
+/// to now, an extended attribute.
 fn op_attr(op: &str, path: &str) -> String {
     let p = cstr(path);
     // SAFETY: plain syscalls on a NUL-terminated path.
@@ -634,6 +635,14 @@ fn op_attr(op: &str, path: &str) -> String {
         match op {
             "truncate" => libc::truncate(p.as_ptr(), 0),
             "chmod" => libc::chmod(p.as_ptr(), 0o600),
+            "utimes" => libc::utimensat(libc::AT_FDCWD, p.as_ptr(), std::ptr::null(), 0),
+            "setxattr" => libc::setxattr(
+                p.as_ptr(),
+                c"trusted.probe".as_ptr(),
+                b"1".as_ptr().cast(),
+                1,
+                0,
+            ),
             _ => libc::chown(p.as_ptr(), libc::getuid(), libc::getgid()),
         }
     };
@@ -709,7 +718,7 @@ fn run_op(words: &[String]) -> String {
         "unlink" => io(std::fs::remove_file(a(1))),
         "rename" => io(std::fs::rename(a(1), a(2))),
         "link" => io(std::fs::hard_link(a(1), a(2))),
-        "truncate" | "chmod" | "chown" => op_attr(a(0), a(1)),
+        "truncate" | "chmod" | "chown" | "utimes" | "setxattr" => op_attr(a(0), a(1)),
         "sleep" => {
             std::thread::sleep(std::time::Duration::from_millis(a(1).parse().unwrap_or(0)));
             "OK".into()
