@@ -341,6 +341,8 @@ name_hook!(inode_setattr_2, "inode_setattr", hook::SETATTR, 2, dentry 0);
 name_hook!(inode_setattr_3, "inode_setattr", hook::SETATTR, 3, dentry 1);
 name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, 6, dentry 1);
 name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, 3, dentry 1);
+name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, 4, dentry 1);
+name_hook!(inode_remove_acl, "inode_remove_acl", hook::XATTR, 3, dentry 1);
 
 #[lsm(hook = "socket_connect")]
 pub fn socket_connect(ctx: LsmContext) -> i32 {

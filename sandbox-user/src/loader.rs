@@ -30,10 +30,27 @@ pub struct Program {
     pub name: &'static str,
     pub hook: &'static str,
     pub arity: usize,
+    /// A hook older kernels lack (the operation goes through another hook there): skipped
+    /// when the kernel has no such hook.
+    pub optional: bool,
 }
 
 const fn prog(name: &'static str, hook: &'static str, arity: usize) -> Program {
-    Program { name, hook, arity }
+    Program {
+        name,
+        hook,
+        arity,
+        optional: false,
+    }
+}
+
+const fn newer(name: &'static str, hook: &'static str, arity: usize) -> Program {
+    Program {
+        name,
+        hook,
+        arity,
+        optional: true,
+    }
 }
 
 /// Every program, in attach order (the last attached runs first).
@@ -57,6 +74,9 @@ pub const PROGRAMS: &[Program] = &[
     prog("inode_setattr_3", "inode_setattr", 3),
     prog("inode_setxattr", "inode_setxattr", 6),
     prog("inode_removexattr", "inode_removexattr", 3),
+    // POSIX ACLs have their own hooks since 6.2 (before, they were plain xattrs).
+    newer("inode_set_acl", "inode_set_acl", 4),
+    newer("inode_remove_acl", "inode_remove_acl", 3),
     prog("socket_connect", "socket_connect", 3),
     prog("socket_sendmsg", "socket_sendmsg", 3),
     prog("bpf_3", "bpf", 3),
@@ -78,8 +98,12 @@ pub fn fitting(arity: impl Fn(&str) -> Result<usize, String>) -> Result<Vec<Prog
         }
     }
     for hook in hooks {
-        let got = arity(hook).map_err(LoadError::Btf)?;
         let forms: Vec<&Program> = PROGRAMS.iter().filter(|p| p.hook == hook).collect();
+        let got = match arity(hook) {
+            Ok(n) => n,
+            Err(_) if forms.iter().all(|p| p.optional) => continue,
+            Err(e) => return Err(LoadError::Btf(e)),
+        };
         let Some(p) = forms.iter().find(|p| p.arity == got) else {
             let want: Vec<String> = forms.iter().map(|p| p.arity.to_string()).collect();
             return Err(LoadError::Btf(format!(

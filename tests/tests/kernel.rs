@@ -1653,6 +1653,7 @@ fn links_renames_and_attributes_are_writes() {
         &["chown", "ro/existing"],
         &["utimes", "ro/existing"],
         &["setxattr", "ro/existing"],
+        &["setacl", "ro/existing"],
         &["truncate", "secret/key"],
     ];
     let allowed: &[&[&str]] = &[
@@ -1663,6 +1664,7 @@ fn links_renames_and_attributes_are_writes() {
         &["chown", "free/f"],
         &["utimes", "free/f"],
         &["setxattr", "free/f"],
+        &["setacl", "free/f"],
     ];
     let ops: Vec<&[&str]> = denied.iter().chain(allowed).copied().collect();
     let r = probe(&d, Some(&policy), &ops);

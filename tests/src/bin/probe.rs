@@ -636,6 +636,22 @@ fn op_attr(op: &str, path: &str) -> String {
             "truncate" => libc::truncate(p.as_ptr(), 0),
             "chmod" => libc::chmod(p.as_ptr(), 0o600),
             "utimes" => libc::utimensat(libc::AT_FDCWD, p.as_ptr(), std::ptr::null(), 0),
+            "setacl" => {
+                // A minimal POSIX ACL (version 2: user::rw-, group::r--, other::r--).
+                let mut acl = 2u32.to_le_bytes().to_vec();
+                for (tag, perm) in [(0x01u16, 6u16), (0x04, 4), (0x20, 4)] {
+                    acl.extend_from_slice(&tag.to_le_bytes());
+                    acl.extend_from_slice(&perm.to_le_bytes());
+                    acl.extend_from_slice(&u32::MAX.to_le_bytes());
+                }
+                libc::setxattr(
+                    p.as_ptr(),
+                    c"system.posix_acl_access".as_ptr(),
+                    acl.as_ptr().cast(),
+                    acl.len(),
+                    0,
+                )
+            }
             "setxattr" => libc::setxattr(
                 p.as_ptr(),
                 c"trusted.probe".as_ptr(),
@@ -718,7 +734,7 @@ fn run_op(words: &[String]) -> String {
         "unlink" => io(std::fs::remove_file(a(1))),
         "rename" => io(std::fs::rename(a(1), a(2))),
         "link" => io(std::fs::hard_link(a(1), a(2))),
-        "truncate" | "chmod" | "chown" | "utimes" | "setxattr" => op_attr(a(0), a(1)),
+        "truncate" | "chmod" | "chown" | "utimes" | "setxattr" | "setacl" => op_attr(a(0), a(1)),
         "sleep" => {
             std::thread::sleep(std::time::Duration::from_millis(a(1).parse().unwrap_or(0)));
             "OK".into()
