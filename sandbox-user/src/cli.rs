@@ -23,19 +23,34 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// What `run` and `attach` share: the policy and where its records go.
+#[derive(Debug, clap::Args)]
+pub struct EnforceArgs {
+    /// Policy file (YAML). Without it, the built-in default policy applies.
+    #[arg(long, short)]
+    pub policy: Option<PathBuf>,
+    /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else /var/log/sandbox/audit.jsonl.
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// No per-deny lines on stderr (the audit log still gets every record).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs a daemon-style command on a single-threaded runtime.
+fn block_on(f: impl std::future::Future<Output = anyhow::Result<i32>>) -> anyhow::Result<i32> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run COMMAND confined by a policy (the built-in default without --policy).
     Run {
-        /// Policy file (YAML). Without it, the built-in default policy applies.
-        #[arg(long, short)]
-        policy: Option<PathBuf>,
-        /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else /var/log/sandbox/audit.jsonl.
-        #[arg(long)]
-        audit_log: Option<PathBuf>,
-        /// No per-deny lines on stderr (the audit log still gets every record).
-        #[arg(long, short)]
-        quiet: bool,
+        #[command(flatten)]
+        enforce: EnforceArgs,
         /// Under sudo, run COMMAND as root instead of as the invoking user.
         #[arg(long)]
         as_root: bool,
@@ -50,15 +65,8 @@ pub enum Command {
         /// (e.g. system.slice/nginx.service).
         #[arg(long)]
         cgroup: PathBuf,
-        /// Policy file (YAML). Without it, the built-in default policy applies.
-        #[arg(long, short)]
-        policy: Option<PathBuf>,
-        /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else /var/log/sandbox/audit.jsonl.
-        #[arg(long)]
-        audit_log: Option<PathBuf>,
-        /// No per-deny lines on stderr (the audit log still gets every record).
-        #[arg(long, short)]
-        quiet: bool,
+        #[command(flatten)]
+        enforce: EnforceArgs,
     },
     /// Validate a policy file and summarise what it enforces.
     Check { file: PathBuf },
@@ -91,37 +99,22 @@ pub enum ExplainWhat {
 pub fn main(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Run {
-            policy,
-            audit_log,
-            quiet,
+            enforce,
             as_root,
             command,
-        } => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(run::run(RunOptions {
-                policy,
-                audit_log,
-                quiet,
-                as_root,
-                command,
-            }))
-        }
-        Command::Attach {
-            cgroup,
-            policy,
-            audit_log,
-            quiet,
-        } => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(crate::attach::attach(crate::attach::AttachOptions {
+        } => block_on(run::run(RunOptions {
+            policy: enforce.policy,
+            audit_log: enforce.audit_log,
+            quiet: enforce.quiet,
+            as_root,
+            command,
+        })),
+        Command::Attach { cgroup, enforce } => {
+            block_on(crate::attach::attach(crate::attach::AttachOptions {
                 cgroup,
-                policy,
-                audit_log,
-                quiet,
+                policy: enforce.policy,
+                audit_log: enforce.audit_log,
+                quiet: enforce.quiet,
             }))
         }
         Command::Check { file } => {

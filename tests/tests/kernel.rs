@@ -575,10 +575,16 @@ fn file_system_mounted_after_load() {
         "{stdout}\n{stderr}"
     );
     assert!(stdout.contains("PROBE open mnt/other r -> OK"), "{stdout}");
-    assert!(
-        stderr.contains(&format!("open (read) {}/mnt/secret", d.display())),
-        "{stderr}"
-    );
+    // The record names the file at its real place, and the rule.
+    let audit = std::fs::read_to_string(d.join("audit.jsonl")).unwrap();
+    let recs: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let secret = format!("{}/mnt/secret", d.display());
+    assert_eq!(recs.len(), 1, "{audit}\n{stderr}");
+    assert_eq!(recs[0]["file"]["path"], secret.as_str(), "{audit}");
+    assert_eq!(recs[0]["policy"]["rule"], "files.deny[0]", "{audit}");
 }
 
 /// Until sandbox has placed a new mount, its files are denied (fail closed): here sandbox

@@ -167,18 +167,8 @@ fn main() {
     let confined = |n: usize| {
         let f = format!("/tmp/bench/policy-{n}.yaml");
         std::fs::write(&f, policy(n, port)).unwrap();
-        let mut c = Command::new(&sandbox);
-        c.args([
-            "run",
-            "--quiet",
-            "--audit-log",
-            "/tmp/bench/audit.jsonl",
-            "--policy",
-            &f,
-            "--",
-        ])
-        .arg(&me)
-        .args(["loop", &p]);
+        let mut c = sandbox_run(&sandbox, &f, "/tmp/bench/audit.jsonl");
+        c.arg(&me).args(["loop", &p]);
         c
     };
     let mut rows: Vec<(String, [f64; 3])> = Vec::new();
@@ -189,16 +179,7 @@ fn main() {
     // Attach and bind (a held sandbox), then measure outside its cgroup.
     let f = "/tmp/bench/policy-hold.yaml";
     std::fs::write(f, policy(1000, port)).unwrap();
-    let mut holder = Command::new(&sandbox)
-        .args([
-            "run",
-            "--quiet",
-            "--audit-log",
-            "/tmp/bench/audit.jsonl",
-            "--policy",
-            f,
-            "--",
-        ])
+    let mut holder = sandbox_run(&sandbox, f, "/tmp/bench/audit.jsonl")
         .arg(&me)
         .arg("hold")
         .stdout(Stdio::null())
@@ -244,22 +225,31 @@ fn main() {
     }
     // Every loop must have been confined for real: the denied file stays denied in scope.
     std::fs::write("/tmp/bench/denied", "x").unwrap();
-    let check = Command::new(&sandbox)
-        .args([
-            "run",
-            "--quiet",
-            "--audit-log",
-            "/tmp/bench/audit.jsonl",
-            "--policy",
-            "/tmp/bench/policy-10.yaml",
-            "--",
-            "/bin/cat",
-            "/tmp/bench/denied",
-        ])
-        .output()
-        .unwrap();
+    let check = sandbox_run(
+        &sandbox,
+        "/tmp/bench/policy-10.yaml",
+        "/tmp/bench/audit.jsonl",
+    )
+    .args(["/bin/cat", "/tmp/bench/denied"])
+    .output()
+    .unwrap();
     assert!(!check.status.success(), "the bench policy did not confine");
     flood(&sandbox, &me);
+}
+
+/// `sandbox run --quiet --audit-log LOG --policy POLICY --`, ready for the command.
+fn sandbox_run(sandbox: &str, policy: &str, log: &str) -> Command {
+    let mut c = Command::new(sandbox);
+    c.args([
+        "run",
+        "--quiet",
+        "--audit-log",
+        log,
+        "--policy",
+        policy,
+        "--",
+    ]);
+    c
 }
 
 /// The event stream under a flood of denials: how fast they are produced and recorded, and
@@ -269,16 +259,7 @@ fn flood(sandbox: &str, me: &std::path::Path) {
     let log = "/tmp/bench/flood.jsonl";
     let _ = std::fs::remove_file(log);
     let t = Instant::now();
-    let out = Command::new(sandbox)
-        .args([
-            "run",
-            "--quiet",
-            "--audit-log",
-            log,
-            "--policy",
-            "/tmp/bench/policy-10.yaml",
-            "--",
-        ])
+    let out = sandbox_run(sandbox, "/tmp/bench/policy-10.yaml", log)
         .arg(me)
         .args(["flood", &N.to_string()])
         .output()
