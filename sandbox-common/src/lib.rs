@@ -6,7 +6,9 @@
 //! `TryFrom` (a bad value is an error there, never a panic).
 #![no_std]
 
+pub mod decide;
 pub mod errno;
+pub mod programs;
 
 /// Names of the maps in the BPF object. The userspace `maps` module turns these into typed
 /// handles; nothing else spells a map name.
@@ -65,6 +67,12 @@ pub mod policy_flags {
     pub const AUDIT_FILES: u32 = 1 << 8;
     pub const AUDIT_NET: u32 = 1 << 9;
     pub const AUDIT_EXEC: u32 = 1 << 10;
+    /// `network.sockets` includes `raw`: inet raw sockets (and `SOCK_PACKET`) may be made.
+    pub const SOCK_RAW: u32 = 1 << 12;
+    /// `network.sockets` includes `sctp` (its connectx path bypasses `connect`).
+    pub const SOCK_SCTP: u32 = 1 << 13;
+    /// `network.sockets` includes `mptcp` (subflows to addresses the peer announces).
+    pub const SOCK_MPTCP: u32 = 1 << 14;
 }
 
 /// Kinds of path rule; bit `1 << slot` in the kind masks.
@@ -75,6 +83,9 @@ pub mod accept {
     pub const FILE_READ: usize = 3;
     pub const EXEC_DENY: usize = 4;
     pub const EXEC_ALLOW: usize = 5;
+    /// `network.unix`: a unix socket peer outside the scope that may be reached (matched
+    /// against the socket's path, or `@name` for abstract sockets).
+    pub const UNIX_ALLOW: usize = 6;
     pub const SLOTS: usize = 8;
 }
 
@@ -109,8 +120,14 @@ pub struct PolicyInfo {
     pub dfa: [DfaInfo; 2],
     /// Seed of the literal-path hash on an unknown superblock.
     pub seed: u64,
+    /// Address families (bit `1 << AF_*`) in-scope tasks may create sockets of.
+    pub sock_families: u64,
 }
-const _: () = assert!(size_of::<PolicyInfo>() == 56);
+const _: () = assert!(size_of::<PolicyInfo>() == 64);
+
+/// The listen rules of policy `p` sit in the network tries under policy id
+/// `p + LISTEN_ID_BASE` (an allowlist: what matches no rule may not listen).
+pub const LISTEN_ID_BASE: u32 = MAX_POLICIES;
 
 /// FNV-1a prime of the literal-path hash (kernel and userspace must agree).
 pub const LITERAL_FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -265,12 +282,39 @@ pub struct KernelOffsets {
     pub super_block_s_magic: u32,
     pub path_dentry: u32,
     pub super_block_s_flags: u32,
+    /// Sockets: `socket.sk`, `socket.type`, `sock.__sk_common.skc_family`.
+    pub socket_sk: u32,
+    pub socket_type: u32,
+    pub sock_family: u32,
+    /// The cgroup a socket was made in (`sock.sk_cgrp_data.cgroup`).
+    pub sock_cgroup: u32,
+    /// `sock.sk_peer_pid` (`struct pid *`) and the pid number in `struct pid`
+    /// (`numbers[0].nr`).
+    pub sock_peer_pid: u32,
+    pub pid_nr: u32,
+    /// The bound local address and port of a socket (`skc_rcv_saddr`, `skc_v6_rcv_saddr`,
+    /// `skc_num`).
+    pub sock_rcv_saddr: u32,
+    pub sock_v6_rcv_saddr: u32,
+    pub sock_num: u32,
+    /// `unix_sock.path.dentry`, `unix_sock.addr`, `unix_address.len`, `unix_address.name`.
+    pub unix_sock_path_dentry: u32,
+    pub unix_sock_addr: u32,
+    pub unix_address_len: u32,
+    pub unix_address_name: u32,
+    /// Cgroups: `cgroup.kn`, `kernfs_node.id`, `cgroup.self.parent`, `task_struct.cgroups`,
+    /// `css_set.dfl_cgrp`.
+    pub cgroup_kn: u32,
+    pub kernfs_node_id: u32,
+    pub cgroup_parent: u32,
+    pub task_struct_cgroups: u32,
+    pub css_set_dfl_cgrp: u32,
     pub _pad: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 96);
+const _: () = assert!(size_of::<KernelOffsets>() == 168);
 
 /// Hooks that report events (`EventHeader::hook`).
 pub mod hook {
@@ -305,6 +349,20 @@ pub mod hook {
     /// Any other attribute change (times, ...) and extended attributes.
     pub const SETATTR: u32 = 19;
     pub const XATTR: u32 = 20;
+    /// A connect (stream) or send (datagram) to a unix socket: `path`/`dev` name the
+    /// socket (`@name` for abstract ones), `target` the peer's pid where the kernel knows it.
+    pub const UNIX_CONNECT: u32 = 21;
+    pub const UNIX_SEND: u32 = 22;
+    /// `socket(2)` of a family/type/protocol the policy does not allow (`family` = the
+    /// family, `access` = the type, `target` = the protocol).
+    pub const SOCKET_CREATE: u32 = 23;
+    /// `listen(2)`, or `bind(2)` of a datagram socket to a port: the local address.
+    pub const LISTEN: u32 = 24;
+    /// An ioctl that injects terminal input (`access` = the command).
+    pub const IOCTL: u32 = 25;
+    /// Changing another process's scheduling, priority or memory placement
+    /// (`target` = its tgid).
+    pub const TASK: u32 = 26;
 }
 
 /// What happened (`EventHeader::decision`).
@@ -340,6 +398,15 @@ pub mod reason {
     /// The file is on a file system mounted after the policy loaded that sandbox has not
     /// placed in the mount table yet (a window of milliseconds): denied until it has.
     pub const UNPLACED_MOUNT: u32 = 11;
+    /// The target process, or the peer of a unix socket, is outside the sandbox and no
+    /// rule lets it be reached.
+    pub const OUTSIDE_SCOPE: u32 = 12;
+    /// The socket family, type or protocol is not in `network.sockets`.
+    pub const SOCKET_KIND: u32 = 13;
+    /// `network.listen` is an allowlist and this local address is not in it.
+    pub const NOT_IN_LISTEN_ALLOWLIST: u32 = 14;
+    /// Terminal input injection (`TIOCSTI`, `TIOCLINUX`).
+    pub const TTY_INJECTION: u32 = 15;
 }
 
 /// `EventHeader::flags`.
@@ -429,6 +496,24 @@ impl KernelOffsets {
         super_block_s_magic: 0,
         path_dentry: 0,
         super_block_s_flags: 0,
+        socket_sk: 0,
+        socket_type: 0,
+        sock_family: 0,
+        sock_cgroup: 0,
+        sock_peer_pid: 0,
+        pid_nr: 0,
+        sock_rcv_saddr: 0,
+        sock_v6_rcv_saddr: 0,
+        sock_num: 0,
+        unix_sock_path_dentry: 0,
+        unix_sock_addr: 0,
+        unix_address_len: 0,
+        unix_address_name: 0,
+        cgroup_kn: 0,
+        kernfs_node_id: 0,
+        cgroup_parent: 0,
+        task_struct_cgroups: 0,
+        css_set_dfl_cgrp: 0,
         _pad: 0,
         valid: 0,
     };

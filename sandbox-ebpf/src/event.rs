@@ -10,10 +10,10 @@ use aya_ebpf::helpers::generated::{
 };
 use sandbox_common::{EventHeader, NO_RULE, PATH_MAX};
 
+use crate::addr::Dest;
 use crate::kread;
-use crate::maps::{DROPS, EVENTS, SCRATCH};
-use crate::net::Dest;
-use crate::path::{self, FileFacts, PATH_END};
+use crate::maps::{DROPS, EVENTS, scratch};
+use crate::path::{FileFacts, PATH_END};
 
 /// What a hook wants to report; the task fields are filled in by `send`.
 pub struct Report {
@@ -78,13 +78,11 @@ impl Report {
 
 #[inline(never)]
 pub fn send(rep: &Report) {
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+    let Some(s) = scratch() else {
         count_drop();
         return;
     };
-    // SAFETY: per-CPU map value, exclusively ours for the duration of this program run.
-    let s = unsafe { &mut *scratch };
-    let off = path::offsets();
+    let off = kread::offsets();
     let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
     let uid_gid = unsafe { bpf_get_current_uid_gid() };
     let task = unsafe { bpf_get_current_task() } as *const u8;
@@ -167,14 +165,12 @@ fn exe(task: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (
     };
     let sb = kread::read_ptr(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
     let dev: u32 = kread::read(sb, off.super_block_s_dev).unwrap_or(0);
-    let Ok(start) = path::build_path(dentry) else {
+    let Ok(start) = crate::path::build_path(dentry) else {
         return (0, 0);
     };
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+    let Some(s) = scratch() else {
         return (0, 0);
     };
-    // SAFETY: per-CPU map value, exclusively ours while this program runs.
-    let s = unsafe { &mut *scratch };
     let len = kread::opaque(PATH_END.saturating_sub(start)) & (PATH_MAX as u32 - 1);
     let src = kread::opaque(start) & (PATH_MAX as u32 - 1);
     let at = kread::opaque(path_len) & (PATH_MAX as u32 - 1);

@@ -2,7 +2,19 @@
 //! goes through `bpf_probe_read_kernel`, which faults safely (returns an error) on a bad
 //! address, at an offset the loader read from the running kernel's BTF.
 
+use aya_ebpf::Global;
 use aya_ebpf::helpers::bpf_probe_read_kernel;
+use sandbox_common::KernelOffsets;
+
+/// Struct offsets of the running kernel, written by the loader from BTF before load
+/// (`sandbox_common::OFFSETS_GLOBAL`). Every read below takes its offset from here.
+#[unsafe(no_mangle)]
+static OFFSETS: Global<KernelOffsets> = Global::new(KernelOffsets::ZERO);
+
+#[inline(always)]
+pub fn offsets() -> KernelOffsets {
+    OFFSETS.load()
+}
 
 /// Reads a `T` at `base + off`.
 #[inline(always)]

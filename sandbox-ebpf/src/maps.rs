@@ -85,3 +85,12 @@ pub struct Scratch {
 
 #[map]
 pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's working memory. Every user goes through here.
+#[inline(always)]
+pub fn scratch() -> Option<&'static mut Scratch> {
+    let p = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: a per-CPU map value, exclusively this program's while it runs (LSM programs
+    // run with migration disabled); `bpf_loop` callbacks look it up again themselves.
+    Some(unsafe { &mut *p })
+}

@@ -10,24 +10,15 @@
 
 use core::ffi::c_void;
 
-use aya_ebpf::Global;
 use aya_ebpf::helpers::generated::bpf_loop;
+use sandbox_common::decide::FileMatch;
 use sandbox_common::{
     DFA_ANCHORED, DFA_FLOATING, DfaAccept, DfaInfo, InodeKey, KernelOffsets, LITERAL_FNV_PRIME,
-    LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SbKey,
+    LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SbKey, ScanStart,
 };
 
-use crate::kread;
-use crate::maps::{DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, SB_START, SCRATCH};
-
-/// Struct offsets of the running kernel, written by the loader from BTF before load.
-#[unsafe(no_mangle)]
-static OFFSETS: Global<KernelOffsets> = Global::new(KernelOffsets::ZERO);
-
-#[inline(always)]
-pub fn offsets() -> KernelOffsets {
-    OFFSETS.load()
-}
+use crate::kread::{self, offsets};
+use crate::maps::{DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, SB_START, scratch};
 
 /// Path bytes live in `SCRATCH.path[start..PATH_END]`.
 pub const PATH_END: u32 = PATH_MAX as u32 - 1;
@@ -109,36 +100,8 @@ fn facts(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> FileFacts 
     }
 }
 
-/// Kinds of rule (bit `1 << slot`) that match a file.
-pub struct Match {
-    /// Kinds matched by the path.
-    pub path: u32,
-    /// Kinds matched by the file's identity (dev, inode).
-    pub inode: u32,
-    /// The file's superblock is mounted somewhere (it is in `SB_START`). Kernel-internal
-    /// ones (pipes, sockets, memfd) are not; allowlists do not apply to them.
-    pub sb_known: bool,
-}
-
-impl Match {
-    #[inline(always)]
-    pub fn has(&self, slot: usize) -> bool {
-        (self.path | self.inode) & (1 << slot) != 0
-    }
-
-    /// The reason to report for a deny by kind `slot`.
-    #[inline(always)]
-    pub fn reason(&self, slot: usize) -> u32 {
-        if self.path & (1 << slot) != 0 {
-            sandbox_common::reason::RULE
-        } else {
-            sandbox_common::reason::INODE
-        }
-    }
-}
-
 pub enum Resolved {
-    Matched(Match),
+    Matched(FileMatch),
     /// Could not resolve within the limits: fail closed. Carries event flags.
     Unresolved(u32),
     /// On a file system mounted after load that userspace has not placed yet: fail closed.
@@ -178,11 +141,9 @@ pub struct Scan {
 /// One dentry level: prepend "/name". Stops (returns 1) at the superblock root.
 #[inline(never)]
 extern "C" fn walk_step(_index: u64, _ctx: *mut c_void) -> i64 {
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+    let Some(s) = scratch() else {
         return 1;
     };
-    // SAFETY: per-CPU map value, exclusively ours while this program runs.
-    let s = unsafe { &mut *scratch };
     let off = offsets();
     let dentry = s.walk.dentry as *const u8;
     let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
@@ -259,11 +220,9 @@ fn literal(policy_id: u32, hash: u64) -> u32 {
 /// One path byte: at `/` collect what the prefix covers below it, then advance.
 #[inline(never)]
 extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+    let Some(s) = scratch() else {
         return 1;
     };
-    // SAFETY: per-CPU map value, exclusively ours while this program runs.
-    let s = unsafe { &mut *scratch };
     let pos = s.scan.pos;
     if pos >= PATH_END {
         return 1;
@@ -287,10 +246,7 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
 /// and returns `start`. Fails when the path does not fit or a read fails.
 #[inline(always)]
 pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
-    let scratch = SCRATCH.get_ptr_mut(0).ok_or(())?;
-    // SAFETY: per-CPU map value, exclusively ours while this program runs; the loop
-    // callback looks it up again itself.
-    let s = unsafe { &mut *scratch };
+    let s = scratch().ok_or(())?;
     s.walk = Walk {
         dentry: dentry as u64,
         off: PATH_END,
@@ -326,12 +282,6 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
     let Ok(start_off) = build_path(facts.dentry) else {
         return Resolved::Unresolved(sandbox_common::EVENT_F_PATH_TRUNCATED);
     };
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
-        return Resolved::Unresolved(0);
-    };
-    // SAFETY: per-CPU map value, exclusively ours while this program runs; the loop
-    // callbacks below look it up again themselves.
-    let s = unsafe { &mut *scratch };
     // The path is SCRATCH.path[start_off..PATH_END]; the event copies it from there.
     facts.start = start_off;
 
@@ -350,6 +300,28 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
             return Resolved::Unplaced;
         }
     }
+    let path = scan(policy_id, info, start_off, sb);
+    let ikey = InodeKey {
+        ino: facts.ino,
+        dev: facts.dev,
+        policy_id,
+    };
+    // SAFETY: the value is a plain u32 copied out immediately.
+    let inode = unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0);
+    Resolved::Matched(FileMatch {
+        path,
+        inode,
+        sb_known,
+    })
+}
+
+/// Runs the policy's matcher over `SCRATCH.path[start_off..PATH_END]`, from the scan state
+/// after a superblock's mount point (`sb`) or from the very start. Returns the kind mask.
+#[inline(always)]
+fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>) -> u32 {
+    let Some(s) = scratch() else {
+        return 0;
+    };
     let (a0, f0, h0, m0) = match sb {
         Some(v) => (v.anchored, v.floating, v.hash, v.mask),
         None => (
@@ -379,20 +351,39 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
         );
     }
     let (a, f) = (info.dfa[DFA_ANCHORED], info.dfa[DFA_FLOATING]);
-    let path = s.scan.mask
+    s.scan.mask
         | u32::from(accept_of(&a, s.scan.anchored).exact)
         | u32::from(accept_of(&f, s.scan.floating).exact)
-        | literal(policy_id, s.scan.hash);
-    let ikey = InodeKey {
-        ino: facts.ino,
-        dev: facts.dev,
-        policy_id,
+        | literal(policy_id, s.scan.hash)
+}
+
+/// Places `@` and `len` bytes of kernel memory at `src` (an abstract unix socket name) at
+/// the end of `SCRATCH.path` and returns where they start.
+#[inline(always)]
+pub fn place_name(src: *const u8, len: u32) -> Result<u32, ()> {
+    let s = scratch().ok_or(())?;
+    if len >= NAME_MAX as u32 {
+        return Err(());
+    }
+    let start = PATH_END - len - 1;
+    s.path[(kread::opaque(start) & MASK) as usize] = b'@';
+    // SAFETY: start + 1 < PATH_MAX and len < NAME_MAX: inside the PATH_BUF-sized buffer.
+    let dst = unsafe {
+        s.path
+            .as_mut_ptr()
+            .add((kread::opaque(start + 1) & MASK) as usize)
     };
-    // SAFETY: the value is a plain u32 copied out immediately.
-    let inode = unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0);
-    Resolved::Matched(Match {
-        path,
-        inode,
-        sb_known,
-    })
+    kread::read_bytes(dst, len, src).map_err(|_| ())?;
+    Ok(start)
+}
+
+/// The kinds of rule matching a name placed by [`place_name`] (no superblock: abstract
+/// names match only patterns written as `@name`).
+#[inline(always)]
+pub fn match_name(policy_id: u32, info: &PolicyInfo, start_off: u32) -> FileMatch {
+    FileMatch {
+        path: scan(policy_id, info, start_off, None),
+        inode: 0,
+        sb_known: false,
+    }
 }

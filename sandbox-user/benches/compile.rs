@@ -49,6 +49,7 @@ fn main() {
         cwd: "/work".into(),
         env: Default::default(),
         resolvers: Vec::new(),
+        host_addrs: Vec::new(),
     };
     println!(
         "{:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}",

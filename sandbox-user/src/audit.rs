@@ -25,8 +25,13 @@ pub enum Hook {
     Exec,
     /// A change of names, judged as a write: the activity (`create`, `unlink`, ...).
     Name(&'static str),
-    /// Self-protection: `bpf`, `signal`, `ptrace`, `mount`.
+    /// Self-protection and the boundary with other processes: `bpf`, `signal`, `ptrace`,
+    /// `mount`, `task` (scheduling/priority of another process), `ioctl` (terminal input).
     Protect(&'static str),
+    /// A unix socket peer: `connect` (stream) or `send` (datagram).
+    Unix(&'static str),
+    /// `socket(2)` of a family/type/protocol outside `network.sockets`.
+    SocketCreate,
 }
 
 impl TryFrom<u32> for Hook {
@@ -53,6 +58,12 @@ impl TryFrom<u32> for Hook {
             hook::CHOWN => Ok(Self::Name("chown")),
             hook::SETATTR => Ok(Self::Name("setattr")),
             hook::XATTR => Ok(Self::Name("xattr")),
+            hook::UNIX_CONNECT => Ok(Self::Unix("connect")),
+            hook::UNIX_SEND => Ok(Self::Unix("send")),
+            hook::SOCKET_CREATE => Ok(Self::SocketCreate),
+            hook::LISTEN => Ok(Self::Net("listen")),
+            hook::IOCTL => Ok(Self::Protect("ioctl")),
+            hook::TASK => Ok(Self::Protect("task")),
             other => Err(other),
         }
     }
@@ -128,6 +139,9 @@ impl Formatter<'_> {
     /// The full path as the kernel saw it, byte for byte.
     pub fn path_bytes(&self, e: &Event) -> Vec<u8> {
         let dev = e.header.dev;
+        if dev == 0 && e.sb_path.starts_with(b"@") {
+            return e.sb_path.clone();
+        }
         match self.mounts.iter().find(|m| m.dev == dev) {
             Some(m) => {
                 let p = crate::mounts::prefix(&m.mount_point);
@@ -171,6 +185,10 @@ impl Formatter<'_> {
     /// Mount point of superblock `dev` + a path inside it.
     fn join(&self, dev: u32, sb_path: &[u8]) -> String {
         let inner = String::from_utf8_lossy(sb_path);
+        if dev == 0 && sb_path.starts_with(b"@") {
+            // An abstract unix socket name: no file system.
+            return inner.into_owned();
+        }
         match self.mounts.iter().find(|m| m.dev == dev) {
             Some(m) => {
                 let p = crate::mounts::prefix(&m.mount_point);
@@ -216,6 +234,11 @@ impl Formatter<'_> {
             reason::NO_OFFSETS => "(kernel offsets missing)",
             reason::SELF_PROTECTION => "self_protection",
             reason::UNPLACED_MOUNT => "(file system mounted after load, not placed yet)",
+            reason::OUTSIDE_SCOPE if matches!(e.hook, Hook::Unix(_)) => "network.unix",
+            reason::OUTSIDE_SCOPE => "(process outside the sandbox)",
+            reason::SOCKET_KIND => "network.sockets",
+            reason::NOT_IN_LISTEN_ALLOWLIST => "network.listen",
+            reason::TTY_INJECTION => "(terminal input injection)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -234,6 +257,10 @@ impl Formatter<'_> {
             reason::INODE => "inode_identity",
             reason::SELF_PROTECTION => "self_protection",
             reason::UNPLACED_MOUNT => "unplaced_mount",
+            reason::OUTSIDE_SCOPE => "outside_scope",
+            reason::SOCKET_KIND => "socket_kind",
+            reason::NOT_IN_LISTEN_ALLOWLIST => "not_in_listen_allowlist",
+            reason::TTY_INJECTION => "tty_injection",
             _ => "unknown",
         }
     }
@@ -315,16 +342,46 @@ impl Formatter<'_> {
                         obj.insert("target".into(), json!({ "pid": h.target }));
                         obj.insert("ptrace_mode".into(), json!(h.access));
                     }
+                    "task" => {
+                        obj.insert("target".into(), json!({ "pid": h.target }));
+                    }
+                    "ioctl" => {
+                        obj.insert("ioctl_cmd".into(), json!(h.access));
+                    }
                     _ => {}
                 }
+            }
+            Hook::Unix(activity) => {
+                obj.insert("class".into(), json!("network_activity"));
+                obj.insert("class_uid".into(), json!(4001));
+                obj.insert("activity".into(), json!(activity));
+                let mut peer = json!({ "path": self.full_path(e), "family": "unix" });
+                if h.target != 0 {
+                    peer["pid"] = json!(h.target);
+                }
+                obj.insert("dst_endpoint".into(), peer);
+            }
+            Hook::SocketCreate => {
+                obj.insert("class".into(), json!("network_activity"));
+                obj.insert("class_uid".into(), json!(4001));
+                obj.insert("activity".into(), json!("socket"));
+                obj.insert(
+                    "socket".into(),
+                    json!({ "family": h.family, "type": h.access, "protocol": h.target }),
+                );
             }
             Hook::Net(activity) => {
                 obj.insert("class".into(), json!("network_activity"));
                 obj.insert("class_uid".into(), json!(4001));
                 obj.insert("activity".into(), json!(activity));
                 let ip = Self::dest(e);
+                let endpoint = if activity == "listen" {
+                    "src_endpoint"
+                } else {
+                    "dst_endpoint"
+                };
                 obj.insert(
-                    "dst_endpoint".into(),
+                    endpoint.into(),
                     json!({
                         "ip": ip.to_string(), "port": h.port,
                         "family": if ip.is_ipv4() { "ipv4" } else { "ipv6" },
@@ -351,8 +408,14 @@ impl Formatter<'_> {
             Hook::Exec => format!("exec {}", self.full_path(e)),
             Hook::Protect("bpf") => format!("bpf() command {}", h.target),
             Hook::Protect("signal") => format!("signal {} to pid {}", h.access, h.target),
+            Hook::Protect("ioctl") => format!("ioctl {:#x} (terminal input)", h.access),
             Hook::Protect(activity) if h.target != 0 => format!("{activity} of pid {}", h.target),
             Hook::Protect(activity) => activity.to_owned(),
+            Hook::Unix(activity) => format!("unix {activity} {}", self.full_path(e)),
+            Hook::SocketCreate => format!(
+                "socket(family {}, type {}, protocol {})",
+                h.family, h.access, h.target
+            ),
             Hook::Net(activity) => match Self::dest(e) {
                 IpAddr::V6(a) => format!("{activity} [{a}]:{}", h.port),
                 IpAddr::V4(a) => format!("{activity} {a}:{}", h.port),

@@ -6,7 +6,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use sandbox_common::{accept, net_action, policy_flags};
+use sandbox_common::decide::{self, Deny, FileMatch, fmode, imode};
+use sandbox_common::{accept, policy_flags, reason};
 
 use crate::compile::{CompiledPolicy, net};
 use crate::policy::Policy;
@@ -87,36 +88,46 @@ fn named(c: &CompiledPolicy, slot: usize, p: &Path, by_path: u32) -> String {
     }
 }
 
-/// File rule order, as in `sandbox-ebpf/src/main.rs`: deny > write rules > read rules.
+/// What the kernel would match for `p`, as the decision functions take it.
+fn file_match(c: &CompiledPolicy, p: &Path) -> FileMatch {
+    let (path, inode) = kinds(c, p);
+    FileMatch {
+        path,
+        inode,
+        sb_known: true,
+    }
+}
+
+/// Words for a deny: the rule of a kind slot, or what the reason means.
+fn deny_text(c: &CompiledPolicy, p: &Path, m: &FileMatch, d: Deny) -> String {
+    match d.reason {
+        reason::RULE | reason::INODE => {
+            let slot = usize::from(d.rule);
+            let named = named(c, slot, p, m.path);
+            if slot == accept::EXEC_DENY {
+                format!("{named} (a denied binary cannot be read or written either)")
+            } else {
+                named
+            }
+        }
+        reason::NOT_IN_WRITE_ALLOWLIST => "files.write is set and no write rule matches".into(),
+        reason::NOT_IN_READ_ALLOWLIST => "files.read is set and no read rule matches".into(),
+        reason::NOT_IN_EXEC_ALLOWLIST => "exec.allow is set and no allow rule matches".into(),
+        reason::PRIVILEGED_BINARY => {
+            "setuid/setgid binary and exec.allow_privileged is false".into()
+        }
+        other => format!("reason {other}"),
+    }
+}
+
+/// The file decision (`sandbox_common::decide::file`, as the kernel takes it).
 pub fn file_rules(c: &CompiledPolicy, p: &Path, access: Access, is_dir: bool) -> Option<String> {
-    let (by_path, by_inode) = kinds(c, p);
-    let has = |slot: usize| (by_path | by_inode) & (1 << slot) != 0;
-    if has(accept::FILE_DENY) {
-        return Some(named(c, accept::FILE_DENY, p, by_path));
-    }
-    if has(accept::EXEC_DENY) {
-        return Some(format!(
-            "{} (a denied binary cannot be read or written either)",
-            named(c, accept::EXEC_DENY, p, by_path)
-        ));
-    }
-    if access == Access::Write {
-        if has(accept::FILE_READ_ONLY) {
-            return Some(named(c, accept::FILE_READ_ONLY, p, by_path));
-        }
-        if c.flags & policy_flags::WRITE_ALLOWLIST != 0 && !has(accept::FILE_WRITE) {
-            return Some("files.write is set and no write rule matches".into());
-        }
-    }
-    if access == Access::Read
-        && !is_dir
-        && c.flags & policy_flags::READ_ALLOWLIST != 0
-        && !has(accept::FILE_READ)
-        && !has(accept::FILE_WRITE)
-    {
-        return Some("files.read is set and no read rule matches".into());
-    }
-    None
+    let m = file_match(c, p);
+    let f_mode = match access {
+        Access::Read => fmode::READ,
+        Access::Write => fmode::WRITE,
+    };
+    decide::file(c.flags, f_mode, is_dir, &m).map(|d| deny_text(c, p, &m, d))
 }
 
 pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<Decision> {
@@ -137,19 +148,8 @@ pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<
 
 pub fn exec(c: &CompiledPolicy, path: &Path) -> std::io::Result<Decision> {
     let p = canonical(path)?;
-    let (by_path, by_inode) = kinds(c, &p);
-    let has = |slot: usize| (by_path | by_inode) & (1 << slot) != 0;
-    let deny = if has(accept::EXEC_DENY) {
-        Some(named(c, accept::EXEC_DENY, &p, by_path))
-    } else if has(accept::FILE_DENY) {
-        Some(named(c, accept::FILE_DENY, &p, by_path))
-    } else if c.flags & policy_flags::EXEC_ALLOWLIST != 0 && !has(accept::EXEC_ALLOW) {
-        Some("exec.allow is set and no allow rule matches".into())
-    } else if c.flags & policy_flags::DENY_PRIVILEGED != 0 && is_privileged(&p) {
-        Some("setuid/setgid binary and exec.allow_privileged is false".into())
-    } else {
-        None
-    };
+    let m = file_match(c, &p);
+    let deny = decide::exec(c.flags, is_privileged(&p), &m).map(|d| deny_text(c, &p, &m, d));
     Ok(decision(
         format!("exec {}", p.display()),
         deny,
@@ -160,10 +160,8 @@ pub fn exec(c: &CompiledPolicy, path: &Path) -> std::io::Result<Decision> {
 
 fn is_privileged(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| {
-        let mode = m.permissions().mode();
-        mode & 0o4000 != 0 || mode & 0o2010 == 0o2010
-    })
+    #[expect(clippy::cast_possible_truncation, reason = "st_mode fits 16 bits")]
+    std::fs::metadata(p).is_ok_and(|m| imode::privileged(m.permissions().mode() as u16))
 }
 
 pub fn connect(c: &CompiledPolicy, addr: IpAddr, port: u16) -> Decision {
@@ -173,16 +171,18 @@ pub fn connect(c: &CompiledPolicy, addr: IpAddr, port: u16) -> Decision {
     };
     let hit = net::lookup(&c.net.v4, &c.net.v6, addr, port);
     let audit = c.flags & policy_flags::AUDIT_NET != 0;
-    match hit {
-        Some((net_action::ALLOW, rule)) => decision(what, None, audit, &rule_text(c, rule)),
-        Some((_, rule)) => decision(what, Some(rule_text(c, rule)), audit, ""),
-        None if c.flags & policy_flags::NET_DEFAULT_DENY != 0 => decision(
+    match (decide::net(c.flags, hit), hit) {
+        (None, Some((_, rule))) => decision(what, None, audit, &rule_text(c, rule)),
+        (None, None) => decision(what, None, audit, "no network rule matches"),
+        (Some(d), _) if d.reason == reason::RULE => {
+            decision(what, Some(rule_text(c, d.rule)), audit, "")
+        }
+        (Some(_), _) => decision(
             what,
             Some("network.default is deny and no allow rule matches".into()),
             audit,
             "",
         ),
-        None => decision(what, None, audit, "no network rule matches"),
     }
 }
 

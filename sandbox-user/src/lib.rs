@@ -16,6 +16,7 @@ pub mod explain;
 pub mod hosts;
 pub mod loader;
 pub mod mounts;
+pub mod netif;
 pub mod pins;
 pub mod policy;
 pub mod preflight;

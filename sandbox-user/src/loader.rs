@@ -13,79 +13,15 @@ use aya::maps::{Array, HashMap, LpmTrie, MapData, PerCpuArray, RingBuf};
 use aya::programs::Lsm;
 use aya::{Btf, Ebpf, EbpfLoader};
 use sandbox_common::{
-    ByteClasses, DfaAccept, InodeKey, KernelOffsets, LiteralKey, NetKeyV4, NetKeyV6,
-    OFFSETS_GLOBAL, SbKey, ScanStart, map_names as m,
+    ByteClasses, DfaAccept, InodeKey, KernelOffsets, LISTEN_ID_BASE, LiteralKey, NetKeyV4,
+    NetKeyV6, OFFSETS_GLOBAL, SbKey, ScanStart, map_names as m,
 };
 
 use crate::cgroup::Cgroup;
 use crate::compile::CompiledPolicy;
 use crate::mounts::{self, Superblock};
 
-/// One BPF-LSM program of the object: its function name, the hook it attaches to, and the
-/// number of parameters the hook must have for it (the program reads the earlier
-/// programs' verdict right after them). A hook whose parameters changed between kernels
-/// has one program per form; the loader attaches the one that fits (see [`fitting`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Program {
-    pub name: &'static str,
-    pub hook: &'static str,
-    pub arity: usize,
-    /// A hook older kernels lack (the operation goes through another hook there): skipped
-    /// when the kernel has no such hook.
-    pub optional: bool,
-}
-
-const fn prog(name: &'static str, hook: &'static str, arity: usize) -> Program {
-    Program {
-        name,
-        hook,
-        arity,
-        optional: false,
-    }
-}
-
-const fn newer(name: &'static str, hook: &'static str, arity: usize) -> Program {
-    Program {
-        name,
-        hook,
-        arity,
-        optional: true,
-    }
-}
-
-/// Every program, in attach order (the last attached runs first).
-pub const PROGRAMS: &[Program] = &[
-    prog("file_open", "file_open", 1),
-    prog("bprm_check_security", "bprm_check_security", 1),
-    prog("inode_create", "inode_create", 3),
-    prog("inode_mknod", "inode_mknod", 4),
-    prog("inode_mkdir", "inode_mkdir", 3),
-    prog("inode_symlink", "inode_symlink", 3),
-    prog("inode_unlink", "inode_unlink", 2),
-    prog("inode_rmdir", "inode_rmdir", 2),
-    prog("inode_link", "inode_link", 3),
-    prog("path_link", "path_link", 3),
-    prog("inode_rename", "inode_rename", 4),
-    prog("path_rename", "path_rename", 5),
-    prog("path_truncate", "path_truncate", 1),
-    prog("path_chmod", "path_chmod", 2),
-    prog("path_chown", "path_chown", 3),
-    prog("inode_setattr_2", "inode_setattr", 2),
-    prog("inode_setattr_3", "inode_setattr", 3),
-    prog("inode_setxattr", "inode_setxattr", 6),
-    prog("inode_removexattr", "inode_removexattr", 3),
-    // POSIX ACLs have their own hooks since 6.2 (before, they were plain xattrs).
-    newer("inode_set_acl", "inode_set_acl", 4),
-    newer("inode_remove_acl", "inode_remove_acl", 3),
-    prog("socket_connect", "socket_connect", 3),
-    prog("socket_sendmsg", "socket_sendmsg", 3),
-    prog("bpf_3", "bpf", 3),
-    prog("bpf_4", "bpf", 4),
-    prog("task_kill", "task_kill", 4),
-    prog("ptrace_access_check", "ptrace_access_check", 2),
-    prog("sb_mount", "sb_mount", 5),
-    prog("move_mount", "move_mount", 2),
-];
+pub use sandbox_common::programs::{PROGRAMS, Program};
 
 /// The programs to attach on a kernel whose hooks have `arity(hook)` parameters: one per
 /// hook, or an error naming a hook no program fits.
@@ -267,8 +203,14 @@ impl Enforcer {
             )
             .map_max_entries(m::LITERALS, size(mt.literals.len()))
             .map_max_entries(m::INODE_RULES, size(identity_count))
-            .map_max_entries(m::NET_V4, size(policy.net.v4.len() + host_room))
-            .map_max_entries(m::NET_V6, size(policy.net.v6.len() + host_room))
+            .map_max_entries(
+                m::NET_V4,
+                size(policy.net.v4.len() + policy.net.listen_v4.len() + host_room),
+            )
+            .map_max_entries(
+                m::NET_V6,
+                size(policy.net.v6.len() + policy.net.listen_v6.len() + host_room),
+            )
             .load(crate::BPF_OBJECT)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         Ok(Self {
@@ -376,34 +318,12 @@ impl Enforcer {
         self.update_mounts(policy, sbs)?;
         let (keys, masks): (Vec<InodeKey>, Vec<u32>) = ids.entries.iter().copied().unzip();
         update_batch(self.map(m::INODE_RULES)?, m::INODE_RULES, &keys, &masks)?;
-        {
-            let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
-                LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
-            for e in &policy.net.v4 {
-                let key = Key::new(
-                    32 + u32::from(e.prefix_len),
-                    NetKeyV4 {
-                        policy_id_be: pid.to_be_bytes(),
-                        addr: e.addr,
-                    },
-                );
-                t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V4))?;
-            }
-        }
-        {
-            let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
-                LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
-            for e in &policy.net.v6 {
-                let key = Key::new(
-                    32 + u32::from(e.prefix_len),
-                    NetKeyV6 {
-                        policy_id_be: pid.to_be_bytes(),
-                        addr: e.addr,
-                    },
-                );
-                t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V6))?;
-            }
-        }
+        self.put_tables(pid, &policy.net.v4, &policy.net.v6)?;
+        self.put_tables(
+            pid + LISTEN_ID_BASE,
+            &policy.net.listen_v4,
+            &policy.net.listen_v6,
+        )?;
         // The header last: until `live` is set the hooks treat the policy as absent.
         let mut p: Array<_, sandbox_common::PolicyInfo> =
             Array::try_from(self.map(m::POLICIES)?).map_err(map_err(m::POLICIES))?;
@@ -504,6 +424,36 @@ impl Enforcer {
                 Some(r) => self.put_net(pid, addr, r)?,
                 None => self.remove_net(pid, addr)?,
             }
+        }
+        Ok(())
+    }
+
+    /// Writes compiled LPM entries under policy id `pid`.
+    fn put_tables(
+        &mut self,
+        pid: u32,
+        v4: &[crate::compile::net::Entry<4>],
+        v6: &[crate::compile::net::Entry<16>],
+    ) -> Result<(), LoadError> {
+        let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
+            LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
+        for e in v4 {
+            let data = NetKeyV4 {
+                policy_id_be: pid.to_be_bytes(),
+                addr: e.addr,
+            };
+            let key = Key::new(32 + u32::from(e.prefix_len), data);
+            t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V4))?;
+        }
+        let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
+            LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
+        for e in v6 {
+            let data = NetKeyV6 {
+                policy_id_be: pid.to_be_bytes(),
+                addr: e.addr,
+            };
+            let key = Key::new(32 + u32::from(e.prefix_len), data);
+            t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V6))?;
         }
         Ok(())
     }

@@ -371,6 +371,12 @@ async fn supervise(
             if libc::write(procs_fd, b"0".as_ptr().cast(), 1) != 1 {
                 return Err(std::io::Error::last_os_error());
             }
+            // A session of its own: the user's terminal is no longer the command's
+            // controlling terminal, so it cannot queue input into the shell that runs after
+            // sandbox (TIOCSTI, CVE-2017-5226) nor signal the shell's process group.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // If sandbox dies, the command does not go on unsupervised.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -414,6 +420,8 @@ async fn supervise(
     };
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigquit = signal(SignalKind::quit())?;
+    let mut sigwinch = signal(SignalKind::window_change())?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let has_hosts = !armed.compiled.net.hosts.is_empty();
     let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
@@ -434,8 +442,11 @@ async fn supervise(
             }
             status = child.wait() => break status?,
             _ = sigterm.recv() => forward(child_pid, libc::SIGTERM),
-            // The terminal sends SIGINT to the command too; sandbox waits for it to exit.
-            _ = sigint.recv() => {}
+            // The command runs in a session of its own (no terminal signals reach it): the
+            // keys of the terminal reach sandbox, which passes them on.
+            _ = sigint.recv() => forward_group(child_pid, libc::SIGINT),
+            _ = sigquit.recv() => forward_group(child_pid, libc::SIGQUIT),
+            _ = sigwinch.recv() => forward_group(child_pid, libc::SIGWINCH),
             _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
             changed = armed.mount_watch.changed() => {
                 changed?;
@@ -467,6 +478,15 @@ fn forward(pid: Option<u32>, sig: i32) {
     if let Some(pid) = pid {
         // SAFETY: plain syscall.
         unsafe { libc::kill(pid as i32, sig) };
+    }
+}
+
+/// Sends `sig` to the command's process group, as a terminal sends its keys to the
+/// foreground group (the command leads its own session and group).
+fn forward_group(pid: Option<u32>, sig: i32) {
+    if let Some(pid) = pid {
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(-(pid as i32), sig) };
     }
 }
 

@@ -15,6 +15,7 @@ fn load(name: &str) -> sandbox_user::compile::CompiledPolicy {
         cwd: "/work/proj".into(),
         env: Default::default(),
         resolvers: Vec::new(),
+        host_addrs: Vec::new(),
     };
     let p = load_file(&path, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
     compile(&p, sandbox_user::compile::FIXED_SEED).unwrap_or_else(|e| panic!("{name}: {e}"))

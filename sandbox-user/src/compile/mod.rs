@@ -34,6 +34,8 @@ pub struct IdentityRule {
 pub struct CompiledPolicy {
     pub name: String,
     pub flags: u32,
+    /// Socket families in-scope tasks may create (`PolicyInfo::sock_families`).
+    pub sock_families: u64,
     pub matcher: matcher::Matcher,
     /// Names the rule behind a kernel decision (kind + path).
     pub attribution: matcher::Attribution,
@@ -158,6 +160,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     }
     add_paths(&policy.exec.deny, accept::EXEC_DENY, &mut rules);
     add_paths(&policy.exec.allow, accept::EXEC_ALLOW, &mut rules);
+    add_paths(&policy.network.unix, accept::UNIX_ALLOW, &mut rules);
 
     let net = net::compile(&policy.network, &mut rules).map_err(CompileError::Net)?;
     if rules.len() >= usize::from(NO_RULE) {
@@ -184,10 +187,12 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     set(f.mode == Mode::Audit, policy_flags::AUDIT_FILES);
     set(policy.network.mode == Mode::Audit, policy_flags::AUDIT_NET);
     set(policy.exec.mode == Mode::Audit, policy_flags::AUDIT_EXEC);
+    flags |= policy.network.sock_flags;
 
     Ok(CompiledPolicy {
         name: policy.name.clone(),
         flags,
+        sock_families: policy.network.sock_families,
         matcher,
         attribution,
         rules,
@@ -215,6 +220,7 @@ impl CompiledPolicy {
                 geo(&self.matcher.floating, bases[1]),
             ],
             seed: self.matcher.seed,
+            sock_families: self.sock_families,
         }
     }
 

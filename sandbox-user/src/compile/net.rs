@@ -54,19 +54,49 @@ pub struct NetCompiled {
     pub own: BTreeMap<(u8, Vec<u8>), Vec<PortRule>>,
     /// `allow_hosts` entries with their rule ids.
     pub hosts: Vec<(HostRule, u16)>,
+    /// `network.listen`: local addresses that may serve (looked up under policy id
+    /// `p + LISTEN_ID_BASE`; what no rule allows is denied).
+    pub listen_v4: Vec<Entry<4>>,
+    pub listen_v6: Vec<Entry<16>>,
 }
 
-pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, String> {
-    let mut own: Own = BTreeMap::new();
-    let mut push = |net: IpNet, ports: (u16, u16), action: u8, rule: usize| {
-        let key = (net.prefix_len(), addr_bytes(net.network()));
-        own.entry(key).or_default().push(PortRule {
+type Tables = (Vec<Entry<4>>, Vec<Entry<16>>);
+
+fn rule_of(net: IpNet, ports: (u16, u16), action: u8, rule: usize) -> ((u8, Vec<u8>), PortRule) {
+    (
+        (net.prefix_len(), addr_bytes(net.network())),
+        PortRule {
             port_lo: ports.0,
             port_hi: ports.1,
             rule: rule as u16,
             action,
             _pad: 0,
-        });
+        },
+    )
+}
+
+/// The LPM entries of every prefix that has rules of its own.
+fn tables(own: &Own) -> Result<Tables, String> {
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for (len, addr) in own.keys() {
+        match entry(own, *len, addr, &[])? {
+            (4, e) => v4.push(Entry {
+                prefix_len: e.prefix_len,
+                addr: e.addr[..4].try_into().expect("4 bytes"),
+                rules: e.rules,
+            }),
+            (_, e) => v6.push(e),
+        }
+    }
+    Ok((v4, v6))
+}
+
+pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, String> {
+    let mut own: Own = BTreeMap::new();
+    let mut push = |net: IpNet, ports: (u16, u16), action: u8, rule: usize| {
+        let (key, r) = rule_of(net, ports, action, rule);
+        own.entry(key).or_default().push(r);
     };
     for r in &n.deny {
         push(r.net, r.ports, net_action::DENY, rules.len());
@@ -99,6 +129,28 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
                 source: (*s).to_owned(),
             });
         }
+        // The host's own addresses reach its own services, as loopback does.
+        for a in n.host_addrs.iter().filter(|a| !is_private(**a)) {
+            push(
+                IpNet::from(*a),
+                (0, u16::MAX),
+                net_action::DENY,
+                rules.len(),
+            );
+            rules.push(RuleInfo {
+                field: "network.block_private".into(),
+                source: format!("{a} (an address of this host)"),
+            });
+        }
+    }
+    let mut listen: Own = BTreeMap::new();
+    for r in &n.listen {
+        let (key, rule) = rule_of(r.net, r.ports, net_action::ALLOW, rules.len());
+        listen.entry(key).or_default().push(rule);
+        rules.push(RuleInfo {
+            field: r.field.clone(),
+            source: r.source.clone(),
+        });
     }
     let hosts = n
         .allow_hosts
@@ -112,19 +164,16 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
             (h.clone(), id)
         })
         .collect();
-    let mut v4 = Vec::new();
-    let mut v6 = Vec::new();
-    for (len, addr) in own.keys() {
-        match entry(&own, *len, addr, &[])? {
-            (4, e) => v4.push(Entry {
-                prefix_len: e.prefix_len,
-                addr: e.addr[..4].try_into().expect("4 bytes"),
-                rules: e.rules,
-            }),
-            (_, e) => v6.push(e),
-        }
-    }
-    Ok(NetCompiled { v4, v6, own, hosts })
+    let (v4, v6) = tables(&own)?;
+    let (listen_v4, listen_v6) = tables(&listen)?;
+    Ok(NetCompiled {
+        v4,
+        v6,
+        own,
+        hosts,
+        listen_v4,
+        listen_v6,
+    })
 }
 
 /// The LPM entry for a prefix: `extra` rules first, then the prefix's own, then inherited.

@@ -287,6 +287,7 @@ fn default_policy_matcher_is_small() {
         cwd: "/work".into(),
         env: Default::default(),
         resolvers: Vec::new(),
+        host_addrs: Vec::new(),
     };
     let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
     let c = super::compile(&p, SEED).unwrap();
@@ -316,6 +317,7 @@ fn net_policy(yaml: &str) -> super::CompiledPolicy {
         cwd: "/work".into(),
         env: Default::default(),
         resolvers: Vec::new(),
+        host_addrs: Vec::new(),
     };
     super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap()
 }

@@ -141,6 +141,7 @@ mod tests {
             cwd: "/w".into(),
             env: Default::default(),
             resolvers: Vec::new(),
+            host_addrs: Vec::new(),
         };
         lint(&load_str(yaml, "p.yaml", &ctx).unwrap())
             .iter()

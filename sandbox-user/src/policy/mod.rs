@@ -49,7 +49,74 @@ pub struct Network {
     pub default: NetDefault,
     /// Nameservers reachable on port 53 (`allow_dns`, from /etc/resolv.conf).
     pub resolvers: Vec<IpAddr>,
+    /// Unix socket peers outside the sandbox that may be reached (`network.unix`):
+    /// canonical path globs, or `@name` globs for abstract sockets.
+    pub unix: Vec<PathRule>,
+    /// Socket families in-scope tasks may create (bit `1 << AF_*`), and the inet protocol
+    /// flags (`policy_flags::SOCK_*`), from `network.sockets`.
+    pub sock_families: u64,
+    pub sock_flags: u32,
+    /// Local addresses the command may listen on (`network.listen`; default loopback).
+    pub listen: Vec<NetRule>,
+    /// The addresses of this host's interfaces (private with `block_private`: they reach
+    /// the host's own services as loopback does).
+    pub host_addrs: Vec<IpAddr>,
 }
+
+/// Names `network.sockets` accepts: address families (`AF_*`), and `raw`, `sctp`, `mptcp`
+/// for the inet protocols that reach addresses past `connect`.
+pub const SOCKET_NAMES: &[(&str, u32)] = &[
+    ("unix", 1),
+    ("inet", 2),
+    ("ax25", 3),
+    ("ipx", 4),
+    ("appletalk", 5),
+    ("netrom", 6),
+    ("bridge", 7),
+    ("atmpvc", 8),
+    ("x25", 9),
+    ("inet6", 10),
+    ("rose", 11),
+    ("decnet", 12),
+    ("netbeui", 13),
+    ("security", 14),
+    ("key", 15),
+    ("netlink", 16),
+    ("packet", 17),
+    ("econet", 19),
+    ("atmsvc", 20),
+    ("rds", 21),
+    ("irda", 23),
+    ("pppox", 24),
+    ("wanpipe", 25),
+    ("llc", 26),
+    ("ib", 27),
+    ("mpls", 28),
+    ("can", 29),
+    ("tipc", 30),
+    ("bluetooth", 31),
+    ("iucv", 32),
+    ("rxrpc", 33),
+    ("isdn", 34),
+    ("phonet", 35),
+    ("ieee802154", 36),
+    ("caif", 37),
+    ("alg", 38),
+    ("nfc", 39),
+    ("vsock", 40),
+    ("kcm", 41),
+    ("qipcrtr", 42),
+    ("smc", 43),
+    ("xdp", 44),
+    ("mctp", 45),
+];
+
+/// `network.sockets` when the policy does not say: unix, IPv4 and IPv6 (TCP, UDP, ping),
+/// and netlink (the C library reads interface addresses through it).
+pub const DEFAULT_SOCKETS: &[&str] = &["unix", "inet", "inet6", "netlink"];
+
+/// `network.listen` when the policy does not say: loopback only.
+pub const DEFAULT_LISTEN: &[&str] = &["127.0.0.0/8", "::1"];
 
 /// One `allow_hosts` entry: a name resolved by sandbox, with a port range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +233,8 @@ pub struct Context {
     pub env: std::collections::HashMap<String, String>,
     /// Nameservers of this host (/etc/resolv.conf), for `network.allow_dns`.
     pub resolvers: Vec<IpAddr>,
+    /// Addresses of this host's interfaces, private with `network.block_private`.
+    pub host_addrs: Vec<IpAddr>,
 }
 
 impl Context {
@@ -176,6 +245,7 @@ impl Context {
             cwd: std::env::current_dir()?,
             env: std::env::vars().collect(),
             resolvers: resolvers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
+            host_addrs: crate::netif::addresses(),
         })
     }
 }
@@ -279,6 +349,72 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         allow: paths("exec.allow", &raw.exec.allow, true),
         allow_privileged: raw.exec.allow_privileged.unwrap_or(true),
     };
+    let mut unix = Vec::new();
+    for (i, u) in raw.network.unix.iter().enumerate() {
+        let field = format!("network.unix[{i}]");
+        if let Some(name) = u.strip_prefix('@') {
+            // An abstract socket name: matched as written, `@` included.
+            if let Err(e) = crate::compile::matcher::glob(u) {
+                errs.push(FieldError {
+                    field,
+                    message: format!("'{u}': {e}"),
+                });
+                continue;
+            }
+            let literal = !name.contains(['*', '?', '[', '{']);
+            unix.push(PathRule {
+                field,
+                source: u.clone(),
+                glob: u.clone(),
+                literal: literal.then(|| PathBuf::from(u)),
+            });
+            continue;
+        }
+        match path_rule(u, ctx, &workspace, false, &mut canon) {
+            Ok((glob, literal)) => unix.push(PathRule {
+                field,
+                source: u.clone(),
+                glob,
+                literal,
+            }),
+            Err(message) => errs.push(FieldError {
+                field,
+                message: format!("'{u}': {message} (abstract socket names start with @)"),
+            }),
+        }
+    }
+    let (mut sock_families, mut sock_flags) = (0u64, 0u32);
+    let sockets: Vec<String> = raw
+        .network
+        .sockets
+        .clone()
+        .unwrap_or_else(|| DEFAULT_SOCKETS.iter().map(|s| (*s).to_owned()).collect());
+    for (i, name) in sockets.iter().enumerate() {
+        match name.as_str() {
+            "raw" => sock_flags |= sandbox_common::policy_flags::SOCK_RAW,
+            "sctp" => sock_flags |= sandbox_common::policy_flags::SOCK_SCTP,
+            "mptcp" => sock_flags |= sandbox_common::policy_flags::SOCK_MPTCP,
+            n => match SOCKET_NAMES.iter().find(|(k, _)| *k == n) {
+                Some((_, af)) => sock_families |= 1u64 << af,
+                None => errs.push(FieldError {
+                    field: format!("network.sockets[{i}]"),
+                    message: format!(
+                        "'{n}': not a socket family; known: {}, raw, sctp, mptcp",
+                        SOCKET_NAMES
+                            .iter()
+                            .map(|(k, _)| *k)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }),
+            },
+        }
+    }
+    let listen_src: Vec<String> = raw
+        .network
+        .listen
+        .clone()
+        .unwrap_or_else(|| DEFAULT_LISTEN.iter().map(|s| (*s).to_owned()).collect());
     let mut nets = |section: &str, list: &[String]| -> Vec<NetRule> {
         list.iter()
             .enumerate()
@@ -302,6 +438,7 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
             })
             .collect()
     };
+    let listen = nets("network.listen", &listen_src);
     let allow = nets("network.allow", &raw.network.allow);
     let deny = nets("network.deny", &raw.network.deny);
     let mut allow_hosts = Vec::new();
@@ -353,6 +490,11 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         } else {
             Vec::new()
         },
+        unix,
+        sock_families,
+        sock_flags,
+        listen,
+        host_addrs: ctx.host_addrs.clone(),
     };
     let audit = Audit {
         path: raw

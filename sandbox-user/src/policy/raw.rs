@@ -63,6 +63,13 @@ pub struct RawNetwork {
     pub allow_hosts: Vec<String>,
     pub allow_dns: Option<bool>,
     pub default: Option<NetDefault>,
+    /// Unix socket peers outside the sandbox that may be reached: paths, globs, `@name`.
+    #[serde(default)]
+    pub unix: Vec<String>,
+    /// Socket families (and inet protocols) that may be created.
+    pub sockets: Option<Vec<String>>,
+    /// Local addresses (CIDR[:ports]) the command may listen on.
+    pub listen: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]

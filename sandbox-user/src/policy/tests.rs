@@ -13,6 +13,7 @@ fn ctx() -> Context {
         cwd: "/work/ws".into(),
         env,
         resolvers: Vec::new(),
+        host_addrs: Vec::new(),
     }
 }
 

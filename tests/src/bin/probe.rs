@@ -11,6 +11,15 @@
 //!   mkdir|rmdir|unlink PATH      make or remove a name
 //!   rename FROM TO, link FROM TO rename, hard link
 //!   sleep MS
+//!   unix-connect|unix-send PATH|@NAME   stream connect / datagram send to a unix socket
+//!   unix-self PATH|@NAME         serve a stream unix socket and connect to it (one process)
+//!   ptrace|mem|environ|getfd|kill|setnice PID [ARG]   reach another process
+//!   vm-read PID ADDR             process_vm_readv of one byte (hex ADDR)
+//!   tiocsti PATH                 TIOCSTI into the terminal PATH
+//!   tiocsti-own                  TIOCSTI into a new pty of our own (as its session leader)
+//!   socket FAMILY TYPE PROTO     socket(2) with numeric arguments
+//!   listen ADDR PORT             TCP bind + listen; udp-bind ADDR PORT: UDP bind
+//!   udp-unspec ADDR PORT         UDP sendto an IPv4 address labelled AF_UNSPEC
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
 
@@ -38,6 +47,12 @@ fn errno_name(e: i32) -> String {
         libc::EEXIST => "EEXIST",
         libc::ENOEXEC => "ENOEXEC",
         libc::EXDEV => "EXDEV",
+        libc::EFAULT => "EFAULT",
+        libc::ESRCH => "ESRCH",
+        libc::ENXIO => "ENXIO",
+        libc::EIO => "EIO",
+        libc::EADDRINUSE => "EADDRINUSE",
+        libc::ENOTTY => "ENOTTY",
         _ => return format!("E{e}"),
     };
     n.to_owned()
@@ -741,6 +756,13 @@ fn run_op(words: &[String]) -> String {
         }
         #[cfg(target_arch = "x86_64")]
         "qemu-exit" => qemu_exit(a(1).parse().unwrap_or(1)),
+        "unix-connect" | "unix-send" | "unix-self" => boundary::unix(a(0), a(1)),
+        "ptrace" | "mem" | "environ" | "vm-read" | "getfd" | "kill" | "setnice" => {
+            boundary::process(a(0), a(1), a(2))
+        }
+        "tiocsti" | "tiocsti-own" => boundary::tiocsti(a(0), a(1)),
+        "socket" => boundary::socket(a(1), a(2), a(3)),
+        "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
         _ => "BADOP".into(),
     }
 }
@@ -760,4 +782,200 @@ fn main() {
         all_ok &= res == "OK";
     }
     std::process::exit(i32::from(!all_ok));
+}
+
+/// Operations across the sandbox's boundary: unix sockets, other processes, the terminal,
+/// socket kinds, serving.
+mod boundary {
+    use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+
+    use super::{cstr, errno_name, io, last_errno};
+
+    fn ret(r: i64) -> String {
+        if r < 0 {
+            errno_name(last_errno())
+        } else {
+            "OK".into()
+        }
+    }
+
+    /// A unix socket address: a path, or `@name` for an abstract name.
+    fn addr(target: &str) -> std::io::Result<std::os::unix::net::SocketAddr> {
+        use std::os::linux::net::SocketAddrExt;
+        match target.strip_prefix('@') {
+            Some(name) => std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()),
+            None => std::os::unix::net::SocketAddr::from_pathname(target),
+        }
+    }
+
+    pub fn unix(op: &str, target: &str) -> String {
+        let a = match addr(target) {
+            Ok(a) => a,
+            Err(e) => return format!("BADADDR {e}"),
+        };
+        match op {
+            "unix-connect" => io(UnixStream::connect_addr(&a).map(drop)),
+            "unix-send" => {
+                io(UnixDatagram::unbound().and_then(|s| s.send_to_addr(b"x", &a).map(drop)))
+            }
+            _ => {
+                let l = match UnixListener::bind_addr(&a) {
+                    Ok(l) => l,
+                    Err(e) => return format!("BIND {}", errno_name(e.raw_os_error().unwrap_or(0))),
+                };
+                let r = io(UnixStream::connect_addr(&a).map(drop));
+                drop(l);
+                if !target.starts_with('@') {
+                    let _ = std::fs::remove_file(target);
+                }
+                r
+            }
+        }
+    }
+
+    pub fn process(op: &str, pid: &str, arg: &str) -> String {
+        let pid: i32 = pid.parse().unwrap_or(0);
+        // SAFETY: plain syscalls on locals.
+        unsafe {
+            match op {
+                "ptrace" => {
+                    let r = libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0);
+                    if r == 0 {
+                        libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
+                    }
+                    ret(r)
+                }
+                "mem" => io(std::fs::File::open(format!("/proc/{pid}/mem")).map(drop)),
+                "environ" => io(std::fs::read(format!("/proc/{pid}/environ")).map(drop)),
+                "vm-read" => {
+                    let addr = usize::from_str_radix(arg.trim_start_matches("0x"), 16).unwrap_or(0);
+                    let mut b = [0u8; 1];
+                    let local = libc::iovec {
+                        iov_base: b.as_mut_ptr().cast(),
+                        iov_len: 1,
+                    };
+                    let remote = libc::iovec {
+                        iov_base: addr as *mut libc::c_void,
+                        iov_len: 1,
+                    };
+                    ret(
+                        libc::process_vm_readv(pid, &raw const local, 1, &raw const remote, 1, 0)
+                            as i64,
+                    )
+                }
+                "getfd" => {
+                    let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+                    if pidfd < 0 {
+                        return format!("PIDFD {}", errno_name(last_errno()));
+                    }
+                    let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, 1, 0);
+                    let r = ret(fd);
+                    if fd >= 0 {
+                        libc::close(fd as i32);
+                    }
+                    libc::close(pidfd as i32);
+                    r
+                }
+                "kill" => ret(i64::from(libc::kill(pid, arg.parse().unwrap_or(15)))),
+                "setnice" => ret(i64::from(libc::setpriority(
+                    libc::PRIO_PROCESS,
+                    pid as u32,
+                    10,
+                ))),
+                _ => "BADOP".into(),
+            }
+        }
+    }
+
+    pub fn tiocsti(op: &str, path: &str) -> String {
+        // SAFETY: plain syscalls; the child only makes syscalls and exits.
+        unsafe {
+            if op == "tiocsti" {
+                let fd = libc::open(cstr(path).as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+                if fd < 0 {
+                    return format!("OPEN {}", errno_name(last_errno()));
+                }
+                let c = b'x';
+                let r = libc::ioctl(fd, libc::TIOCSTI, &raw const c);
+                let out = ret(i64::from(r));
+                libc::close(fd);
+                return out;
+            }
+            // A new session with a new pty as its controlling terminal, then TIOCSTI into it:
+            // what an agent could do to any terminal that is its own.
+            let pid = libc::fork();
+            if pid == 0 {
+                libc::setsid();
+                let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+                if m < 0 || libc::grantpt(m) != 0 || libc::unlockpt(m) != 0 {
+                    libc::_exit(200);
+                }
+                let name = libc::ptsname(m);
+                let s = libc::open(name, libc::O_RDWR);
+                if s < 0 {
+                    libc::_exit(201);
+                }
+                let c = b'x';
+                let r = libc::ioctl(s, libc::TIOCSTI, &raw const c);
+                libc::_exit(if r == 0 { 0 } else { last_errno() });
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &raw mut status, 0);
+            match libc::WEXITSTATUS(status) {
+                0 => "OK".into(),
+                200 | 201 => "SETUP".into(),
+                e => errno_name(e),
+            }
+        }
+    }
+
+    pub fn socket(family: &str, ty: &str, proto: &str) -> String {
+        let n = |s: &str| s.parse::<i32>().unwrap_or(-1);
+        // SAFETY: plain syscalls.
+        unsafe {
+            let fd = libc::socket(n(family), n(ty), n(proto));
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            ret(i64::from(fd))
+        }
+    }
+
+    pub fn serve(op: &str, host: &str, port: &str) -> String {
+        let ip: std::net::IpAddr = match host.parse() {
+            Ok(a) => a,
+            Err(_) => return "BADADDR".into(),
+        };
+        let port: u16 = port.parse().unwrap_or(0);
+        match op {
+            "listen" => io(std::net::TcpListener::bind((ip, port)).map(drop)),
+            "udp-bind" => io(std::net::UdpSocket::bind((ip, port)).map(drop)),
+            _ => {
+                // An IPv4 UDP socket; the destination's family field says AF_UNSPEC, which
+                // the kernel's IPv4 send path takes as AF_INET.
+                let std::net::IpAddr::V4(v4) = ip else {
+                    return "BADADDR".into();
+                };
+                // SAFETY: plain syscalls on a local sockaddr_in.
+                unsafe {
+                    let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+                    let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                    sa.sin_family = libc::AF_UNSPEC as u16;
+                    sa.sin_port = port.to_be();
+                    sa.sin_addr.s_addr = u32::from(v4).to_be();
+                    let r = libc::sendto(
+                        fd,
+                        b"x".as_ptr().cast(),
+                        1,
+                        0,
+                        (&raw const sa).cast(),
+                        size_of::<libc::sockaddr_in>() as u32,
+                    );
+                    let out = ret(r as i64);
+                    libc::close(fd);
+                    out
+                }
+            }
+        }
+    }
 }

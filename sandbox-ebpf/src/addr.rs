@@ -1,16 +1,15 @@
-//! Destination parsing and the network decision for `socket_connect` and `socket_sendmsg`.
+//! Socket addresses: parsing a destination as the kernel will use it, and the LPM lookups
+//! of the network rules.
 
-use sandbox_common::{
-    LpmKey, NET_RULES_PER_PREFIX, NO_RULE, NetKeyV4, NetKeyV6, NetRules, net_action, policy_flags,
-    reason,
-};
+use sandbox_common::decide::{self, Deny};
+use sandbox_common::{LpmKey, NET_RULES_PER_PREFIX, NetKeyV4, NetKeyV6, NetRules};
 
-use crate::Verdict;
 use crate::kread;
 use crate::maps::{NET_V4, NET_V6};
 
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
+pub const AF_INET: u16 = 2;
+pub const AF_INET6: u16 = 10;
+pub const AF_UNIX: u16 = 1;
 const SOCKADDR_IN_LEN: i32 = 16;
 const SOCKADDR_IN6_LEN: i32 = 24;
 
@@ -23,27 +22,72 @@ pub struct Dest {
     pub addr: [u8; 16],
 }
 
+/// What a socket address means to the kernel.
+pub enum Parsed {
+    /// A destination to judge.
+    Dest(Dest),
+    /// Nothing to judge: a disconnect (`AF_UNSPEC` on `connect`), or an address the
+    /// kernel rejects itself (too short).
+    Nothing,
+}
+
+const AF_UNSPEC: u16 = 0;
+
 impl Dest {
-    /// Reads a `sockaddr` the kernel already copied in. Anything but IPv4/IPv6 (`AF_UNIX`,
-    /// `AF_UNSPEC` disconnects, short addresses the kernel rejects itself) is not ours.
+    /// Reads the `sockaddr` (already copied into the kernel) the way a socket of family
+    /// `sk_family` will use it, whatever its own family field says: IPv4 sends take
+    /// `AF_UNSPEC` as an alias of `AF_INET`, IPv6 sockets send to IPv4 addresses given as
+    /// `AF_INET`. `connect` with `AF_UNSPEC` is a disconnect. Families other than inet are
+    /// not ours (`None`).
     #[inline(always)]
-    pub fn parse(sa: *const u8, len: i32) -> Option<Self> {
-        let family: u16 = kread::read(sa, 0).ok()?;
+    pub fn parse_for(sk_family: u16, sa: *const u8, len: i32, connect: bool) -> Option<Parsed> {
+        let sa_family: u16 = kread::read(sa, 0).ok()?;
+        if connect && sa_family == AF_UNSPEC && (sk_family == AF_INET || sk_family == AF_INET6) {
+            return Some(Parsed::Nothing);
+        }
+        let as_v4 = sk_family == AF_INET || (sk_family == AF_INET6 && sa_family == AF_INET);
         let port_be: u16 = kread::read(sa, 2).ok()?;
         let mut addr = [0u8; 16];
-        match family {
-            AF_INET if len >= SOCKADDR_IN_LEN => {
-                let a: [u8; 4] = kread::read(sa, 4).ok()?;
-                addr[..4].copy_from_slice(&a);
+        let family = if as_v4 {
+            if len < SOCKADDR_IN_LEN {
+                return Some(Parsed::Nothing);
             }
-            AF_INET6 if len >= SOCKADDR_IN6_LEN => {
-                addr = kread::read(sa, 8).ok()?;
+            let a: [u8; 4] = kread::read(sa, 4).ok()?;
+            addr[..4].copy_from_slice(&a);
+            AF_INET
+        } else if sk_family == AF_INET6 {
+            if len < SOCKADDR_IN6_LEN {
+                return Some(Parsed::Nothing);
             }
-            _ => return None,
-        }
-        Some(Self {
+            addr = kread::read(sa, 8).ok()?;
+            AF_INET6
+        } else {
+            return None;
+        };
+        Some(Parsed::Dest(Self {
             family,
             port: u16::from_be(port_be),
+            addr,
+        }))
+    }
+
+    /// The local address a socket is bound to (for `listen`).
+    #[inline(always)]
+    pub fn local(sk: *const u8, sk_family: u16) -> Option<Self> {
+        let off = kread::offsets();
+        let port: u16 = kread::read(sk, off.sock_num).ok()?;
+        let mut addr = [0u8; 16];
+        if sk_family == AF_INET {
+            let a: [u8; 4] = kread::read(sk, off.sock_rcv_saddr).ok()?;
+            addr[..4].copy_from_slice(&a);
+        } else if sk_family == AF_INET6 {
+            addr = kread::read(sk, off.sock_v6_rcv_saddr).ok()?;
+        } else {
+            return None;
+        }
+        Some(Self {
+            family: sk_family,
+            port,
             addr,
         })
     }
@@ -119,7 +163,7 @@ fn lookup_v6(policy_id: u32, addr: [u8; 16], port: u16) -> Option<(u8, u16)> {
 
 /// The decision for a destination: `None` allows it.
 #[inline(always)]
-pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Verdict> {
+pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
     let hit = if dest.family == AF_INET {
         lookup_v4(
             policy_id,
@@ -132,16 +176,5 @@ pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Verdict> {
     } else {
         lookup_v6(policy_id, dest.addr, dest.port)
     };
-    match hit {
-        Some((net_action::ALLOW, _)) => None,
-        Some((_, rule)) => Some(Verdict {
-            reason: reason::RULE,
-            rule,
-        }),
-        None if flags & policy_flags::NET_DEFAULT_DENY != 0 => Some(Verdict {
-            reason: reason::NOT_IN_NET_ALLOWLIST,
-            rule: NO_RULE,
-        }),
-        None => None,
-    }
+    decide::net(flags, hit)
 }

@@ -1,0 +1,237 @@
+//! The decision order, written once: pure functions over what matched (kind masks) and the
+//! policy flags. The BPF programs call them after resolving a file, binary or address;
+//! `sandbox explain` calls them on the same compiled tables. Nothing here reads memory or
+//! maps, so both sides decide alike by construction.
+
+#![allow(
+    clippy::inline_always,
+    reason = "called from BPF programs, where every call is inlined into the hook"
+)]
+
+use crate::{NO_RULE, accept, net_action, policy_flags, reason};
+
+/// `f_mode` bits (include/linux/fs.h), stable since the beginning of git history.
+pub mod fmode {
+    pub const READ: u32 = 1;
+    pub const WRITE: u32 = 2;
+    /// `__FMODE_EXEC`: the open of a binary by execve.
+    pub const EXEC: u32 = 0x20;
+}
+
+/// A deny: why, and the rule (network: rule id; files and exec: the kind slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deny {
+    pub reason: u32,
+    pub rule: u16,
+}
+
+impl Deny {
+    #[inline(always)]
+    pub const fn because(reason: u32) -> Self {
+        Self {
+            reason,
+            rule: NO_RULE,
+        }
+    }
+}
+
+/// What matched a file: kinds of rule (bit `1 << slot`) by path and by identity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileMatch {
+    pub path: u32,
+    pub inode: u32,
+    /// The file's superblock is placed in the mount table. Kernel-internal ones (pipes,
+    /// sockets, memfd) are not; allowlists do not apply to them.
+    pub sb_known: bool,
+}
+
+impl FileMatch {
+    #[inline(always)]
+    pub const fn has(&self, slot: usize) -> bool {
+        (self.path | self.inode) & (1 << slot) != 0
+    }
+
+    /// The deny by kind `slot`, by path when the path matched, else by identity.
+    #[inline(always)]
+    pub const fn by(&self, slot: usize) -> Deny {
+        Deny {
+            reason: if self.path & (1 << slot) != 0 {
+                reason::RULE
+            } else {
+                reason::INODE
+            },
+            rule: slot as u16,
+        }
+    }
+}
+
+/// The file rules, in order: deny > write rules > read rules. `f_mode` holds [`fmode`]
+/// bits; a name change or attribute change is judged as `fmode::WRITE`.
+#[inline(always)]
+pub fn file(flags: u32, f_mode: u32, is_dir: bool, m: &FileMatch) -> Option<Deny> {
+    if m.has(accept::FILE_DENY) {
+        return Some(m.by(accept::FILE_DENY));
+    }
+    let exec_open = f_mode & fmode::EXEC != 0;
+    // A denied binary may not be read either: no copying it, no `ld.so denied`.
+    if !exec_open && m.has(accept::EXEC_DENY) {
+        return Some(m.by(accept::EXEC_DENY));
+    }
+    if f_mode & fmode::WRITE != 0 {
+        if m.has(accept::FILE_READ_ONLY) {
+            return Some(m.by(accept::FILE_READ_ONLY));
+        }
+        if flags & policy_flags::WRITE_ALLOWLIST != 0 && m.sb_known && !m.has(accept::FILE_WRITE) {
+            return Some(Deny::because(reason::NOT_IN_WRITE_ALLOWLIST));
+        }
+    }
+    if f_mode & fmode::READ != 0
+        && !exec_open
+        && !is_dir
+        && flags & policy_flags::READ_ALLOWLIST != 0
+        && m.sb_known
+        && !m.has(accept::FILE_READ)
+        && !m.has(accept::FILE_WRITE)
+    {
+        return Some(Deny::because(reason::NOT_IN_READ_ALLOWLIST));
+    }
+    None
+}
+
+/// The exec rules, in order: exec.deny > files.deny > exec.allow > setuid/setgid.
+/// `privileged`: the binary is setuid, or setgid and group-executable.
+#[inline(always)]
+pub fn exec(flags: u32, privileged: bool, m: &FileMatch) -> Option<Deny> {
+    if m.has(accept::EXEC_DENY) {
+        Some(m.by(accept::EXEC_DENY))
+    } else if m.has(accept::FILE_DENY) {
+        Some(m.by(accept::FILE_DENY))
+    } else if flags & policy_flags::EXEC_ALLOWLIST != 0 && !m.has(accept::EXEC_ALLOW) {
+        Some(Deny::because(reason::NOT_IN_EXEC_ALLOWLIST))
+    } else if flags & policy_flags::DENY_PRIVILEGED != 0 && privileged {
+        Some(Deny::because(reason::PRIVILEGED_BINARY))
+    } else {
+        None
+    }
+}
+
+/// `i_mode` bits (include/uapi/linux/stat.h).
+pub mod imode {
+    pub const S_IFMT: u16 = 0o170_000;
+    pub const S_IFDIR: u16 = 0o040_000;
+    pub const S_ISUID: u16 = 0o4000;
+    pub const S_ISGID: u16 = 0o2000;
+    pub const S_IXGRP: u16 = 0o0010;
+
+    #[inline(always)]
+    pub const fn is_dir(mode: u16) -> bool {
+        mode & S_IFMT == S_IFDIR
+    }
+
+    /// setuid, or setgid and group-executable (setgid without group-x is mandatory locking).
+    #[inline(always)]
+    pub const fn privileged(mode: u16) -> bool {
+        mode & S_ISUID != 0 || mode & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP)
+    }
+}
+
+/// The network decision from the first port rule of the longest matching prefix
+/// (`(action, rule id)`), or none: allowed unless the policy's default is deny.
+#[inline(always)]
+pub fn net(flags: u32, hit: Option<(u8, u16)>) -> Option<Deny> {
+    match hit {
+        Some((net_action::ALLOW, _)) => None,
+        Some((_, rule)) => Some(Deny {
+            reason: reason::RULE,
+            rule,
+        }),
+        None if flags & policy_flags::NET_DEFAULT_DENY != 0 => {
+            Some(Deny::because(reason::NOT_IN_NET_ALLOWLIST))
+        }
+        None => None,
+    }
+}
+
+/// A connect or send to a unix socket. The socket's name (its path, or `@name` for an
+/// abstract one) is matched like a file: `files.deny` and `read_only` cover sockets (a
+/// connect is a write). Then a peer inside the same sandbox is reached freely; one
+/// outside only when `network.unix` names it.
+#[inline(always)]
+pub fn unix(peer_in_scope: bool, m: &FileMatch) -> Option<Deny> {
+    if m.has(accept::FILE_DENY) {
+        return Some(m.by(accept::FILE_DENY));
+    }
+    if m.has(accept::FILE_READ_ONLY) {
+        return Some(m.by(accept::FILE_READ_ONLY));
+    }
+    if peer_in_scope || m.has(accept::UNIX_ALLOW) {
+        return None;
+    }
+    Some(Deny::because(reason::OUTSIDE_SCOPE))
+}
+
+/// Address families, socket types and protocols (include/linux/socket.h, net.h, in.h).
+pub mod sock {
+    pub const AF_UNIX: u32 = 1;
+    pub const AF_INET: u32 = 2;
+    pub const AF_INET6: u32 = 10;
+    pub const AF_NETLINK: u32 = 16;
+    pub const SOCK_STREAM: u32 = 1;
+    pub const SOCK_DGRAM: u32 = 2;
+    pub const SOCK_RAW: u32 = 3;
+    pub const SOCK_SEQPACKET: u32 = 5;
+    pub const SOCK_TYPE_MASK: u32 = 0xf;
+    pub const IPPROTO_ICMP: u32 = 1;
+    pub const IPPROTO_TCP: u32 = 6;
+    pub const IPPROTO_UDP: u32 = 17;
+    pub const IPPROTO_ICMPV6: u32 = 58;
+    pub const IPPROTO_SCTP: u32 = 132;
+    pub const IPPROTO_UDPLITE: u32 = 136;
+    pub const IPPROTO_MPTCP: u32 = 262;
+}
+
+/// `socket(2)` by an in-scope task: the family must be in `network.sockets`; inet sockets
+/// are TCP, UDP and ping unless raw, SCTP or MPTCP are named too (their own paths reach
+/// addresses that `connect` never sees).
+#[inline(always)]
+pub fn socket_create(
+    families: u64,
+    flags: u32,
+    family: u32,
+    ty: u32,
+    protocol: u32,
+) -> Option<Deny> {
+    use sock::*;
+    let kind = Some(Deny::because(reason::SOCKET_KIND));
+    if family >= 64 || families & (1u64 << family) == 0 {
+        return kind;
+    }
+    if family != AF_INET && family != AF_INET6 {
+        return None;
+    }
+    let ping = if family == AF_INET {
+        IPPROTO_ICMP
+    } else {
+        IPPROTO_ICMPV6
+    };
+    let ok = match ty & SOCK_TYPE_MASK {
+        SOCK_STREAM => {
+            protocol == 0
+                || protocol == IPPROTO_TCP
+                || (protocol == IPPROTO_MPTCP && flags & policy_flags::SOCK_MPTCP != 0)
+                || (protocol == IPPROTO_SCTP && flags & policy_flags::SOCK_SCTP != 0)
+        }
+        SOCK_DGRAM => {
+            protocol == 0
+                || protocol == IPPROTO_UDP
+                || protocol == IPPROTO_UDPLITE
+                || protocol == ping
+        }
+        SOCK_RAW => flags & policy_flags::SOCK_RAW != 0,
+        // SOCK_SEQPACKET on inet is SCTP.
+        SOCK_SEQPACKET => flags & policy_flags::SOCK_SCTP != 0,
+        // SOCK_PACKET (the old packet socket) and anything newer.
+        _ => flags & policy_flags::SOCK_RAW != 0,
+    };
+    if ok { None } else { kind }
+}

@@ -1,0 +1,121 @@
+//! The one table of BPF-LSM programs: which program attaches to which hook, with how many
+//! parameters, and whether the hook may be missing. Read by the BPF side (the earlier
+//! program's verdict sits right after the hook's parameters: [`arity`] at compile time)
+//! and by the loader (which form of a hook fits the running kernel's BTF).
+
+/// One BPF-LSM program of the object. A hook whose parameters changed between kernels has
+/// one program per form; the loader attaches the one that fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Program {
+    /// The program's function name in the object.
+    pub name: &'static str,
+    /// The LSM hook (`bpf_lsm_<hook>` in the kernel's BTF).
+    pub hook: &'static str,
+    /// Parameters of the hook for this program; the earlier verdict is parameter `arity`.
+    pub arity: usize,
+    /// A hook older kernels lack (the operation goes through another hook there): skipped
+    /// when the kernel has no such hook.
+    pub optional: bool,
+}
+
+const fn prog(name: &'static str, hook: &'static str, arity: usize) -> Program {
+    Program {
+        name,
+        hook,
+        arity,
+        optional: false,
+    }
+}
+
+const fn newer(name: &'static str, hook: &'static str, arity: usize) -> Program {
+    Program {
+        name,
+        hook,
+        arity,
+        optional: true,
+    }
+}
+
+/// Every program, in attach order (the last attached runs first).
+pub const PROGRAMS: &[Program] = &[
+    // hooks/file.rs
+    prog("file_open", "file_open", 1),
+    // hooks/exec.rs
+    prog("bprm_check_security", "bprm_check_security", 1),
+    // hooks/names.rs
+    prog("inode_create", "inode_create", 3),
+    prog("inode_mknod", "inode_mknod", 4),
+    prog("inode_mkdir", "inode_mkdir", 3),
+    prog("inode_symlink", "inode_symlink", 3),
+    prog("inode_unlink", "inode_unlink", 2),
+    prog("inode_rmdir", "inode_rmdir", 2),
+    prog("inode_link", "inode_link", 3),
+    prog("path_link", "path_link", 3),
+    prog("inode_rename", "inode_rename", 4),
+    prog("path_rename", "path_rename", 5),
+    prog("path_truncate", "path_truncate", 1),
+    prog("path_chmod", "path_chmod", 2),
+    prog("path_chown", "path_chown", 3),
+    prog("inode_setattr_2", "inode_setattr", 2),
+    prog("inode_setattr_3", "inode_setattr", 3),
+    prog("inode_setxattr", "inode_setxattr", 6),
+    prog("inode_removexattr", "inode_removexattr", 3),
+    // POSIX ACLs have their own hooks since 6.2 (before, they were plain xattrs).
+    newer("inode_set_acl", "inode_set_acl", 4),
+    newer("inode_remove_acl", "inode_remove_acl", 3),
+    // hooks/net.rs
+    prog("socket_create", "socket_create", 4),
+    prog("socket_connect", "socket_connect", 3),
+    prog("socket_sendmsg", "socket_sendmsg", 3),
+    prog("socket_listen", "socket_listen", 2),
+    prog("socket_bind", "socket_bind", 3),
+    prog("unix_stream_connect", "unix_stream_connect", 3),
+    prog("unix_may_send", "unix_may_send", 2),
+    // hooks/protect.rs
+    prog("bpf_3", "bpf", 3),
+    prog("bpf_4", "bpf", 4),
+    prog("task_kill", "task_kill", 4),
+    prog("ptrace_access_check", "ptrace_access_check", 2),
+    prog("task_setnice", "task_setnice", 2),
+    prog("task_setioprio", "task_setioprio", 2),
+    prog("task_setscheduler", "task_setscheduler", 1),
+    prog("task_movememory", "task_movememory", 1),
+    prog("file_ioctl", "file_ioctl", 3),
+    // The compat (32-bit) ioctl path has its own hook since 6.8 (backported to some
+    // stable kernels); before, compat ioctls went through file_ioctl.
+    newer("file_ioctl_compat", "file_ioctl_compat", 3),
+    prog("sb_mount", "sb_mount", 5),
+    prog("move_mount", "move_mount", 2),
+];
+
+/// The program named `name` (compile-time: an unknown name fails the build).
+pub const fn find(name: &str) -> &'static Program {
+    let mut i = 0;
+    while i < PROGRAMS.len() {
+        if str_eq(PROGRAMS[i].name, name) {
+            return &PROGRAMS[i];
+        }
+        i += 1;
+    }
+    panic!("program missing from sandbox_common::programs::PROGRAMS");
+}
+
+/// Parameters of the hook of program `name`: the index of the earlier verdict.
+pub const fn arity(name: &str) -> usize {
+    find(name).arity
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}

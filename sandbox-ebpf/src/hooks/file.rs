@@ -1,0 +1,86 @@
+//! Files: `file_open`, and the resolve-decide-report path that the exec and name hooks
+//! share. A path that cannot be resolved is denied (fail closed).
+
+use sandbox_common::decide::{self, Deny, FileMatch, fmode, imode};
+use sandbox_common::{KernelOffsets, errno, hook, policy_flags, reason};
+
+use super::{deny_unresolved, finish, hook};
+use crate::event::Report;
+use crate::kread;
+use crate::path::{self, FileFacts, Resolved};
+use crate::scope::Scope;
+
+#[inline(always)]
+fn open(file: *const u8, scope: Scope) -> i32 {
+    let audit = scope.audits(policy_flags::AUDIT_FILES);
+    let off = match offsets_or_deny(hook::FILE_OPEN, scope, audit) {
+        Ok(off) => off,
+        Err(v) => return v,
+    };
+    let mut f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
+    // execve opens the binary with __FMODE_EXEC in f_flags (same value as FMODE_EXEC);
+    // f_mode does not carry it yet when file_open runs.
+    let f_flags: u32 = kread::read(file, off.file_f_flags).unwrap_or(0);
+    if f_flags & fmode::EXEC != 0 {
+        f_mode |= fmode::EXEC;
+    }
+    let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, &off);
+    let facts = path::file_facts(file, &off);
+    check(
+        hook::FILE_OPEN,
+        scope,
+        facts,
+        f_mode,
+        audit,
+        0,
+        |m, facts| {
+            if escape {
+                return Some(Deny::because(reason::SELF_PROTECTION));
+            }
+            decide::file(scope.flags(), f_mode, imode::is_dir(facts.mode), m)
+        },
+    )
+}
+
+/// Resolves the file of `facts`, lets `decide` judge what matched, reports a deny (with
+/// `target` in the record) and returns the hook's value. A path that cannot be resolved is denied (fail closed).
+#[inline(always)]
+pub fn check(
+    hook_id: u32,
+    scope: Scope,
+    mut facts: FileFacts,
+    f_mode: u32,
+    audit: bool,
+    target: u32,
+    decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
+) -> i32 {
+    let (v, flags) = match path::resolve(scope.policy_id, scope.info, &mut facts) {
+        Resolved::Matched(m) => match decide(&m, &facts) {
+            Some(v) => (v, 0),
+            None => return 0,
+        },
+        Resolved::Unresolved(flags) => (Deny::because(reason::PATH_UNRESOLVED), flags),
+        Resolved::Unplaced => (Deny::because(reason::UNPLACED_MOUNT), 0),
+    };
+    let mut rep = Report::file(hook_id, scope.policy_id, &facts, f_mode, flags);
+    rep.target = target;
+    finish(rep, v, audit, errno::EACCES)
+}
+
+/// The offsets, or the fail-closed answer for `hook_id` when the loader supplied none.
+#[inline(always)]
+pub fn offsets_or_deny(hook_id: u32, scope: Scope, audit: bool) -> Result<KernelOffsets, i32> {
+    let off = kread::offsets();
+    if off.valid == 0 {
+        return Err(deny_unresolved(
+            hook_id,
+            scope.policy_id,
+            reason::NO_OFFSETS,
+            audit,
+            errno::EACCES,
+        ));
+    }
+    Ok(off)
+}
+
+hook!(file_open, "file_open", |ctx, scope| open(ctx.arg(0), scope));

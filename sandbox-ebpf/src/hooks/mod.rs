@@ -1,0 +1,79 @@
+//! The BPF-LSM programs, one file per concern (as Landlock's `fs.c`, `net.c`, `task.c`):
+//! each file ends with the list of its programs. Every program has the same prologue,
+//! written once in [`hook!`]: honour an earlier program's deny, then find the current
+//! task's policy (out of scope: allow, having paid one scope lookup). The body decides with
+//! `sandbox_common::decide` and reports through [`finish`].
+
+pub mod exec;
+pub mod file;
+pub mod names;
+pub mod net;
+pub mod protect;
+
+use sandbox_common::decide::Deny;
+use sandbox_common::{decision, errno};
+
+use crate::event::{self, Report};
+
+/// Defines the program `$prog` on LSM hook `$hook`. The body runs for in-scope tasks only,
+/// with `$ctx` (the `LsmContext`) and `$scope` (the task's `Scope`), and returns the
+/// hook's value. The earlier program's verdict is read at the hook's arity, taken from the
+/// one program table (`sandbox_common::programs`) at compile time.
+macro_rules! hook {
+    ($prog:ident, $hook:literal, |$ctx:ident, $scope:ident| $body:expr) => {
+        #[aya_ebpf::macros::lsm(hook = $hook)]
+        pub fn $prog($ctx: aya_ebpf::programs::LsmContext) -> i32 {
+            const PREV: usize = sandbox_common::programs::arity(stringify!($prog));
+            let prev: i32 = $ctx.arg(PREV);
+            if prev != 0 {
+                return $crate::hooks::honour(prev);
+            }
+            let Some($scope) = $crate::scope::current() else {
+                return 0;
+            };
+            $body
+        }
+    };
+}
+pub(crate) use hook;
+
+/// A deny from an earlier LSM program on this hook stays a deny. The verifier (6.8+) wants
+/// the return value provably in [-4095, 0], so the returned values are constants.
+#[inline(always)]
+pub fn honour(prev: i32) -> i32 {
+    if prev == -errno::EACCES {
+        -errno::EACCES
+    } else {
+        -errno::EPERM
+    }
+}
+
+/// Reports a decision and turns it into the hook's return value: 0 in audit mode, else
+/// `-err` (`errno::EPERM` or `errno::EACCES`).
+#[inline(always)]
+pub fn finish(mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
+    rep.decision = if audit {
+        decision::AUDIT
+    } else {
+        decision::DENY
+    };
+    rep.reason = v.reason;
+    rep.rule = v.rule;
+    event::send(&rep);
+    match (audit, err) {
+        (true, _) => 0,
+        (false, errno::EPERM) => -errno::EPERM,
+        (false, _) => -errno::EACCES,
+    }
+}
+
+/// Fail closed when the programs cannot decide (`why`: e.g. no offsets supplied).
+#[inline(always)]
+pub fn deny_unresolved(hook_id: u32, policy_id: u32, why: u32, audit: bool, err: i32) -> i32 {
+    finish(
+        Report::bare(hook_id, policy_id),
+        Deny::because(why),
+        audit,
+        err,
+    )
+}

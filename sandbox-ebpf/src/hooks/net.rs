@@ -1,0 +1,272 @@
+//! Network, by what the kernel will use:
+//! - `socket_create`: only the families, types and protocols of `network.sockets`;
+//! - `socket_connect` and `socket_sendmsg` (sends that name a destination: unconnected UDP
+//!   `sendto`/`sendmsg`/`sendmmsg`, io_uring sends, TCP Fast Open): the destination read
+//!   as the *socket's* family will use it (IPv4 sends take `AF_UNSPEC` as `AF_INET`);
+//! - `socket_listen`, and `socket_bind` of datagram sockets to a port: the local address
+//!   against `network.listen`;
+//! - `unix_stream_connect` and `unix_may_send`: the peer socket, by its name (file rules,
+//!   `network.unix`) and by where it was made (inside the sandbox or not).
+
+use sandbox_common::decide::{self, fmode};
+use sandbox_common::{LISTEN_ID_BASE, errno, hook, policy_flags, reason};
+
+use super::file::check;
+use super::{deny_unresolved, finish, hook};
+use crate::addr::{self, AF_INET, AF_INET6, AF_UNIX, Dest, Parsed};
+use crate::event::Report;
+use crate::kread;
+use crate::path;
+use crate::scope::{self, Scope};
+
+/// The `struct sock` of a `struct socket` and its family.
+#[inline(always)]
+fn sock_of(socket: *const u8) -> Option<(*const u8, u16)> {
+    let off = kread::offsets();
+    let sk = kread::read_ptr(socket, off.socket_sk).ok()?;
+    let family: u16 = kread::read(sk, off.sock_family).ok()?;
+    Some((sk, family))
+}
+
+#[inline(always)]
+fn no_offsets(hook_id: u32, scope: Scope) -> i32 {
+    deny_unresolved(
+        hook_id,
+        scope.policy_id,
+        reason::NO_OFFSETS,
+        scope.audits(policy_flags::AUDIT_NET),
+        errno::EPERM,
+    )
+}
+
+/// Reports and denies (or audits) `dest` when `verdict` says so.
+#[inline(always)]
+fn judge(hook_id: u32, scope: Scope, dest: &Dest, v: Option<decide::Deny>) -> i32 {
+    let Some(v) = v else {
+        return 0;
+    };
+    finish(
+        Report::net(hook_id, scope.policy_id, dest),
+        v,
+        scope.audits(policy_flags::AUDIT_NET),
+        errno::EPERM,
+    )
+}
+
+/// The network decision for a destination `sockaddr` in kernel memory sent or connected to
+/// by `socket`, reported as `hook_id`.
+#[inline(always)]
+fn check_dest(hook_id: u32, scope: Scope, socket: *const u8, sa: *const u8, len: i32) -> i32 {
+    if kread::offsets().valid == 0 {
+        return no_offsets(hook_id, scope);
+    }
+    let Some((_, family)) = sock_of(socket) else {
+        return -errno::EPERM;
+    };
+    if family != AF_INET && family != AF_INET6 {
+        // Unix peers are judged by the unix hooks; other families at socket creation.
+        return 0;
+    }
+    match Dest::parse_for(family, sa, len, hook_id == hook::SOCKET_CONNECT) {
+        Some(Parsed::Dest(dest)) => {
+            let v = addr::verdict(scope.policy_id, scope.flags(), &dest);
+            judge(hook_id, scope, &dest, v)
+        }
+        Some(Parsed::Nothing) => 0,
+        // An inet socket whose address cannot be read: fail closed.
+        None => -errno::EPERM,
+    }
+}
+
+#[inline(always)]
+fn sendmsg(socket: *const u8, msg: *const u8, scope: Scope) -> i32 {
+    let off = kread::offsets();
+    if off.valid == 0 {
+        return no_offsets(hook::SOCKET_SENDMSG, scope);
+    }
+    // The kernel has copied the address in (`move_addr_to_kernel`) before this hook.
+    let (Ok(name), Ok(len)) = (
+        kread::read_ptr(msg, off.msghdr_msg_name),
+        kread::read::<i32>(msg, off.msghdr_msg_namelen),
+    ) else {
+        return -errno::EPERM;
+    };
+    if name.is_null() {
+        return 0;
+    }
+    check_dest(hook::SOCKET_SENDMSG, scope, socket, name, len)
+}
+
+#[inline(always)]
+fn create(scope: Scope, family: u32, ty: u32, protocol: u32, kern: u32) -> i32 {
+    if kern != 0 {
+        // Sockets the kernel makes for itself.
+        return 0;
+    }
+    let v = decide::socket_create(
+        scope.info.sock_families,
+        scope.flags(),
+        family,
+        ty,
+        protocol,
+    );
+    let Some(v) = v else {
+        return 0;
+    };
+    let mut rep = Report::bare(hook::SOCKET_CREATE, scope.policy_id);
+    rep.family = family as u16;
+    rep.access = ty;
+    rep.target = protocol;
+    finish(rep, v, scope.audits(policy_flags::AUDIT_NET), errno::EACCES)
+}
+
+/// The local address of a socket about to serve, against `network.listen` (an allowlist).
+#[inline(always)]
+fn check_local(scope: Scope, dest: &Dest) -> i32 {
+    let hit = addr::verdict(
+        scope.policy_id + LISTEN_ID_BASE,
+        policy_flags::NET_DEFAULT_DENY,
+        dest,
+    );
+    let v = hit.map(|d| {
+        if d.reason == reason::NOT_IN_NET_ALLOWLIST {
+            decide::Deny::because(reason::NOT_IN_LISTEN_ALLOWLIST)
+        } else {
+            d
+        }
+    });
+    judge(hook::LISTEN, scope, dest, v)
+}
+
+#[inline(always)]
+fn listen(socket: *const u8, scope: Scope) -> i32 {
+    if kread::offsets().valid == 0 {
+        return no_offsets(hook::LISTEN, scope);
+    }
+    let Some((sk, family)) = sock_of(socket) else {
+        return -errno::EPERM;
+    };
+    if family != AF_INET && family != AF_INET6 {
+        return 0;
+    }
+    match Dest::local(sk, family) {
+        Some(dest) => check_local(scope, &dest),
+        None => -errno::EPERM,
+    }
+}
+
+/// A datagram socket bound to a port serves whoever sends to it: judged like `listen`.
+/// Stream sockets are judged when they listen (a bind alone serves nothing).
+#[inline(always)]
+fn bind(socket: *const u8, sa: *const u8, len: i32, scope: Scope) -> i32 {
+    let off = kread::offsets();
+    if off.valid == 0 {
+        return no_offsets(hook::LISTEN, scope);
+    }
+    let Some((_, family)) = sock_of(socket) else {
+        return -errno::EPERM;
+    };
+    let ty: i16 = kread::read(socket, off.socket_type).unwrap_or(0);
+    if (family != AF_INET && family != AF_INET6) || ty as u32 != decide::sock::SOCK_DGRAM {
+        return 0;
+    }
+    match Dest::parse_for(family, sa, len, false) {
+        Some(Parsed::Dest(dest)) if dest.port != 0 => check_local(scope, &dest),
+        Some(_) => 0,
+        None => -errno::EPERM,
+    }
+}
+
+/// A connect or send to the unix socket `peer` (a `struct sock *`).
+#[inline(always)]
+fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
+    let off = kread::offsets();
+    let audit = scope.audits(policy_flags::AUDIT_NET);
+    if off.valid == 0 {
+        return no_offsets(hook_id, scope);
+    }
+    let inside = scope::sock_within(peer, scope.cgroup);
+    let pid = kread::read_ptr(peer, off.sock_peer_pid)
+        .and_then(|p| kread::read::<u32>(p, off.pid_nr))
+        .unwrap_or(0);
+    let dentry = kread::read_ptr(peer, off.unix_sock_path_dentry).unwrap_or(core::ptr::null());
+    if !dentry.is_null() {
+        // A socket with a path: the file rules see the connect as a write to it.
+        let facts = path::dentry_facts(dentry, &off);
+        return check(hook_id, scope, facts, fmode::WRITE, audit, pid, |m, _| {
+            decide::unix(inside, m)
+        });
+    }
+    if inside {
+        return 0;
+    }
+    let Ok(ua) = kread::read_ptr(peer, off.unix_sock_addr) else {
+        return -errno::EPERM;
+    };
+    if ua.is_null() {
+        // An unnamed peer: the other end of a socketpair or connection handed in.
+        return 0;
+    }
+    let len: i32 = kread::read(ua, off.unix_address_len).unwrap_or(0);
+    // sockaddr_un: sun_family (2 bytes), then sun_path; abstract names start with a NUL.
+    let name = ua.wrapping_add(off.unix_address_name as usize);
+    let first: u8 = kread::read(name, 2).unwrap_or(1);
+    let mut rep = Report::bare(hook_id, scope.policy_id);
+    rep.target = pid;
+    rep.family = AF_UNIX;
+    if len < 3 || first != 0 {
+        // A path name with no dentry (cannot happen while bound): fail closed.
+        return finish(
+            rep,
+            decide::Deny::because(reason::OUTSIDE_SCOPE),
+            audit,
+            errno::EACCES,
+        );
+    }
+    let Ok(start) = path::place_name(name.wrapping_add(3), (len - 3) as u32) else {
+        return -errno::EACCES;
+    };
+    rep.path_start = start;
+    let m = path::match_name(scope.policy_id, scope.info, start);
+    match decide::unix(false, &m) {
+        Some(v) => finish(rep, v, audit, errno::EACCES),
+        None => 0,
+    }
+}
+
+#[inline(always)]
+fn unix_send(other: *const u8, scope: Scope) -> i32 {
+    match kread::read_ptr(other, kread::offsets().socket_sk) {
+        Ok(sk) => unix_peer(hook::UNIX_SEND, scope, sk),
+        Err(_) => -errno::EACCES,
+    }
+}
+
+hook!(socket_create, "socket_create", |ctx, scope| {
+    create(scope, ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3))
+});
+hook!(socket_connect, "socket_connect", |ctx, scope| {
+    check_dest(
+        hook::SOCKET_CONNECT,
+        scope,
+        ctx.arg(0),
+        ctx.arg(1),
+        ctx.arg(2),
+    )
+});
+hook!(socket_sendmsg, "socket_sendmsg", |ctx, scope| {
+    sendmsg(ctx.arg(0), ctx.arg(1), scope)
+});
+hook!(socket_listen, "socket_listen", |ctx, scope| listen(
+    ctx.arg(0),
+    scope
+));
+hook!(socket_bind, "socket_bind", |ctx, scope| {
+    bind(ctx.arg(0), ctx.arg(1), ctx.arg(2), scope)
+});
+hook!(unix_stream_connect, "unix_stream_connect", |ctx, scope| {
+    unix_peer(hook::UNIX_CONNECT, scope, ctx.arg(1))
+});
+hook!(unix_may_send, "unix_may_send", |ctx, scope| {
+    unix_send(ctx.arg(1), scope)
+});

@@ -1,0 +1,139 @@
+//! The sandbox's boundary with everything else on the host, in the kernel.
+//! - Self-protection: an in-scope process may not undo enforcement or touch sandbox: no
+//!   `bpf()` at all (no detaching, no map writes, no new programs), no signals or ptrace to
+//!   sandbox's own processes, no mounts.
+//! - Other processes (Landlock's scoping): no ptrace in any form (attach, `/proc/PID/mem`,
+//!   `environ`, `fd`, `process_vm_*`, `pidfd_getfd`: all pass `ptrace_access_check`), no
+//!   signals other than 0, no changes to scheduling, I/O priority or memory placement of a
+//!   process outside the sandbox.
+//! - The terminal: no ioctl that injects input (`TIOCSTI`, `TIOCLINUX`).
+//!
+//! The whole policy's mode decides audit vs enforce.
+
+use sandbox_common::decide::Deny;
+use sandbox_common::{errno, hook, reason};
+
+use super::{finish, hook};
+use crate::event::Report;
+use crate::kread;
+use crate::maps;
+use crate::scope::{self, Scope};
+
+/// `PTRACE_MODE_NOAUDIT` (include/linux/ptrace.h): the caller asks for no audit record
+/// (e.g. `/proc/PID/stat` fields that `ps` reads for every process).
+const PTRACE_MODE_NOAUDIT: u32 = 0x04;
+/// Terminal ioctls that push bytes into a terminal's input (include/uapi/asm-generic/ioctls.h).
+const TIOCSTI: u32 = 0x5412;
+const TIOCLINUX: u32 = 0x541C;
+
+#[inline(always)]
+fn deny(rep: Report, why: u32, scope: Scope) -> i32 {
+    finish(rep, Deny::because(why), scope.audits_all(), errno::EPERM)
+}
+
+#[inline(always)]
+fn bpf(cmd: u32, scope: Scope) -> i32 {
+    let mut rep = Report::bare(hook::BPF, scope.policy_id);
+    rep.target = cmd;
+    deny(rep, reason::SELF_PROTECTION, scope)
+}
+
+/// Denies `hook_id` on `task` when it is a process of sandbox's own, or outside the
+/// sandbox. `quiet`: deny without a record (the kernel's own "do not audit").
+#[inline(always)]
+fn task(hook_id: u32, scope: Scope, task: *const u8, detail: u32, quiet: bool) -> i32 {
+    let off = kread::offsets();
+    let tgid: u32 = if off.valid == 0 {
+        0
+    } else {
+        kread::read(task, off.task_struct_tgid).unwrap_or(0)
+    };
+    // An unreadable target is treated as protected (fail closed).
+    let why = if tgid == 0 || maps::PROTECTED.get_ptr(&tgid).is_some() {
+        reason::SELF_PROTECTION
+    } else if !scope::task_within(task, scope.cgroup) {
+        reason::OUTSIDE_SCOPE
+    } else {
+        return 0;
+    };
+    if quiet {
+        return if scope.audits_all() { 0 } else { -errno::EPERM };
+    }
+    let mut rep = Report::bare(hook_id, scope.policy_id);
+    rep.target = tgid;
+    rep.access = detail;
+    deny(rep, why, scope)
+}
+
+#[inline(always)]
+fn signal(ctx: &aya_ebpf::programs::LsmContext, scope: Scope) -> i32 {
+    let sig: u32 = ctx.arg(2);
+    // Signal 0 only asks whether the process exists.
+    if sig == 0 {
+        return 0;
+    }
+    task(hook::SIGNAL, scope, ctx.arg(0), sig, false)
+}
+
+#[inline(always)]
+fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
+    task(
+        hook::PTRACE,
+        scope,
+        target,
+        mode,
+        mode & PTRACE_MODE_NOAUDIT != 0,
+    )
+}
+
+#[inline(always)]
+fn ioctl(cmd: u32, scope: Scope) -> i32 {
+    if cmd != TIOCSTI && cmd != TIOCLINUX {
+        return 0;
+    }
+    let mut rep = Report::bare(hook::IOCTL, scope.policy_id);
+    rep.access = cmd;
+    deny(rep, reason::TTY_INJECTION, scope)
+}
+
+// `security_bpf` took three parameters until a fourth (`kernel`) was added; one program
+// per form, the loader attaches the one the kernel's BTF says fits.
+hook!(bpf_3, "bpf", |ctx, scope| bpf(ctx.arg(0), scope));
+hook!(bpf_4, "bpf", |ctx, scope| bpf(ctx.arg(0), scope));
+hook!(task_kill, "task_kill", |ctx, scope| signal(&ctx, scope));
+hook!(ptrace_access_check, "ptrace_access_check", |ctx, scope| {
+    ptrace(ctx.arg(0), ctx.arg(1), scope)
+});
+hook!(task_setnice, "task_setnice", |ctx, scope| {
+    task(hook::TASK, scope, ctx.arg(0), 0, false)
+});
+hook!(task_setioprio, "task_setioprio", |ctx, scope| {
+    task(hook::TASK, scope, ctx.arg(0), 0, false)
+});
+hook!(task_setscheduler, "task_setscheduler", |ctx, scope| {
+    task(hook::TASK, scope, ctx.arg(0), 0, false)
+});
+hook!(task_movememory, "task_movememory", |ctx, scope| {
+    task(hook::TASK, scope, ctx.arg(0), 0, false)
+});
+hook!(file_ioctl, "file_ioctl", |ctx, scope| ioctl(
+    ctx.arg(1),
+    scope
+));
+hook!(file_ioctl_compat, "file_ioctl_compat", |ctx, scope| {
+    ioctl(ctx.arg(1), scope)
+});
+hook!(sb_mount, "sb_mount", |_ctx, scope| {
+    deny(
+        Report::bare(hook::MOUNT, scope.policy_id),
+        reason::SELF_PROTECTION,
+        scope,
+    )
+});
+hook!(move_mount, "move_mount", |_ctx, scope| {
+    deny(
+        Report::bare(hook::MOUNT, scope.policy_id),
+        reason::SELF_PROTECTION,
+        scope,
+    )
+});
