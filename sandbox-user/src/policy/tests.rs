@@ -92,6 +92,36 @@ fn syntax_and_type_errors_have_positions() {
 }
 
 #[test]
+fn boundary_rules_are_checked() {
+    check(
+        "network: {sockets: [unix, inet, vsok]}",
+        Err("p.yaml: network.sockets[2]: 'vsok': not a socket family; known: unix, inet"),
+    );
+    check(
+        "network: {listen: ['127.0.0.1/8']}",
+        Err("p.yaml: network.listen[0]: '127.0.0.1/8': "),
+    );
+    check(
+        "network: {unix: ['@agent[', 'run/x.sock']}",
+        Err("p.yaml: network.unix[0]: '@agent[': "),
+    );
+    let p = load_str(
+        "network: {unix: ['@agent-*', /run/a.sock]}",
+        "p.yaml",
+        &ctx(),
+    )
+    .unwrap();
+    let globs: Vec<&str> = p.network.unix.iter().map(|r| r.glob.as_str()).collect();
+    assert_eq!(globs, ["@agent-*", "/run/a.sock"]);
+    // Defaults: unix, inet, inet6, netlink; listen on loopback only.
+    assert_eq!(
+        p.network.sock_families,
+        (1 << 1) | (1 << 2) | (1 << 10) | (1 << 16)
+    );
+    assert_eq!(p.network.listen.len(), 2);
+}
+
+#[test]
 fn semantic_errors_name_field_and_value() {
     check(
         "files: {deny: ['/a/[b-']}",
