@@ -1,0 +1,125 @@
+//! What a test sets up outside the sandbox and takes down when it ends, panic or not.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Mounts a fresh tmpfs on `dir`; unmounted when the guard goes.
+pub struct Tmpfs(std::ffi::CString);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path) -> Self {
+        let m = std::ffi::CString::new(dir.display().to_string()).unwrap();
+        // SAFETY: plain mount(2) of a fresh tmpfs, with NUL-terminated strings that outlive
+        // the call.
+        let r = unsafe {
+            libc::mount(
+                c"late".as_ptr(),
+                m.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "mount tmpfs on {}", dir.display());
+        Self(m)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // SAFETY: plain umount(2) of the path we mounted.
+        unsafe { libc::umount(self.0.as_ptr()) };
+    }
+}
+
+/// /etc/hosts, /etc/nsswitch.conf (files only: libc asks no DNS server) and
+/// /etc/resolv.conf for one test; the old files come back when it ends, panic or not.
+pub struct Resolution(Vec<(&'static str, Option<String>)>);
+
+impl Resolution {
+    pub fn set(hosts: &str, nameserver: &str) -> Self {
+        let files = ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf"];
+        let saved = files
+            .iter()
+            .map(|f| (*f, std::fs::read_to_string(f).ok()))
+            .collect();
+        std::fs::write("/etc/hosts", hosts).unwrap();
+        std::fs::write("/etc/nsswitch.conf", "hosts: files\n").unwrap();
+        std::fs::write("/etc/resolv.conf", format!("nameserver {nameserver}\n")).unwrap();
+        Self(saved)
+    }
+}
+
+impl Drop for Resolution {
+    fn drop(&mut self) {
+        for (f, text) in &self.0 {
+            match text {
+                Some(t) => drop(std::fs::write(f, t)),
+                None => drop(std::fs::remove_file(f)),
+            }
+        }
+    }
+}
+
+/// A DNS server on 127.0.0.1:53 (outside the sandbox: the loader asks it) whose answer for
+/// every A question is `answers[n]` for the n-th question (the last one from then on).
+/// AAAA questions get an empty answer.
+pub struct DnsServer {
+    stop: Arc<AtomicBool>,
+    /// A questions answered so far.
+    pub questions: Arc<AtomicUsize>,
+}
+
+impl DnsServer {
+    pub fn start(answers: Vec<([u8; 4], u32)>) -> Self {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:53").expect("bind 127.0.0.1:53");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let questions = Arc::new(AtomicUsize::new(0));
+        let (s, q) = (stop.clone(), questions.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while !s.load(Ordering::Relaxed) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                // Header, then the question: labels, type, class.
+                let mut end = 12;
+                while end < n && buf[end] != 0 {
+                    end += 1 + usize::from(buf[end]);
+                }
+                let qtype = u16::from_be_bytes([buf[end + 1], buf[end + 2]]);
+                let question = &buf[12..end + 5];
+                let mut m = buf[..2].to_vec();
+                m.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0]);
+                m.extend_from_slice(question);
+                if qtype == 1 {
+                    let i = q.fetch_add(1, Ordering::Relaxed).min(answers.len() - 1);
+                    let (addr, ttl) = answers[i];
+                    m[7] = 1;
+                    m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+                    m.extend_from_slice(&ttl.to_be_bytes());
+                    m.extend_from_slice(&[0, 4]);
+                    m.extend_from_slice(&addr);
+                }
+                let _ = sock.send_to(&m, from);
+            }
+        });
+        Self { stop, questions }
+    }
+
+    /// A questions answered so far.
+    pub fn questions(&self) -> usize {
+        self.questions.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

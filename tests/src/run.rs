@@ -1,0 +1,342 @@
+//! One `sandbox run` and what it left: the probe's answers and the audit records.
+//!
+//! Tests are tables. [`check`] runs one probe per table: each row is an operation in the
+//! probe's words and the answer it must get (`OK` or the errno name), so each operation is
+//! written once and every mismatch of the table is reported at once. [`Run::check_records`]
+//! takes a table of [`rec`]s: how many records carry a field value, and what else the first
+//! of them says.
+
+use std::fmt::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{User, bins, write};
+
+/// The probe's answer when the call succeeded.
+pub const OK: &str = "OK";
+/// A denial of a file operation or an exec.
+pub const EACCES: &str = "EACCES";
+/// A denial of a network operation or a self-protection rule.
+pub const EPERM: &str = "EPERM";
+/// The kernel's own answer to a connect or send that was let through: the guest has no
+/// network, so nothing can leave.
+pub const ENETUNREACH: &str = "ENETUNREACH";
+
+/// Any answer: the operation runs for its effect on what follows.
+pub const ANY: &str = "*";
+
+/// One row of an operation table: the probe's words (space-separated, as the probe prints
+/// them back) and the answer they must get.
+pub type Case<'a> = (&'a str, &'a str);
+
+/// One `sandbox run`: its exit status, output and audit records.
+pub struct Run {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub audit: Vec<Value>,
+}
+
+impl Run {
+    /// The probe's answer for the operation whose text starts with `op`.
+    pub fn result(&self, op: &str) -> String {
+        let prefix = format!("PROBE {op}");
+        self.stdout
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit_once(" -> ").map(|(_, r)| r.to_owned()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no result for '{op}'\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                )
+            })
+    }
+
+    /// The answer for the operation whose text starts with `op` is `want`.
+    pub fn expect(&self, op: &str, want: &str) {
+        let got = self.result(op);
+        assert_eq!(
+            got, want,
+            "'{op}': expected {want}, got {got}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+    }
+
+    /// Every row of `cases` got its answer (operations matched exactly). All mismatches are
+    /// reported together.
+    pub fn expect_all(&self, cases: &[Case<'_>]) {
+        let answers: Vec<(&str, &str)> = self
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("PROBE ")?.rsplit_once(" -> "))
+            .collect();
+        let mut wrong = String::new();
+        for &(op, want) in cases {
+            match answers.iter().find(|(o, _)| *o == op) {
+                Some((_, got)) if want == ANY || *got == want => {}
+                Some((_, got)) => writeln!(wrong, "  {op}: expected {want}, got {got}").unwrap(),
+                None => writeln!(wrong, "  {op}: expected {want}, no answer").unwrap(),
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "wrong answers:\n{wrong}stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+    }
+
+    /// Audit records whose `pointer` field equals `value`.
+    pub fn records(&self, pointer: &str, value: &str) -> Vec<&Value> {
+        self.audit
+            .iter()
+            .filter(|r| r.pointer(pointer).and_then(Value::as_str) == Some(value))
+            .collect()
+    }
+
+    /// The one audit record whose `pointer` field equals `value`.
+    pub fn one_record(&self, pointer: &str, value: &str) -> &Value {
+        let r = self.records(pointer, value);
+        assert_eq!(
+            r.len(),
+            1,
+            "expected one audit record with {pointer} = {value}, got {}:\n{:#?}",
+            r.len(),
+            self.audit
+        );
+        r[0]
+    }
+
+    /// Every row of `expected` holds (see [`rec`]).
+    pub fn check_records(&self, expected: &[Rec<'_>]) {
+        for e in expected {
+            let found = self.records(e.pointer, &e.value);
+            let count_ok = match e.count {
+                Some(n) => found.len() == n,
+                None => !found.is_empty(),
+            };
+            assert!(
+                count_ok,
+                "expected {} audit record(s) with {} = {}, got {}:\n{:#?}",
+                e.count.map_or_else(|| "some".into(), |n| n.to_string()),
+                e.pointer,
+                e.value,
+                found.len(),
+                self.audit
+            );
+            if let Some(first) = found.first() {
+                for (field, want) in &e.fields {
+                    assert_eq!(
+                        first.pointer(field),
+                        Some(want),
+                        "record with {} = {}: {field}\n{first:#}",
+                        e.pointer,
+                        e.value
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// One row of a record table: `count` records (one unless said) have `pointer` = `value`,
+/// and the first of them has each of `fields`.
+pub struct Rec<'a> {
+    pointer: &'a str,
+    value: String,
+    count: Option<usize>,
+    fields: Vec<(&'a str, Value)>,
+}
+
+/// Exactly one audit record has `pointer` (a JSON pointer such as `/file/path`) = `value`.
+pub fn rec<'a>(pointer: &'a str, value: impl Into<String>) -> Rec<'a> {
+    Rec {
+        pointer,
+        value: value.into(),
+        count: Some(1),
+        fields: Vec::new(),
+    }
+}
+
+impl<'a> Rec<'a> {
+    /// Exactly `n` records (`0`: none at all).
+    #[must_use]
+    pub fn count(mut self, n: usize) -> Self {
+        self.count = Some(n);
+        self
+    }
+
+    /// At least one record; the fields are checked on the first.
+    #[must_use]
+    pub fn some(mut self) -> Self {
+        self.count = None;
+        self
+    }
+
+    /// The (first) record's `field` is `want`.
+    #[must_use]
+    pub fn has(mut self, field: &'a str, want: impl Into<Value>) -> Self {
+        self.fields.push((field, want.into()));
+        self
+    }
+}
+
+/// `sandbox run` of `cmd` in `dir` as root, with `HOME=home`; the policy text (if any) is
+/// written to `dir/policy.yaml`, the audit log to `dir/audit.jsonl`.
+pub fn run_in(dir: &Path, policy: Option<&str>, home: &Path, cmd: &[&str]) -> Run {
+    sandbox_run(User::Root, dir, policy, home, cmd)
+}
+
+/// [`run_in`] the way `user` runs it: root as in [`run_in`] with `HOME=dir`; the agent with
+/// `sudo sandbox run` (`SUDO_UID`/`SUDO_GID` set, `HOME=/root`), so sandbox drops to the
+/// agent and `~` in the policy is `/home/agent`.
+pub fn run_as(user: User, dir: &Path, policy: Option<&str>, cmd: &[&str]) -> Run {
+    let home = match user {
+        User::Root => dir,
+        User::Agent => User::Root.home(),
+    };
+    sandbox_run(user, dir, policy, home, cmd)
+}
+
+fn sandbox_run(user: User, dir: &Path, policy: Option<&str>, home: &Path, cmd: &[&str]) -> Run {
+    let b = bins();
+    let audit = dir.join("audit.jsonl");
+    let _ = std::fs::remove_file(&audit);
+    let mut c = Command::new(&b.sandbox);
+    c.arg("run").arg("--audit-log").arg(&audit);
+    if let Some(p) = policy {
+        let f = dir.join("policy.yaml");
+        write(&f, p);
+        c.arg("--policy").arg(&f);
+    }
+    c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
+    sudo(&mut c, user);
+    let out = c.output().expect("start sandbox");
+    Run::from_output(&out, &audit)
+}
+
+impl Run {
+    fn from_output(out: &std::process::Output, audit: &Path) -> Self {
+        Self {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            audit: read_audit(audit),
+        }
+    }
+}
+
+/// The records of an audit file (none when there is no file).
+pub fn read_audit(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+        .collect()
+}
+
+/// What `sudo` tells the command it starts about the user who called it.
+fn sudo(c: &mut Command, user: User) {
+    if user != User::Root {
+        c.env("SUDO_UID", user.uid().to_string())
+            .env("SUDO_GID", user.gid().to_string())
+            .env("SUDO_USER", user.name());
+    }
+}
+
+/// The probe's command line for several operations (`::` between them).
+fn probe_command(ops: &[&[&str]]) -> Vec<String> {
+    let mut cmd: Vec<String> = vec![bins().probe.display().to_string()];
+    for (i, op) in ops.iter().enumerate() {
+        if i > 0 {
+            cmd.push("::".into());
+        }
+        cmd.extend(op.iter().map(|s| (*s).to_owned()));
+    }
+    cmd
+}
+
+/// `sandbox run -- sandbox-probe OPS...` in `dir` as root (`HOME=dir`).
+pub fn probe(dir: &Path, policy: Option<&str>, ops: &[&[&str]]) -> Run {
+    probe_as(User::Root, dir, policy, ops)
+}
+
+/// [`probe`] run by `user` (see [`run_as`]).
+pub fn probe_as(user: User, dir: &Path, policy: Option<&str>, ops: &[&[&str]]) -> Run {
+    let cmd = probe_command(ops);
+    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    run_as(user, dir, policy, &refs)
+}
+
+/// One probe for the table `cases` (each operation once), every answer checked.
+pub fn check(dir: &Path, policy: Option<&str>, cases: &[Case<'_>]) -> Run {
+    check_as(User::Root, dir, policy, cases)
+}
+
+/// [`check`] run by `user` (see [`run_as`]).
+pub fn check_as(user: User, dir: &Path, policy: Option<&str>, cases: &[Case<'_>]) -> Run {
+    let words: Vec<Vec<&str>> = cases
+        .iter()
+        .map(|(op, _)| op.split_whitespace().collect())
+        .collect();
+    let ops: Vec<&[&str]> = words.iter().map(Vec::as_slice).collect();
+    let r = probe_as(user, dir, policy, &ops);
+    r.expect_all(cases);
+    r
+}
+
+/// Probe from the test process itself (outside any sandbox cgroup), as root.
+pub fn probe_outside(ops: &[&str]) -> String {
+    probe_outside_as(User::Root, ops)
+}
+
+/// [`probe_outside`] as `user` (uid and gid changed before exec, no other groups).
+pub fn probe_outside_as(user: User, ops: &[&str]) -> String {
+    let mut c = Command::new(bins().probe);
+    c.args(ops);
+    if user != User::Root {
+        c.uid(user.uid()).gid(user.gid());
+    }
+    let out = c.output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.rsplit_once(" -> ")
+        .map_or_else(|| s.clone(), |(_, r)| r.trim().to_owned())
+}
+
+/// `sandbox run [--policy P] -- probe ARGS` started in `dir`, output piped; returns once
+/// the command is in its cgroup.
+pub fn start_probe(dir: &Path, policy: Option<&Path>, args: &[&str]) -> Child {
+    let b = bins();
+    let mut c = Command::new(&b.sandbox);
+    c.arg("run").arg("--audit-log").arg(dir.join("audit.jsonl"));
+    if let Some(p) = policy {
+        c.arg("--policy").arg(p);
+    }
+    let child = c
+        .arg("--")
+        .arg(&b.probe)
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let procs = format!("/sys/fs/cgroup/sandbox/run-{}/cgroup.procs", child.id());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Waits for a run started with [`start_probe`] in `dir` and collects it.
+pub fn wait_probe(child: Child, dir: &Path) -> Run {
+    let out = child.wait_with_output().unwrap();
+    Run::from_output(&out, &dir.join("audit.jsonl"))
+}

@@ -1,0 +1,418 @@
+//! The boundary: nothing outside the sandbox does the agent's work for it. Every case runs
+//! the command as the non-root agent user (`sudo sandbox run`) and first shows the same
+//! operation working outside the sandbox, as that user: unix sockets, other processes of
+//! the same user, the terminal, socket kinds, listening, the host's own addresses.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sandbox_tests::*;
+use serde_json::Value;
+
+fn run_as_agent(dir: &Path, policy: Option<&str>, cmd: &[&str]) -> Run {
+    run_as(User::Agent, dir, policy, cmd)
+}
+
+fn probe_as_agent(dir: &Path, policy: Option<&str>, ops: &[&[&str]]) -> Run {
+    probe_as(User::Agent, dir, policy, ops)
+}
+
+/// A directory the agent user owns (and its home, for `~`).
+fn agent_dir(name: &str) -> PathBuf {
+    std::fs::create_dir_all(User::Agent.home()).unwrap();
+    User::Agent.own(User::Agent.home());
+    workdir_as(User::Agent, name)
+}
+
+/// The probe as the agent user, outside any sandbox; the answer of each operation.
+fn probe_outside_as_agent(ops: &[&[&str]]) -> Vec<String> {
+    let b = bins();
+    let mut args: Vec<&str> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        if i > 0 {
+            args.push("::");
+        }
+        args.extend_from_slice(op);
+    }
+    let out = Command::new(&b.probe)
+        .args(&args)
+        .uid(User::Agent.uid())
+        .gid(User::Agent.uid())
+        .current_dir("/")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.rsplit_once(" -> ").map(|(_, r)| r.to_owned()))
+        .collect()
+}
+
+fn num_records<'a>(r: &'a Run, pointer: &str, value: u64) -> Vec<&'a Value> {
+    r.audit
+        .iter()
+        .filter(|v| v.pointer(pointer).and_then(Value::as_u64) == Some(value))
+        .collect()
+}
+
+/// Servers outside the sandbox, accepting and reading until the test ends.
+fn serve_unix(path: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = match path.strip_prefix('@') {
+        Some(n) => std::os::unix::net::SocketAddr::from_abstract_name(n.as_bytes()).unwrap(),
+        None => {
+            let _ = std::fs::remove_file(path);
+            std::os::unix::net::SocketAddr::from_pathname(path).unwrap()
+        }
+    };
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    if !path.starts_with('@') {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            drop(c);
+        }
+    });
+}
+
+fn serve_unix_dgram(path: &str) {
+    let _ = std::fs::remove_file(path);
+    let s = std::os::unix::net::UnixDatagram::bind(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 64];
+        while s.recv(&mut b).is_ok() {}
+    });
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn unix_sockets_outside_the_sandbox() {
+    let d = agent_dir("unix");
+    let p = |n: &str| d.join(n).display().to_string();
+    let (srv, dgram, allowed, secret) = (
+        p("srv.sock"),
+        p("dgram.sock"),
+        p("ok.sock"),
+        p("secret.sock"),
+    );
+    for s in [&srv, &allowed, &secret] {
+        serve_unix(s);
+    }
+    serve_unix_dgram(&dgram);
+    serve_unix("@sandbox-kt-outside");
+    serve_unix("@sandbox-kt-allowed");
+    let inner = p("inner.sock");
+    let ops: &[&[&str]] = &[
+        &["unix-connect", &srv],
+        &["unix-send", &dgram],
+        &["unix-connect", "@sandbox-kt-outside"],
+        &["unix-connect", &allowed],
+        &["unix-connect", "@sandbox-kt-allowed"],
+        &["unix-connect", &secret],
+        &["unix-self", &inner],
+        &["unix-self", "@sandbox-kt-inner"],
+    ];
+    // Outside, as the same user: every peer answers.
+    assert_eq!(
+        probe_outside_as_agent(ops),
+        vec!["OK"; 8],
+        "outside the sandbox"
+    );
+    let policy = format!(
+        "files:\n  deny: [{secret}]\nnetwork:\n  unix: [{allowed}, '@sandbox-kt-allowed', {secret}]\n"
+    );
+    let r = probe_as_agent(&d, Some(&policy), ops);
+    r.expect(&format!("unix-connect {srv}"), "EACCES");
+    r.expect(&format!("unix-send {dgram}"), "EACCES");
+    r.expect("unix-connect @sandbox-kt-outside", "EACCES");
+    r.expect(&format!("unix-connect {allowed}"), "OK");
+    r.expect("unix-connect @sandbox-kt-allowed", "OK");
+    r.expect(&format!("unix-connect {secret}"), "EACCES");
+    // Peers inside the same sandbox keep working.
+    r.expect(&format!("unix-self {inner}"), "OK");
+    r.expect("unix-self @sandbox-kt-inner", "OK");
+    for (path, activity, rule, reason) in [
+        (srv.as_str(), "connect", "network.unix", "outside_scope"),
+        (dgram.as_str(), "send", "network.unix", "outside_scope"),
+        (
+            "@sandbox-kt-outside",
+            "connect",
+            "network.unix",
+            "outside_scope",
+        ),
+        (secret.as_str(), "connect", "files.deny[0]", "rule"),
+    ] {
+        let rec = r.one_record("/dst_endpoint/path", path);
+        assert_eq!(rec["activity"], activity, "{rec:#}");
+        assert_eq!(rec["dst_endpoint"]["family"], "unix", "{rec:#}");
+        assert_eq!(rec["policy"]["rule"], rule, "{rec:#}");
+        assert_eq!(rec["policy"]["reason"], reason, "{rec:#}");
+        assert_eq!(rec["actor"]["process"]["uid"], User::Agent.uid(), "{rec:#}");
+    }
+    // The listening peer is named where the kernel knows it.
+    let rec = r.one_record("/dst_endpoint/path", &srv);
+    assert_eq!(rec["dst_endpoint"]["pid"], std::process::id(), "{rec:#}");
+    assert_eq!(r.audit.len(), 4, "{:#?}", r.audit);
+
+    // The built-in policy refuses the same peers.
+    let r = probe_as_agent(&d, None, &ops[..3]);
+    r.expect(&format!("unix-connect {srv}"), "EACCES");
+    r.expect(&format!("unix-send {dgram}"), "EACCES");
+    r.expect("unix-connect @sandbox-kt-outside", "EACCES");
+}
+
+/// First readable address of a process's mappings (hex).
+fn readable_addr(pid: u32) -> String {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .find(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|m| m.starts_with('r'))
+        })
+        .and_then(|l| l.split('-').next())
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn other_processes_of_the_same_user() {
+    let d = agent_dir("procs");
+    // Debian ships Yama's ptrace_scope at 0: any process may trace its user's others.
+    std::fs::write("/proc/sys/kernel/yama/ptrace_scope", "0").unwrap();
+    let b = bins();
+    let mut target = Command::new(&b.probe)
+        .args(["sleep", "600000"])
+        .uid(User::Agent.uid())
+        .gid(User::Agent.uid())
+        .env("API_TOKEN", "secret")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    let addr = readable_addr(target.id());
+    let ops: &[&[&str]] = &[
+        &["ptrace", &pid],
+        &["mem", &pid],
+        &["environ", &pid],
+        &["vm-read", &pid, &addr],
+        &["getfd", &pid],
+        &["setnice", &pid],
+        &["kill", &pid, "0"],
+    ];
+    assert_eq!(
+        probe_outside_as_agent(ops),
+        vec!["OK"; 7],
+        "outside the sandbox"
+    );
+    let r = probe_as_agent(&d, Some("version: 1\n"), ops);
+    r.expect(&format!("ptrace {pid}"), "EPERM");
+    r.expect(&format!("mem {pid}"), "EACCES");
+    r.expect(&format!("environ {pid}"), "EACCES");
+    r.expect(&format!("vm-read {pid}"), "EPERM");
+    r.expect(&format!("getfd {pid}"), "EPERM");
+    r.expect(&format!("setnice {pid}"), "EPERM");
+    // Signal 0 only asks whether the process exists.
+    r.expect(&format!("kill {pid} 0"), "OK");
+    let target_pid = u64::from(target.id());
+    let recs = num_records(&r, "/target/pid", target_pid);
+    let activities: Vec<&str> = recs.iter().filter_map(|v| v["activity"].as_str()).collect();
+    assert_eq!(
+        activities.iter().filter(|a| **a == "ptrace").count(),
+        5,
+        "one ptrace record per route: {:#?}",
+        r.audit
+    );
+    assert!(activities.contains(&"task"), "{activities:?}");
+    for rec in &recs {
+        assert_eq!(rec["policy"]["reason"], "outside_scope", "{rec:#}");
+    }
+    // A signal: denied, recorded, and the target still runs.
+    let r = probe_as_agent(&d, Some("version: 1\n"), &[&["kill", &pid, "9"]]);
+    r.expect(&format!("kill {pid} 9"), "EPERM");
+    let rec = &num_records(&r, "/target/pid", target_pid)[0];
+    assert_eq!(rec["activity"], "signal", "{rec:#}");
+    assert_eq!(rec["signal"], 9, "{rec:#}");
+    assert!(
+        target.try_wait().unwrap().is_none(),
+        "the target was killed"
+    );
+    // Inside the sandbox, processes reach each other as before.
+    let script = format!(
+        "{p} sleep 600000 & c=$!; {p} ptrace $c :: environ $c :: setnice $c :: kill $c 15",
+        p = b.probe.display()
+    );
+    let r = run_as_agent(&d, Some("version: 1\n"), &["/bin/sh", "-c", &script]);
+    for op in ["ptrace", "environ", "setnice", "kill"] {
+        assert!(
+            r.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("PROBE {op} ")) && l.ends_with("-> OK")),
+            "{op} inside the sandbox:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    target.kill().unwrap();
+    let _ = target.wait();
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn terminal_input_cannot_be_injected() {
+    let d = agent_dir("tty");
+    // Kernels with CONFIG_LEGACY_TIOCSTI=n refuse TIOCSTI to everyone: turn it on so the
+    // route is open without the sandbox.
+    let _ = std::fs::write("/proc/sys/dev/tty/legacy_tiocsti", "1");
+    // Outside: a process queues input into its own controlling terminal.
+    assert_eq!(probe_outside_as_agent(&[&["tiocsti-own"]]), vec!["OK"]);
+    // Inside, the same: denied by the kernel hook (the terminal is the probe's own).
+    let r = probe_as_agent(&d, Some("version: 1\n"), &[&["tiocsti-own"]]);
+    r.expect("tiocsti-own", "EPERM");
+    let rec = r.one_record("/activity", "ioctl");
+    assert_eq!(rec["ioctl_cmd"], 0x5412, "{rec:#}");
+    assert_eq!(rec["policy"]["reason"], "tty_injection", "{rec:#}");
+
+    // The user's terminal: sandbox run in a session whose controlling terminal is a pty
+    // (as from an interactive shell). The command runs in a session of its own, and the
+    // terminal it inherited takes no input from it.
+    // SAFETY: plain libc calls on a pty we own.
+    let (master, slave) = unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0 && libc::grantpt(m) == 0 && libc::unlockpt(m) == 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(m))
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (m, name)
+    };
+    std::os::unix::fs::chown(&slave, Some(User::Agent.uid()), None).unwrap();
+    let mut c = Command::new(&bins().sandbox);
+    let audit = d.join("tty-audit.jsonl");
+    c.args(["run", "--audit-log"])
+        .arg(&audit)
+        .args(["--policy", "/dev/null", "--"])
+        .arg(&bins().probe)
+        .args(["tiocsti", "/dev/stdin", "::", "tiocsti", &slave])
+        .env("SUDO_UID", "1000")
+        .env("SUDO_GID", "1000")
+        .current_dir(&d)
+        .stdin(
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open(&slave)
+                .unwrap(),
+        );
+    let slave_c = std::ffi::CString::new(slave.clone()).unwrap();
+    // SAFETY: between fork and exec: setsid and TIOCSCTTY make the pty the session's
+    // controlling terminal, as a login shell has it.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+            libc::setsid();
+            let fd = libc::open(slave_c.as_ptr(), libc::O_RDWR);
+            libc::ioctl(fd, libc::TIOCSCTTY, 0);
+            Ok(())
+        });
+    }
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("PROBE tiocsti /dev/stdin -> EPERM"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("PROBE tiocsti {slave} -> EPERM")),
+        "{stdout}"
+    );
+    // Nothing was queued: the master reads no 'x'.
+    // SAFETY: non-blocking read from our pty master.
+    unsafe {
+        libc::fcntl(master, libc::F_SETFL, libc::O_NONBLOCK);
+        let mut buf = [0u8; 256];
+        let n = libc::read(master, buf.as_mut_ptr().cast(), buf.len());
+        let got = if n > 0 { &buf[..n as usize] } else { &[][..] };
+        assert!(!got.contains(&b'x'), "input reached the terminal: {got:?}");
+        libc::close(master);
+    }
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn network_by_socket_family_listen_and_host_addresses() {
+    let d = agent_dir("netkinds");
+    // A public address on this host (the guest has no network: it stays local).
+    let host_ip = "93.184.216.34";
+    let st = Command::new("ip")
+        .args(["addr", "add", &format!("{host_ip}/32"), "dev", "lo"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let tcp = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+    let tcp_port = tcp.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for c in tcp.incoming() {
+            drop(c);
+        }
+    });
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port().to_string();
+    let ops: &[&[&str]] = &[
+        &["udp-unspec", "127.0.0.1", &udp_port],
+        &["connect", host_ip, &tcp_port],
+        &["socket", "2", "1", "262"],
+        &["listen", "0.0.0.0", "0"],
+        &["udp-bind", "0.0.0.0", "5353"],
+        &["listen", "127.0.0.1", "0"],
+        &["udp-bind", "0.0.0.0", "0"],
+        &["socket", "2", "2", "0"],
+        &["socket", "16", "3", "0"],
+    ];
+    assert_eq!(
+        probe_outside_as_agent(ops),
+        vec!["OK"; 9],
+        "outside the sandbox"
+    );
+    let r = probe_as_agent(&d, Some("version: 1\n"), ops);
+    r.expect("udp-unspec 127.0.0.1", "EPERM");
+    r.expect(&format!("connect {host_ip}"), "EPERM");
+    r.expect("socket 2 1 262", "EACCES");
+    r.expect("listen 0.0.0.0", "EPERM");
+    r.expect("udp-bind 0.0.0.0 5353", "EPERM");
+    r.expect("listen 127.0.0.1", "OK");
+    r.expect("udp-bind 0.0.0.0 0", "OK");
+    r.expect("socket 2 2 0", "OK");
+    r.expect("socket 16 3 0", "OK");
+    let rec = r.one_record("/dst_endpoint/ip", host_ip);
+    assert_eq!(rec["policy"]["rule"], "network.block_private", "{rec:#}");
+    assert_eq!(
+        rec["policy"]["rule_source"],
+        format!("{host_ip} (an address of this host)"),
+        "{rec:#}"
+    );
+    let rec = r.one_record("/dst_endpoint/ip", "127.0.0.1");
+    assert_eq!(rec["activity"], "send", "{rec:#}");
+    let rec = r.one_record("/activity", "socket");
+    assert_eq!(rec["socket"]["protocol"], 262, "{rec:#}");
+    assert_eq!(rec["policy"]["rule"], "network.sockets", "{rec:#}");
+    let listens: Vec<&Value> = r.records("/activity", "listen");
+    assert_eq!(listens.len(), 2, "{:#?}", r.audit);
+    for l in listens {
+        assert_eq!(l["src_endpoint"]["ip"], "0.0.0.0", "{l:#}");
+        assert_eq!(l["policy"]["rule"], "network.listen", "{l:#}");
+    }
+    // A policy that opens them.
+    let open = "network:\n  sockets: [unix, inet, inet6, netlink, mptcp]\n  listen: [0.0.0.0/0]\n";
+    let r = probe_as_agent(&d, Some(open), &ops[2..5]);
+    r.expect("socket 2 1 262", "OK");
+    r.expect("listen 0.0.0.0", "OK");
+    r.expect("udp-bind 0.0.0.0 5353", "OK");
+    let _ = Command::new("ip")
+        .args(["addr", "del", &format!("{host_ip}/32"), "dev", "lo"])
+        .status();
+}

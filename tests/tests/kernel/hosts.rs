@@ -1,0 +1,77 @@
+//! `allow_hosts`: names resolved by sandbox (outside the sandbox), addresses allowed while
+//! their answer's TTL lasts, private answers never installed, the host's resolvers
+//! reachable for DNS only.
+
+use sandbox_tests::*;
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn allow_hosts_and_dns_resolvers() {
+    let d = workdir("allow_hosts");
+    // Name resolution in the guest: names from /etc/hosts, one nameserver for allow_dns
+    // (nothing answers there: the DNS lookups fail and /etc/hosts is what counts).
+    let _etc = Resolution::set(
+        "93.184.216.34 example.test\n10.1.1.1 internal.test\n",
+        "10.0.0.53",
+    );
+    let policy = "network:\n  allow_hosts: ['example.test:443', internal.test]\n";
+    let r = check(
+        &d,
+        Some(policy),
+        &[
+            ("connect 93.184.216.34 443", ENETUNREACH),
+            ("connect 93.184.216.34 80", EPERM),
+            ("connect 93.184.216.35 443", EPERM),
+            // A name that resolves to a private address does not open it.
+            ("connect 10.1.1.1 443", EPERM),
+            // The host's resolver is reachable for DNS, and only for DNS.
+            ("udp 10.0.0.53 53", ENETUNREACH),
+            ("connect 10.0.0.53 80", EPERM),
+        ],
+    );
+    assert!(
+        r.stderr
+            .contains("internal.test resolves to 10.1.1.1, a private address: not allowed"),
+        "{}",
+        r.stderr
+    );
+    r.check_records(&[rec("/dst_endpoint/ip", "93.184.216.35")
+        .some()
+        .has("/policy/rule", "network.default")
+        .has("/policy/reason", "not_in_network_allowlist")]);
+}
+
+/// `allow_hosts` follows DNS: an address is allowed while the TTL of its answer lasts; when
+/// the name moves, the old address is refused once its TTL is over and the new one allowed.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn allow_hosts_follow_dns_ttl() {
+    let d = workdir("allow_hosts_ttl");
+    let _etc = Resolution::set("", "127.0.0.1");
+    let dns = DnsServer::start(vec![([93, 184, 216, 34], 3), ([93, 184, 216, 40], 60)]);
+    let r = check(
+        &d,
+        Some("network:\n  allow_hosts: [moving.test]\n"),
+        &[
+            // First answer: .34 for 3 s.
+            ("connect 93.184.216.34 443", ENETUNREACH),
+            ("connect 93.184.216.40 443", EPERM),
+            ("sleep 6000", OK),
+            // Asked again when the TTL ran out: the name moved to .40.
+            ("connect 93.184.216.34 444", EPERM),
+            ("connect 93.184.216.40 444", ENETUNREACH),
+        ],
+    );
+    let questions = dns.questions();
+    assert!(
+        (2..=4).contains(&questions),
+        "one lookup at start, one per TTL after: {questions} A questions\n{}",
+        r.stderr
+    );
+    let blocked = |ip| {
+        rec("/dst_endpoint/ip", ip)
+            .has("/policy/rule", "network.default")
+            .has("/disposition", "blocked")
+    };
+    r.check_records(&[blocked("93.184.216.40"), blocked("93.184.216.34")]);
+}

@@ -1,0 +1,69 @@
+//! File systems mounted while a policy is in force: matched at their real place once
+//! sandbox has placed them, denied (fail closed) until then.
+
+use sandbox_tests::*;
+
+/// A file system mounted (outside the sandbox) after the policy loaded: its files are
+/// matched at their real place, not relative to the new file system's root.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn file_system_mounted_after_load() {
+    let d = workdir("late_mount");
+    let mnt = d.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let policy = d.join("policy.yaml");
+    write(
+        &policy,
+        &format!("files:\n  deny: [{}/mnt/secret]\n", d.display()),
+    );
+    let child = start_probe(
+        &d,
+        Some(&policy),
+        &[
+            "sleep",
+            "4000",
+            "::",
+            "open",
+            "mnt/secret",
+            "r",
+            "::",
+            "open",
+            "mnt/other",
+            "r",
+        ],
+    );
+    let tmpfs = Tmpfs::mount(&mnt);
+    write(&mnt.join("secret"), "s");
+    write(&mnt.join("other"), "o");
+    let r = wait_probe(child, &d);
+    drop(tmpfs);
+    r.expect_all(&[("open mnt/secret r", EACCES), ("open mnt/other r", OK)]);
+    // The record names the file at its real place, and the rule.
+    assert_eq!(r.audit.len(), 1, "{:#?}\n{}", r.audit, r.stderr);
+    r.check_records(&[
+        rec("/file/path", path_str(&d, "mnt/secret")).has("/policy/rule", "files.deny[0]")
+    ]);
+}
+
+/// Until sandbox has placed a new mount, its files are denied (fail closed): here sandbox
+/// is stopped (SIGSTOP) while the mount appears and the command opens a file on it.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_mount_not_yet_placed_is_denied() {
+    let d = workdir("unplaced_mount");
+    let mnt = d.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let child = start_probe(&d, None, &["sleep", "3000", "::", "open", "mnt/file", "r"]);
+    let pid = child.id();
+    // Stop sandbox before the mount appears.
+    signal(pid, libc::SIGSTOP);
+    let tmpfs = Tmpfs::mount(&mnt);
+    write(&mnt.join("file"), "f");
+    // The command opens the file at about 3 s, while sandbox is still stopped.
+    std::thread::sleep(Duration::from_secs(6));
+    signal(pid, libc::SIGCONT);
+    let r = wait_probe(child, &d);
+    drop(tmpfs);
+    r.expect_all(&[("open mnt/file r", EACCES)]);
+    r.check_records(&[rec("/policy/reason", "unplaced_mount").some()]);
+}

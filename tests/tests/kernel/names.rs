@@ -1,0 +1,101 @@
+//! Changes of names and attributes judged as writes: create, mkdir, symlink, unlink, rmdir,
+//! link, rename, truncate, chmod, chown, times, extended attributes, ACLs.
+
+use sandbox_tests::*;
+
+/// Writes are more than opens for writing: creating and removing names in a read-only area
+/// are denied too, and a denied `creat` leaves no empty file behind.
+/// A protected file cannot be given another name (link), moved out from under its rule
+/// (rename) or changed through its attributes (truncate, chmod, chown); nothing can be
+/// linked or renamed into a read-only area. The same operations work where writes are
+/// allowed.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn links_renames_and_attributes_are_writes() {
+    let d = workdir("links_renames");
+    write(&d.join("secret/key"), "k");
+    write(&d.join("ro/existing"), "x");
+    write(&d.join("free/f"), "x");
+    write(&d.join("free/x"), "x");
+    let policy = format!(
+        "files:\n  read_only: [{0}/ro]\n  deny: [{0}/secret]\n",
+        d.display()
+    );
+    let r = check(
+        &d,
+        Some(&policy),
+        &[
+            ("link secret/key free/k1", EACCES),
+            ("link ro/existing free/r1", EACCES),
+            ("link free/f ro/l1", EACCES),
+            ("rename secret/key free/k2", EACCES),
+            ("rename ro/existing free/r2", EACCES),
+            ("rename free/x ro/x", EACCES),
+            ("truncate ro/existing", EACCES),
+            ("chmod ro/existing", EACCES),
+            ("chown ro/existing", EACCES),
+            ("utimes ro/existing", EACCES),
+            ("setxattr ro/existing", EACCES),
+            ("setacl ro/existing", EACCES),
+            ("truncate secret/key", EACCES),
+            ("link free/f free/f2", OK),
+            ("rename free/f2 free/f3", OK),
+            ("truncate free/f3", OK),
+            ("chmod free/f", OK),
+            ("chown free/f", OK),
+            ("utimes free/f", OK),
+            ("setxattr free/f", OK),
+            ("setacl free/f", OK),
+        ],
+    );
+    assert_eq!(std::fs::read_to_string(d.join("ro/existing")).unwrap(), "x");
+    assert_eq!(std::fs::read_to_string(d.join("secret/key")).unwrap(), "k");
+    assert!(!d.join("free/k1").exists() && !d.join("free/r2").exists());
+    r.check_records(&[
+        rec("/file/path", path_str(&d, "ro/x"))
+            .has("/activity", "rename")
+            .has("/policy/rule", "files.read_only[0]"),
+        rec("/activity", "chmod"),
+    ]);
+    let recs = r.records("/file/path", &path_str(&d, "secret/key"));
+    let activities: Vec<&str> = recs.iter().filter_map(|r| r["activity"].as_str()).collect();
+    assert_eq!(activities, ["link", "rename", "truncate"], "{recs:#?}");
+    assert!(recs.iter().all(|r| r["policy"]["rule"] == "files.deny[0]"));
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn name_changes_are_writes() {
+    let d = workdir("name_changes");
+    write(&d.join("ro/existing"), "x");
+    std::fs::create_dir_all(d.join("ro/subdir")).unwrap();
+    write(&d.join("secret/key"), "k");
+    write(&d.join("free/f"), "x");
+    let policy = format!(
+        "files:\n  read_only: [{0}/ro]\n  deny: [{0}/secret]\n",
+        d.display()
+    );
+    let r = check(
+        &d,
+        Some(&policy),
+        &[
+            ("open ro/new creat", EACCES),
+            ("mkdir ro/newdir", EACCES),
+            ("symlink /etc/passwd ro/link", EACCES),
+            ("unlink ro/existing", EACCES),
+            ("rmdir ro/subdir", EACCES),
+            ("link free/f free/f-link", OK),
+            ("rename free/f-link free/g", OK),
+            ("mkdir free/newdir", OK),
+            ("unlink free/g", OK),
+        ],
+    );
+    assert!(
+        !d.join("ro/new").exists(),
+        "a denied creat left a file behind"
+    );
+    assert!(d.join("ro/existing").exists());
+    r.check_records(&[rec("/file/path", path_str(&d, "ro/newdir"))
+        .has("/activity", "mkdir")
+        .has("/policy/rule", "files.read_only[0]")]);
+}

@@ -1,0 +1,120 @@
+//! Network rules: the built-in private set (with IPv4 embedded in IPv6), `allow` and `deny`
+//! with ports, and sends that carry their own destination (UDP, TCP Fast Open).
+//!
+//! The guest has no network (`-nic none`): a connect or send the sandbox lets through gets
+//! the kernel's own answer, `ENETUNREACH`, and nothing can leave.
+
+use sandbox_tests::*;
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn connect_private_and_metadata_denied_public_allowed() {
+    let d = workdir("connect");
+    // The built-in default policy: block_private is on.
+    let r = check(
+        &d,
+        None,
+        &[
+            ("connect 169.254.169.254 80", EPERM),
+            ("connect ::ffff:169.254.169.254 80", EPERM),
+            ("connect ::ffff:10.0.0.1 443", EPERM),
+            ("connect 64:ff9b::a9fe:a9fe 80", EPERM),
+            ("connect 2002:a9fe:a9fe::1 80", EPERM),
+            ("connect 127.1.2.3 80", EPERM),
+            ("connect 0.0.0.0 80", EPERM),
+            ("connect ::0 80", EPERM),
+            ("connect ::1 80", EPERM),
+            ("connect fe80::1 80", EPERM),
+            ("connect fd00::1 80", EPERM),
+            ("connect 100.64.0.1 80", EPERM),
+            ("udp 10.1.2.3 53", ANY),
+            // A public address is not ours to deny: the kernel's own answer (no route)
+            // comes back, and no audit record is written.
+            ("connect 8.8.8.8 53", ENETUNREACH),
+        ],
+    );
+    r.check_records(&[
+        rec("/dst_endpoint/ip", "8.8.8.8").count(0),
+        rec("/dst_endpoint/ip", "169.254.169.254")
+            .has("/dst_endpoint/port", 80)
+            .has("/class", "network_activity")
+            .has("/policy/rule", "network.block_private")
+            .has("/policy/rule_source", "169.254.0.0/16")
+            // The probe has exited by the time the record is read: the kernel supplied the
+            // exe.
+            .has("/actor/process/exe", bins().probe.display().to_string()),
+        rec("/dst_endpoint/ip", "::ffff:10.0.0.1")
+            .has("/dst_endpoint/family", "ipv6")
+            .has("/policy/rule_source", "10.0.0.0/8"),
+    ]);
+}
+
+/// Sends that carry a destination reach it without `connect`: unconnected UDP (`sendto`,
+/// `sendmsg`, `sendmmsg`) and TCP Fast Open. They get the decision `connect` would get.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn sends_with_an_address_get_the_connect_decision() {
+    let d = workdir("sends");
+    let r = check(
+        &d,
+        Some("network:\n  deny: ['198.51.0.0/16:9', '[2001:db8::/32]']\n"),
+        &[
+            ("udp 169.254.169.254 53", EPERM),
+            ("sendmsg 10.1.2.3 53", EPERM),
+            ("sendmmsg 127.0.0.1 9", EPERM),
+            ("sendmmsg ::1 9", EPERM),
+            ("tfo 169.254.169.253 80", EPERM),
+            ("udp ::ffff:10.9.9.9 53", EPERM),
+            ("udp 2001:db8::1 53", EPERM),
+            ("sendmsg 198.51.1.1 9", EPERM),
+            // Not denied: the kernel's own answer.
+            ("sendmsg 198.51.1.1 10", ENETUNREACH),
+            ("udp 8.8.8.8 53", ENETUNREACH),
+            ("tfo 8.8.8.8 80", ENETUNREACH),
+        ],
+    );
+    r.check_records(&[
+        rec("/dst_endpoint/ip", "8.8.8.8").count(0),
+        rec("/dst_endpoint/ip", "169.254.169.254")
+            .has("/activity", "send")
+            .has("/dst_endpoint/port", 53)
+            .has("/policy/rule", "network.block_private"),
+        rec("/dst_endpoint/ip", "169.254.169.253")
+            .has("/activity", "send")
+            .has("/dst_endpoint/port", 80),
+        rec("/dst_endpoint/ip", "2001:db8::1").has("/policy/rule", "network.deny[1]"),
+        // sendmmsg is checked per message and stops at the first refused one.
+        rec("/dst_endpoint/ip", "127.0.0.1"),
+    ]);
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn network_allow_punches_through_with_ports_and_ipv6_rules() {
+    let d = workdir("net_rules");
+    // A real listener on loopback, outside the sandbox.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let policy = format!(
+        "network:\n  allow: ['127.0.0.1:{port}']\n  deny: ['93.184.216.0/24:80-90', '[2001:db8::/32]:443']\n"
+    );
+    let allowed = format!("connect 127.0.0.1 {port}");
+    let other = format!("connect 127.0.0.1 {}", port + 1);
+    let r = check(
+        &d,
+        Some(&policy),
+        &[
+            (&allowed, OK),
+            (&other, EPERM),
+            ("connect 93.184.216.34 85", EPERM),
+            ("connect 93.184.216.34 443", ENETUNREACH),
+            ("connect 2001:db8::1 443", EPERM),
+            ("connect 2001:db8::1 80", ENETUNREACH),
+        ],
+    );
+    r.check_records(&[
+        rec("/dst_endpoint/ip", "93.184.216.34").has("/policy/rule", "network.deny[0]"),
+        rec("/dst_endpoint/ip", "2001:db8::1").has("/policy/rule", "network.deny[1]"),
+    ]);
+    drop(listener);
+}
