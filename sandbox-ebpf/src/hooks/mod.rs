@@ -21,12 +21,20 @@ use crate::event::{self, Report};
 /// one program table (`sandbox_common::programs`) at compile time.
 macro_rules! hook {
     ($prog:ident, $hook:literal, |$ctx:ident, $scope:ident| $body:expr) => {
+        $crate::hooks::hook!($prog, $hook, |$ctx, $scope| $body, if true);
+    };
+    // `if $pre`: a test of the hook's own arguments made before the scope lookup, so that
+    // hooks on hot paths (every ioctl of the host) pay for the lookup only when it matters.
+    ($prog:ident, $hook:literal, |$ctx:ident, $scope:ident| $body:expr, if $pre:expr) => {
         #[aya_ebpf::macros::lsm(hook = $hook)]
         pub fn $prog($ctx: aya_ebpf::programs::LsmContext) -> i32 {
             const PREV: usize = sandbox_common::programs::arity(stringify!($prog));
             let prev: i32 = $ctx.arg(PREV);
             if prev != 0 {
                 return $crate::hooks::honour(prev);
+            }
+            if !$pre {
+                return 0;
             }
             let Some($scope) = $crate::scope::current() else {
                 return 0;

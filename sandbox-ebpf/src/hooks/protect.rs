@@ -86,11 +86,14 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
     )
 }
 
+/// Checked before the scope lookup: every ioctl of the host runs this hook.
+#[inline(always)]
+fn injects(cmd: u32) -> bool {
+    cmd == TIOCSTI || cmd == TIOCLINUX
+}
+
 #[inline(always)]
 fn ioctl(cmd: u32, scope: Scope) -> i32 {
-    if cmd != TIOCSTI && cmd != TIOCLINUX {
-        return 0;
-    }
     let mut rep = Report::bare(hook::IOCTL, scope.policy_id);
     rep.access = cmd;
     deny(rep, reason::TTY_INJECTION, scope)
@@ -116,13 +119,18 @@ hook!(task_setscheduler, "task_setscheduler", |ctx, scope| {
 hook!(task_movememory, "task_movememory", |ctx, scope| {
     task(hook::TASK, scope, ctx.arg(0), 0, false)
 });
-hook!(file_ioctl, "file_ioctl", |ctx, scope| ioctl(
-    ctx.arg(1),
-    scope
-));
-hook!(file_ioctl_compat, "file_ioctl_compat", |ctx, scope| {
-    ioctl(ctx.arg(1), scope)
-});
+hook!(
+    file_ioctl,
+    "file_ioctl",
+    |ctx, scope| ioctl(ctx.arg(1), scope),
+    if injects(ctx.arg(1))
+);
+hook!(
+    file_ioctl_compat,
+    "file_ioctl_compat",
+    |ctx, scope| ioctl(ctx.arg(1), scope),
+    if injects(ctx.arg(1))
+);
 hook!(sb_mount, "sb_mount", |_ctx, scope| {
     deny(
         Report::bare(hook::MOUNT, scope.policy_id),
