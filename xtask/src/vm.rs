@@ -37,6 +37,8 @@ hostname sandbox-vm
 # Demo secrets for `cargo xtask vm` (the tests make their own).
 mkdir -p /root/.ssh /root/.aws && echo 'demo private key' > /root/.ssh/id_rsa && echo 'demo' > /root/.aws/credentials
 chmod 700 /root/.ssh
+# agent (uid 1000, see /etc/passwd) is the non-root user, who types `sudo sandbox run`.
+mkdir -p /home/agent && chown 1000:1000 /home/agent && chmod 755 /home/agent
 echo "VMTEST: kernel $(uname -r), lsm $(cat /sys/kernel/security/lsm), uptime $(cut -d' ' -f1 /proc/uptime)s"
 echo VMTEST-BEGIN
 cd /root
