@@ -282,7 +282,7 @@ pub fn run_tests(
     let payload = format!(
         "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe /kernel-tests --include-ignored --test-threads=1{filter}"
     );
-    boot(kernel, arts, &payload, Duration::from_secs(1800), "tests")
+    boot(kernel, arts, &payload, Duration::from_mins(30), "tests")
 }
 
 /// Runs one command in the guest (words are quoted for the guest shell).
@@ -295,7 +295,7 @@ pub fn run_command(kernel: &Kernel, arts: &Artifacts, words: &[String]) -> anyho
         kernel,
         arts,
         &quoted.join(" "),
-        Duration::from_secs(600),
+        Duration::from_mins(10),
         "vm",
     )?;
     println!(
@@ -311,7 +311,7 @@ pub fn bench(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<bool> {
         kernel,
         arts,
         "/usr/bin/sandbox-bench",
-        Duration::from_secs(1800),
+        Duration::from_mins(30),
         "bench",
     )?;
     println!("==> bench: {o}");
