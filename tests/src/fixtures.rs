@@ -79,10 +79,10 @@ impl DnsServer {
             .unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let questions = Arc::new(AtomicUsize::new(0));
-        let (s, q) = (stop.clone(), questions.clone());
+        let (stopped, asked) = (stop.clone(), questions.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 512];
-            while !s.load(Ordering::Relaxed) {
+            while !stopped.load(Ordering::Relaxed) {
                 let Ok((n, from)) = sock.recv_from(&mut buf) else {
                     continue;
                 };
@@ -97,7 +97,7 @@ impl DnsServer {
                 m.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0]);
                 m.extend_from_slice(question);
                 if qtype == 1 {
-                    let i = q.fetch_add(1, Ordering::Relaxed).min(answers.len() - 1);
+                    let i = asked.fetch_add(1, Ordering::Relaxed).min(answers.len() - 1);
                     let (addr, ttl) = answers[i];
                     m[7] = 1;
                     m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
@@ -121,5 +121,64 @@ impl Drop for DnsServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `sandbox attach --cgroup CGROUP --policy POLICY --audit-log AUDIT`, its stderr read line
+/// by line.
+pub struct Attached {
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Attached {
+    pub fn start(cgroup: &str, policy: &Path, audit: &Path) -> Self {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(crate::bins().sandbox)
+            .arg("attach")
+            .arg("--cgroup")
+            .arg(cgroup)
+            .arg("--policy")
+            .arg(policy)
+            .arg("--audit-log")
+            .arg(audit)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next line of stderr that contains `want` (waits up to two minutes).
+    pub fn wait_line(&mut self, want: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_mins(2);
+        while std::time::Instant::now() < deadline {
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                self.seen.push(l.clone());
+                if l.contains(want) {
+                    return l;
+                }
+            }
+        }
+        panic!("no '{want}' from sandbox attach:\n{}", self.seen.join("\n"));
+    }
+
+    /// Sends `sig` to sandbox.
+    pub fn signal(&self, sig: i32) {
+        crate::signal(self.child.id(), sig);
     }
 }

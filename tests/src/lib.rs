@@ -10,10 +10,12 @@
 //!   name resolution, a DNS server.
 //!
 //! A test moves into an area module with one line, `use sandbox_tests::*;`: this crate also
-//! re-exports the few std and serde_json names every test uses.
+//! re-exports the few std and `serde_json` names every test uses.
 
 pub mod fixtures;
 pub mod run;
+
+use std::fmt::Write as _;
 
 pub use std::os::unix::fs::PermissionsExt;
 pub use std::path::{Path, PathBuf};
@@ -22,10 +24,11 @@ pub use std::time::{Duration, Instant};
 
 pub use serde_json::{Value, json};
 
-pub use crate::fixtures::{DnsServer, Resolution, Tmpfs};
+pub use crate::fixtures::{Attached, DnsServer, Resolution, Tmpfs};
 pub use crate::run::{
     ANY, Case, EACCES, ENETUNREACH, EPERM, OK, Rec, Run, check, check_as, probe, probe_as,
-    probe_outside, probe_outside_as, read_audit, rec, run_as, run_in, start_probe, wait_probe,
+    probe_in_cgroup, probe_outside, probe_outside_as, read_audit, rec, run_as, run_in, start_probe,
+    wait_probe,
 };
 
 /// The binaries under test, from the environment `cargo xtask test` sets in the guest.
@@ -138,7 +141,10 @@ pub fn copy_exec(from: &Path, to: &Path) {
 
 /// Hex of a path's bytes, for the probe's `open-hex` and the records' `path_hex`.
 pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    b.iter().fold(String::new(), |mut out, x| {
+        let _ = write!(out, "{x:02x}");
+        out
+    })
 }
 
 /// Waits up to `secs` for `p` to exist.

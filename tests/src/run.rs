@@ -154,7 +154,7 @@ pub struct Rec<'a> {
 }
 
 /// Exactly one audit record has `pointer` (a JSON pointer such as `/file/path`) = `value`.
-pub fn rec<'a>(pointer: &'a str, value: impl Into<String>) -> Rec<'a> {
+pub fn rec(pointer: &str, value: impl Into<String>) -> Rec<'_> {
     Rec {
         pointer,
         value: value.into(),
@@ -327,7 +327,7 @@ pub fn start_probe(dir: &Path, policy: Option<&Path>, args: &[&str]) -> Child {
         .spawn()
         .unwrap();
     let procs = format!("/sys/fs/cgroup/sandbox/run-{}/cgroup.procs", child.id());
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_mins(1);
     while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
         assert!(Instant::now() < deadline, "the command never started");
         std::thread::sleep(Duration::from_millis(20));
@@ -339,4 +339,27 @@ pub fn start_probe(dir: &Path, policy: Option<&Path>, args: &[&str]) -> Child {
 pub fn wait_probe(child: Child, dir: &Path) -> Run {
     let out = child.wait_with_output().unwrap();
     Run::from_output(&out, &dir.join("audit.jsonl"))
+}
+
+/// The probe, started outside any sandbox and moved into `cgroup` (a cgroup2 directory)
+/// before it execs: a process of a service that `sandbox attach` confines. Returns the
+/// answer of the (last) operation.
+pub fn probe_in_cgroup(cgroup: &Path, ops: &[&str]) -> String {
+    let quoted: Vec<String> = ops
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', "'\\''")))
+        .collect();
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {} {}",
+            cgroup.display(),
+            bins().probe.display(),
+            quoted.join(" ")
+        ))
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.rsplit_once(" -> ")
+        .map_or_else(|| s.clone(), |(_, r)| r.trim().to_owned())
 }

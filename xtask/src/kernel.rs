@@ -106,7 +106,7 @@ fn apt(conf: &Path, program: &str) -> Command {
     c
 }
 
-pub fn ensure(label: &Label) -> anyhow::Result<Kernel> {
+pub fn ensure(label: Label) -> anyhow::Result<Kernel> {
     let suite = label.suite();
     let conf = apt_config(suite)?;
     let kdir_root = cache_dir().join("kernels");
@@ -116,7 +116,7 @@ pub fn ensure(label: &Label) -> anyhow::Result<Kernel> {
         Ok(v) => v,
         Err(e) => {
             // Offline: use the newest kernel of this suite already in the cache.
-            if let Some(k) = cached(&kdir_root, *label) {
+            if let Some(k) = cached(&kdir_root, label) {
                 eprintln!(
                     "xtask: warning: cannot resolve the {suite} kernel ({e:#}); using cached {}",
                     k.version
@@ -152,7 +152,7 @@ pub fn ensure(label: &Label) -> anyhow::Result<Kernel> {
     let vmlinuz =
         find_file(&kdir, "vmlinuz").ok_or_else(|| anyhow!("no vmlinuz in {}", kdir.display()))?;
     Ok(Kernel {
-        label: *label,
+        label,
         version,
         vmlinuz,
     })

@@ -1,8 +1,9 @@
-//! Developer tasks for `sandbox`: `cargo xtask setup | build | test | vm | bench`.
+//! Developer tasks for `sandbox`: `cargo xtask setup | build | clippy | test | vm | bench`.
 //!
 //! Everything a fresh machine needs is installed from here (pinned toolchains, bpf-linker,
 //! Debian packages, Debian kernels for the VM tests); nothing is a hand step.
 
+mod clippy;
 mod cpio;
 mod kernel;
 mod setup;
@@ -35,6 +36,8 @@ enum Cmd {
     },
     /// Build the sandbox binary (release), with the BPF programs embedded.
     Build,
+    /// Lint the host crates (-D warnings) and the BPF crate on its own target.
+    Clippy,
     /// Run every test: host unit tests, then the kernel tests inside a VM for each kernel.
     Test {
         #[arg(long, default_value = kernel::DEFAULT_KERNELS)]
@@ -47,7 +50,7 @@ enum Cmd {
         vm_only: bool,
     },
     /// Boot a VM with BPF LSM and run a command in it (the sandbox binary is /usr/bin/sandbox).
-    /// Example: cargo xtask vm -- sandbox run -- cat /root/.ssh/id_rsa
+    /// Example: `cargo xtask vm -- sandbox run -- cat /root/.ssh/id_rsa`
     Vm {
         #[arg(long, default_value = "6.12")]
         kernel: String,
@@ -89,6 +92,10 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Cmd::Build => {
             setup::toolchains()?;
             build()?;
+            Ok(true)
+        }
+        Cmd::Clippy => {
+            clippy::run()?;
             Ok(true)
         }
         Cmd::Test {

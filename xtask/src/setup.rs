@@ -14,7 +14,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 pub fn all(labels: &[Label]) -> anyhow::Result<Vec<Kernel>> {
     toolchains()?;
     packages()?;
-    labels.iter().map(kernel::ensure).collect()
+    labels.iter().copied().map(kernel::ensure).collect()
 }
 
 /// `channel = "..."` from rust-toolchain.toml.
@@ -78,22 +78,7 @@ pub fn toolchains() -> anyhow::Result<()> {
             "rust-src",
         ]))?;
     }
-    let comps = sh::output(Command::new("rustup").args([
-        "component",
-        "list",
-        "--installed",
-        "--toolchain",
-        &ebpf,
-    ]))?;
-    if !comps.lines().any(|l| l.starts_with("rust-src")) {
-        sh::run(Command::new("rustup").args([
-            "component",
-            "add",
-            "rust-src",
-            "--toolchain",
-            &ebpf,
-        ]))?;
-    }
+    component(&ebpf, "rust-src")?;
     let linker = bpf_linker();
     let works = Command::new(&linker)
         .arg("--version")
@@ -101,6 +86,28 @@ pub fn toolchains() -> anyhow::Result<()> {
         .is_ok_and(|o| o.status.success());
     if !works {
         build_bpf_linker(&ebpf)?;
+    }
+    Ok(())
+}
+
+/// Adds `component` to `toolchain` unless it is there (an exact toolchain name: rustup
+/// downloads only that).
+pub fn component(toolchain: &str, component: &str) -> anyhow::Result<()> {
+    let comps = sh::output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        toolchain,
+    ]))?;
+    if !comps.lines().any(|l| l.starts_with(component)) {
+        sh::run(Command::new("rustup").args([
+            "component",
+            "add",
+            component,
+            "--toolchain",
+            toolchain,
+        ]))?;
     }
     Ok(())
 }
@@ -125,7 +132,12 @@ fn build_bpf_linker(ebpf: &str) -> anyhow::Result<()> {
     let lib = std::fs::read_dir(sysroot.join("lib"))?
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .find(|n| n.starts_with("libLLVM") && n.ends_with(".so"))
+        .find(|n| {
+            n.starts_with("libLLVM")
+                && std::path::Path::new(n)
+                    .extension()
+                    .is_some_and(|e| e == "so")
+        })
         .ok_or_else(|| anyhow!("{ebpf} ships no libLLVM*.so"))?;
     let lib = lib
         .trim_start_matches("lib")

@@ -37,6 +37,8 @@ hostname sandbox-vm
 # Demo secrets for `cargo xtask vm` (the tests make their own).
 mkdir -p /root/.ssh /root/.aws && echo 'demo private key' > /root/.ssh/id_rsa && echo 'demo' > /root/.aws/credentials
 chmod 700 /root/.ssh
+# agent (uid 1000, see /etc/passwd) is the non-root user, who types `sudo sandbox run`.
+mkdir -p /home/agent && chown 1000:1000 /home/agent && chmod 755 /home/agent
 echo "VMTEST: kernel $(uname -r), lsm $(cat /sys/kernel/security/lsm), uptime $(cut -d' ' -f1 /proc/uptime)s"
 echo VMTEST-BEGIN
 cd /root
@@ -280,7 +282,7 @@ pub fn run_tests(
     let payload = format!(
         "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe /kernel-tests --include-ignored --test-threads=1{filter}"
     );
-    boot(kernel, arts, &payload, Duration::from_secs(1800), "tests")
+    boot(kernel, arts, &payload, Duration::from_mins(30), "tests")
 }
 
 /// Runs one command in the guest (words are quoted for the guest shell).
@@ -293,7 +295,7 @@ pub fn run_command(kernel: &Kernel, arts: &Artifacts, words: &[String]) -> anyho
         kernel,
         arts,
         &quoted.join(" "),
-        Duration::from_secs(600),
+        Duration::from_mins(10),
         "vm",
     )?;
     println!(
@@ -309,7 +311,7 @@ pub fn bench(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<bool> {
         kernel,
         arts,
         "/usr/bin/sandbox-bench",
-        Duration::from_secs(1800),
+        Duration::from_mins(30),
         "bench",
     )?;
     println!("==> bench: {o}");

@@ -22,6 +22,13 @@
 //!   udp-unspec ADDR PORT         UDP sendto an IPv4 address labelled AF_UNSPEC
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
+#![expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_ptr_alignment,
+    reason = "raw system calls: syscall(2) returns a long that holds an int, sockaddr fields \
+              and lengths are the kernel's narrower types, and the kernel aligns io_uring's \
+              ring offsets"
+)]
 
 use std::ffi::CString;
 use std::net::{IpAddr, SocketAddr};
@@ -107,7 +114,7 @@ fn op_orphan_open(path: &str, delay_ms: &str, result: &str) -> String {
     }
 }
 
-/// One io_uring operation, submitted and reaped with raw system calls: `openat` of a path
+/// One `io_uring` operation, submitted and reaped with raw system calls: `openat` of a path
 /// for reading, or `connect` to an address. The kernel runs it for this task (or an
 /// io-wq worker of this process), so the LSM hooks must decide as for the system call.
 fn op_uring(op: &str, a1: &str, a2: &str) -> String {
@@ -156,19 +163,16 @@ fn op_uring(op: &str, a1: &str, a2: &str) -> String {
         let sqes = map(sq_entries * 64, IORING_OFF_SQES);
         let sqe = std::slice::from_raw_parts_mut(sqes, 64);
         sqe.fill(0);
-        match &sa {
-            Some((ss, len)) => {
-                sqe[0] = IORING_OP_CONNECT;
-                sqe[4..8].copy_from_slice(&sock.to_ne_bytes());
-                sqe[8..16].copy_from_slice(&u64::from(*len).to_ne_bytes());
-                sqe[16..24].copy_from_slice(&(std::ptr::from_ref(ss) as u64).to_ne_bytes());
-            }
-            None => {
-                sqe[0] = IORING_OP_OPENAT;
-                sqe[4..8].copy_from_slice(&libc::AT_FDCWD.to_ne_bytes());
-                sqe[16..24].copy_from_slice(&(path.as_ptr() as u64).to_ne_bytes());
-                sqe[28..32].copy_from_slice(&(libc::O_RDONLY | libc::O_CLOEXEC).to_ne_bytes());
-            }
+        if let Some((ss, len)) = &sa {
+            sqe[0] = IORING_OP_CONNECT;
+            sqe[4..8].copy_from_slice(&sock.to_ne_bytes());
+            sqe[8..16].copy_from_slice(&u64::from(*len).to_ne_bytes());
+            sqe[16..24].copy_from_slice(&(std::ptr::from_ref(ss) as u64).to_ne_bytes());
+        } else {
+            sqe[0] = IORING_OP_OPENAT;
+            sqe[4..8].copy_from_slice(&libc::AT_FDCWD.to_ne_bytes());
+            sqe[16..24].copy_from_slice(&(path.as_ptr() as u64).to_ne_bytes());
+            sqe[28..32].copy_from_slice(&(libc::O_RDONLY | libc::O_CLOEXEC).to_ne_bytes());
         }
         let at = |base: *mut u8, off: u32| base.add(off as usize).cast::<u32>();
         let tail = at(sq, sq_off[1]);
@@ -210,6 +214,10 @@ fn op_uring(op: &str, a1: &str, a2: &str) -> String {
 }
 
 /// Other ways to reach a file than open(2) on its name.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per alias, each the whole of one operation"
+)]
 fn op_open_alias(op: &str, a1: &str, a2: &str, a3: &str) -> String {
     let res = |r: i32| -> String {
         if r < 0 {
@@ -486,6 +494,10 @@ fn op_exec(args: &[String]) -> String {
 /// (`exec-fd`), through `/proc/self/fd/N` (`exec-procfd`), or as a copy in a memfd with
 /// `fexecve` (`exec-memfd`: the copy needs the file's content, so reading it is checked
 /// first).
+#[expect(
+    clippy::similar_names,
+    reason = "args and argv, as execve(2) names them"
+)]
 fn op_exec_via(how: &str, args: &[String]) -> String {
     let Some(path) = args.first() else {
         return "BADARGS".into();

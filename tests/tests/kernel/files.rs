@@ -1,7 +1,7 @@
 //! File rules in the kernel: `deny`, `read_only`, the `write` and `read` allowlists, globs,
 //! the built-in policy, files made after the policy loaded, and the aliases of the bypass
-//! list (symlinks, `..`, hard links, /proc/self/root, chroot, openat2, open_by_handle_at,
-//! io_uring, odd names, deep directories).
+//! list (symlinks, `..`, hard links, /proc/self/root, chroot, openat2, `open_by_handle_at`,
+//! `io_uring`, odd names, deep directories).
 
 use std::os::unix::ffi::OsStrExt as _;
 
@@ -109,7 +109,7 @@ fn file_created_after_load_and_hardlink_made_before() {
 }
 
 /// The aliases of the bypass list: /proc/self/root and /proc/self/cwd, `//` and `/./`,
-/// openat2, open_by_handle_at, chroot, names with a newline or invalid UTF-8, a 25-deep
+/// openat2, `open_by_handle_at`, chroot, names with a newline or invalid UTF-8, a 25-deep
 /// directory chain; and a path too long to resolve is denied (fail closed).
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
@@ -164,7 +164,7 @@ fn file_aliases_and_odd_names() {
     ]);
 }
 
-/// io_uring does not go around the hooks: OPENAT and CONNECT submitted through a ring get
+/// `io_uring` does not go around the hooks: OPENAT and CONNECT submitted through a ring get
 /// the decisions of open(2) and connect(2).
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]

@@ -2,9 +2,6 @@
 //! before anything starts, audit mode, scope (nothing outside the cgroup is touched),
 //! enforcement that outlives a killed sandbox, `sandbox attach` with reloads.
 
-use std::io::BufRead as _;
-use std::sync::mpsc;
-
 use sandbox_tests::*;
 
 /// `sandbox attach` on an existing cgroup: its processes are confined from binding on;
@@ -22,63 +19,16 @@ fn attach_to_a_service_cgroup_and_reload() {
     let deny = |f: &str| format!("name: svc\nfiles:\n  deny: [{}/{f}]\n", d.display());
     write(&policy, &deny("one"));
     let b = bins();
-    let mut attach = Command::new(&b.sandbox)
-        .arg("attach")
-        .arg("--cgroup")
-        .arg("svc-test")
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--audit-log")
-        .arg(d.join("audit.jsonl"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    let stderr = attach.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let mut seen = Vec::new();
-    let mut wait_line = |want: &str| -> String {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < deadline {
-            if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
-                seen.push(l.clone());
-                if l.contains(want) {
-                    return l;
-                }
-            }
-        }
-        panic!("no '{want}' from sandbox attach:\n{}", seen.join("\n"));
-    };
+    let mut attach = Attached::start("svc-test", &policy, &d.join("audit.jsonl"));
     // A process of the "service": joins the cgroup, then opens a file.
-    let in_service = |file: &str| -> String {
-        let out = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(format!(
-                "echo $$ > {}/cgroup.procs && exec {} open {} r",
-                cg.display(),
-                b.probe.display(),
-                d.join(file).display()
-            ))
-            .output()
-            .unwrap();
-        let s = String::from_utf8_lossy(&out.stdout).into_owned();
-        s.rsplit_once(" -> ")
-            .map_or_else(|| s.clone(), |(_, r)| r.trim().to_owned())
-    };
-    wait_line("enforcing policy 'svc'");
+    let in_service = |file: &str| probe_in_cgroup(cg, &["open", &path_str(&d, file), "r"]);
+    attach.wait_line("enforcing policy 'svc'");
     assert_eq!(in_service("one"), EACCES);
     assert_eq!(in_service("two"), OK);
     // Reload with another policy.
     write(&policy, &deny("two"));
-    signal(attach.id(), libc::SIGHUP);
-    wait_line("reloaded");
+    attach.signal(libc::SIGHUP);
+    attach.wait_line("reloaded");
     assert_eq!(in_service("one"), OK);
     assert_eq!(in_service("two"), EACCES);
     // Reloads leave no gap: a process opening the denied file in a loop all through three
@@ -100,8 +50,8 @@ fn attach_to_a_service_cgroup_and_reload() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     for _ in 0..3 {
-        signal(attach.id(), libc::SIGHUP);
-        wait_line("reloaded");
+        attach.signal(libc::SIGHUP);
+        attach.wait_line("reloaded");
     }
     write(&stop, "");
     let out = looper.wait_with_output().unwrap();
@@ -110,14 +60,14 @@ fn attach_to_a_service_cgroup_and_reload() {
     assert!(!counts.contains("DENIED=0"), "{counts}");
     // A broken policy is refused with its position; the one in force stays.
     write(&policy, "files:\n  deny: [\n");
-    signal(attach.id(), libc::SIGHUP);
-    let refused = wait_line("reload refused");
+    attach.signal(libc::SIGHUP);
+    let refused = attach.wait_line("reload refused");
     assert!(refused.contains("policy.yaml:"), "{refused}");
     assert_eq!(in_service("two"), EACCES);
     // Stop: enforcement ends, the cgroup stays.
-    signal(attach.id(), libc::SIGTERM);
-    wait_line("no longer confined");
-    assert!(attach.wait().unwrap().success());
+    attach.signal(libc::SIGTERM);
+    attach.wait_line("no longer confined");
+    assert!(attach.child.wait().unwrap().success());
     assert_eq!(in_service("two"), OK);
     assert!(cg.exists());
     let audit = read_audit(&d.join("audit.jsonl"));
@@ -135,7 +85,7 @@ fn attach_to_a_service_cgroup_and_reload() {
 }
 
 /// Fail closed when sandbox itself dies: a process the command left behind stays confined
-/// after sandbox is SIGKILLed (the programs are pinned), and the next run cleans up.
+/// after sandbox is killed (`SIGKILL`) (the programs are pinned), and the next run cleans up.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn enforcement_outlives_a_killed_sandbox() {
@@ -216,7 +166,7 @@ fn same_operations_allowed_outside_the_cgroup() {
         "/sys/fs/cgroup/sandbox/run-{}/cgroup.procs",
         held.id()
     ));
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_mins(2);
     while std::fs::read_to_string(&procs).map_or(true, |s| s.trim().is_empty()) {
         assert!(
             Instant::now() < deadline,

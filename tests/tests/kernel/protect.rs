@@ -1,5 +1,5 @@
 //! Scope and self-protection: a confined process stays confined in the cgroups it makes,
-//! and cannot undo its confinement (bpf(), signals and ptrace to sandbox, mounts, moving
+//! and cannot undo its confinement (`bpf()`, signals and ptrace to sandbox, mounts, moving
 //! itself out of its cgroup).
 
 use sandbox_tests::*;
@@ -23,7 +23,7 @@ fn child_cgroup_stays_confined() {
     );
 }
 
-/// An agent cannot undo its confinement: no bpf(), no signals or ptrace to sandbox, no
+/// An agent cannot undo its confinement: no `bpf()`, no signals or ptrace to sandbox, no
 /// mounts, no moving itself out of its cgroup (its own sub-cgroups stay usable).
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
