@@ -60,6 +60,7 @@ impl FileMatch {
             } else {
                 reason::INODE
             },
+            #[expect(clippy::cast_possible_truncation, reason = "slots are bit numbers < 32")]
             rule: slot as u16,
         }
     }
@@ -201,7 +202,11 @@ pub fn socket_create(
     ty: u32,
     protocol: u32,
 ) -> Option<Deny> {
-    use sock::*;
+    use sock::{
+        AF_INET, AF_INET6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_SCTP,
+        IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_STREAM,
+        SOCK_TYPE_MASK,
+    };
     let kind = Some(Deny::because(reason::SOCKET_KIND));
     if family >= 64 || families & (1u64 << family) == 0 {
         return kind;
@@ -227,10 +232,9 @@ pub fn socket_create(
                 || protocol == IPPROTO_UDPLITE
                 || protocol == ping
         }
-        SOCK_RAW => flags & policy_flags::SOCK_RAW != 0,
         // SOCK_SEQPACKET on inet is SCTP.
         SOCK_SEQPACKET => flags & policy_flags::SOCK_SCTP != 0,
-        // SOCK_PACKET (the old packet socket) and anything newer.
+        // SOCK_RAW, SOCK_PACKET (the old packet socket) and anything newer.
         _ => flags & policy_flags::SOCK_RAW != 0,
     };
     if ok { None } else { kind }

@@ -21,14 +21,15 @@ pub fn addresses() -> Vec<IpAddr> {
             // SAFETY: ifa_addr points to a sockaddr whose family says which one it is.
             let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
             if family == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+                // SAFETY: an AF_INET address is a sockaddr_in (read unaligned: the
+                // pointer is typed as the 2-aligned sockaddr).
+                let sin = unsafe { ifa.ifa_addr.cast::<libc::sockaddr_in>().read_unaligned() };
                 out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
                     sin.sin_addr.s_addr,
                 ))));
             } else if family == libc::AF_INET6 {
-                // SAFETY: an AF_INET6 address is a sockaddr_in6.
-                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+                // SAFETY: an AF_INET6 address is a sockaddr_in6 (read unaligned).
+                let sin6 = unsafe { ifa.ifa_addr.cast::<libc::sockaddr_in6>().read_unaligned() };
                 out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
             }
         }

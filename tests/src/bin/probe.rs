@@ -14,12 +14,12 @@
 //!   unix-connect|unix-send PATH|@NAME   stream connect / datagram send to a unix socket
 //!   unix-self PATH|@NAME         serve a stream unix socket and connect to it (one process)
 //!   ptrace|mem|environ|getfd|kill|setnice PID [ARG]   reach another process
-//!   vm-read PID ADDR             process_vm_readv of one byte (hex ADDR)
+//!   vm-read PID ADDR             `process_vm_readv` of one byte (hex ADDR)
 //!   tiocsti PATH                 TIOCSTI into the terminal PATH
 //!   tiocsti-own                  TIOCSTI into a new pty of our own (as its session leader)
 //!   socket FAMILY TYPE PROTO     socket(2) with numeric arguments
 //!   listen ADDR PORT             TCP bind + listen; udp-bind ADDR PORT: UDP bind
-//!   udp-unspec ADDR PORT         UDP sendto an IPv4 address labelled AF_UNSPEC
+//!   udp-unspec ADDR PORT           UDP sendto an IPv4 address labelled `AF_UNSPEC`
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
 #![expect(
@@ -891,7 +891,7 @@ mod boundary {
                 "kill" => ret(i64::from(libc::kill(pid, arg.parse().unwrap_or(15)))),
                 "setnice" => ret(i64::from(libc::setpriority(
                     libc::PRIO_PROCESS,
-                    pid as u32,
+                    pid.cast_unsigned(),
                     10,
                 ))),
                 _ => "BADOP".into(),

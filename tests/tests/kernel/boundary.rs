@@ -59,12 +59,11 @@ fn num_records<'a>(r: &'a Run, pointer: &str, value: u64) -> Vec<&'a Value> {
 /// Servers outside the sandbox, accepting and reading until the test ends.
 fn serve_unix(path: &str) {
     use std::os::linux::net::SocketAddrExt;
-    let addr = match path.strip_prefix('@') {
-        Some(n) => std::os::unix::net::SocketAddr::from_abstract_name(n.as_bytes()).unwrap(),
-        None => {
-            let _ = std::fs::remove_file(path);
-            std::os::unix::net::SocketAddr::from_pathname(path).unwrap()
-        }
+    let addr = if let Some(n) = path.strip_prefix('@') {
+        std::os::unix::net::SocketAddr::from_abstract_name(n.as_bytes()).unwrap()
+    } else {
+        let _ = std::fs::remove_file(path);
+        std::os::unix::net::SocketAddr::from_pathname(path).unwrap()
     };
     let l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
     if !path.starts_with('@') {
@@ -336,7 +335,7 @@ fn terminal_input_cannot_be_injected() {
         libc::fcntl(master, libc::F_SETFL, libc::O_NONBLOCK);
         let mut buf = [0u8; 256];
         let n = libc::read(master, buf.as_mut_ptr().cast(), buf.len());
-        let got = if n > 0 { &buf[..n as usize] } else { &[][..] };
+        let got = if n > 0 { &buf[..n.cast_unsigned()] } else { &[][..] };
         assert!(!got.contains(&b'x'), "input reached the terminal: {got:?}");
         libc::close(master);
     }
