@@ -442,6 +442,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     for w in policy::lint::lint(&policy) {
         term::line(&format!("sandbox: warning: {w}"));
     }
+    if !policy.files.write.is_empty() && target.home.starts_with(&policy.files.workspace) {
+        term::line(&format!(
+            "sandbox: warning: the workspace {} holds the home directory {}: the command may \
+             write anywhere in it but the policy's read_only list. Start sandbox in a \
+             project directory to keep its writes there",
+            policy.files.workspace.display(),
+            target.home.display()
+        ));
+    }
     let mut keep = policy.process.keep_caps;
     for c in &opts.keep_caps {
         keep = keep.union(caps::parse(c).map_err(|e| anyhow!("--keep-cap: {e}"))?);
