@@ -4,7 +4,8 @@
 //! - Every process in the cgroup and below is confined from the moment of binding; sandbox
 //!   never creates, kills or removes the cgroup.
 //! - `SIGHUP` re-reads the policy file. A policy with errors is reported (`file:line:column`)
-//!   and changes nothing. A good one is loaded as a second, complete set of programs and
+//!   and changes nothing; so is a file a non-root user could have changed (it must be
+//!   root's, in directories only root can change: see `safepath`). A good one is loaded as a second, complete set of programs and
 //!   maps and bound *before* the old set is released: during the switch both decide (a
 //!   denial by either stands), so there is no moment with no policy or half of one.
 //! - `SIGTERM`/`SIGINT` end enforcement (the operator's decision) and say so. If sandbox

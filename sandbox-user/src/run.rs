@@ -1,10 +1,14 @@
 //! `sandbox run`: confine one command and everything it starts.
 //!
-//! Sequence (the command never runs unconfined): validate and compile the policy, run the
+//! Sequence (the command never runs unconfined): decide who the command runs as (root only
+//! when asked for), read the policy and open the audit log where the command cannot reach
+//! them (`safepath`), make both read-only for the command, compile the policy, run the
 //! preflight checks, load and attach the programs, fill the maps, create the run's cgroup
-//! and bind it, and only then fork: the child joins the cgroup in `pre_exec`, before
+//! and bind it, and only then fork: the child joins the cgroup in `pre_exec`, cuts its
+//! capabilities, changes user, sets `no_new_privs` and the parent-death signal, before
 //! `execve` of the command, so even that exec is checked. Events are streamed until the
-//! command exits; then every process left in the cgroup is killed and the cgroup removed.
+//! command exits (terminal lines through `term`, which never blocks); then every process
+//! left in the cgroup is killed and the cgroup removed.
 
 use std::ffi::{CString, OsString};
 use std::os::fd::AsRawFd;
