@@ -38,7 +38,7 @@ pub struct AttachOptions {
 /// to one) is refused: it must be root's, in directories only root can write. Which user
 /// the service runs as is not known here, so no non-root user may be able to change it.
 fn read_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
-    let p = run::load_trusted_policy(path, ctx, &Agent::AnyNonRoot, true)?;
+    let p = run::load_trusted_policy(path, ctx, &Agent::AnyNonRoot)?;
     for w in policy::lint::lint(&p) {
         term::line(&format!("sandbox: warning: {w}"));
     }

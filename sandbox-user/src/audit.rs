@@ -507,8 +507,8 @@ fn open_log(
             ));
         }
     };
-    if regular {
-        if st.st_uid != 0 && !created {
+    if regular && !created {
+        if st.st_uid != 0 {
             return Err(unsafe_file(format!(
                 "is owned by uid {}, not root: sandbox does not append to files it did not make",
                 st.st_uid
@@ -520,8 +520,16 @@ fn open_log(
                 st.st_nlink
             )));
         }
-        // Root's regular file with one name: make it owner-only (fchmod on what was
-        // opened, never on a name).
+        if st.st_size > 0 && !starts_like_a_log(dir, name, &st) {
+            return Err(unsafe_file(format!(
+                "is not a sandbox audit log (it does not start with {LOG_START}): sandbox \
+                 appends only to its own logs"
+            )));
+        }
+    }
+    if regular {
+        // Our log (made now, or root's and already in our format) with one name: make it
+        // owner-only (fchmod on what was opened, never on a name).
         // SAFETY: plain syscall on our descriptor.
         if st.st_mode & 0o077 != 0 && unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } != 0 {
             return Err(safepath::SafeError::Io {
@@ -537,6 +545,29 @@ fn open_log(
         libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
     }
     Ok((File::from(fd), regular))
+}
+
+/// How every audit log sandbox writes begins (the first record's first field).
+const LOG_START: &str = "{\"schema_version\":";
+
+/// Whether the file `name` in `dir`, which must be the inode `st`, begins like a sandbox
+/// audit log.
+fn starts_like_a_log(dir: &safepath::Dir, name: &std::ffi::OsStr, st: &libc::stat) -> bool {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    let Ok(fd) = safepath::openat(
+        &dir.fd,
+        name,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    ) else {
+        return false;
+    };
+    let same = safepath::fstat(fd.as_raw_fd())
+        .is_ok_and(|r| r.st_dev == st.st_dev && r.st_ino == st.st_ino);
+    let mut head = [0u8; LOG_START.len()];
+    same && File::from(fd).read_exact(&mut head).is_ok() && head == LOG_START.as_bytes()
 }
 
 impl AuditFile {
@@ -919,8 +950,18 @@ mod tests {
         let e = AuditFile::open(&dir.join("open/a.jsonl")).err().unwrap();
         assert!(matches!(e, AuditOpenError::Unsafe { .. }), "{e}");
         assert!(e.to_string().contains("/var/log/sandbox"), "{e}");
+        // Root's file that is not a sandbox log: not appended to, not chmod-ed.
+        std::fs::write(dir.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            dir.join("passwd"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let e = AuditFile::open(&dir.join("passwd")).err().unwrap();
+        assert!(e.to_string().contains("not a sandbox audit log"), "{e}");
+        assert_eq!(mode(&dir.join("passwd")), 0o644);
         // An existing log of ours that others could read is made owner-only.
-        std::fs::write(dir.join("ours.jsonl"), "").unwrap();
+        std::fs::write(dir.join("ours.jsonl"), "{\"schema_version\":1}\n").unwrap();
         std::fs::set_permissions(
             dir.join("ours.jsonl"),
             std::os::unix::fs::PermissionsExt::from_mode(0o644),

@@ -207,15 +207,15 @@ pub fn load_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy>
 }
 
 /// Loads the policy for enforcement, read through `safepath`: a policy file that `agent`
-/// could change (or a link it planted) is refused when `strict` (`attach`, which re-reads
-/// it on SIGHUP while the agent runs), and otherwise read with a warning (`run` reads it
-/// once, before the command starts; the command cannot change it while it runs, see
-/// [`protect_own_files`], but could between runs).
+/// could change (or a link it planted) is refused. `attach` re-reads the file on SIGHUP
+/// while the agent runs; `run` reads it once, before the command starts (and the command
+/// cannot change it while it runs, see [`protect_own_files`]), but a command that could
+/// change it between runs would decide the next run's rules, capabilities and where root
+/// writes its log.
 pub fn load_trusted_policy(
     path: Option<&Path>,
     ctx: &Context,
     agent: &Agent,
-    strict: bool,
 ) -> anyhow::Result<Policy> {
     let Some(p) = path else {
         return load_policy(None, ctx);
@@ -223,19 +223,13 @@ pub fn load_trusted_policy(
     let text = match safepath::read_file(p, agent) {
         Ok(bytes) => String::from_utf8(bytes)
             .map_err(|_| anyhow!("{}: the policy is not valid UTF-8", p.display()))?,
-        Err(e @ safepath::SafeError::Unsafe { .. }) if strict => bail!(
-            "refusing policy {}: {e}. Whoever can change it decides the next reload; keep \
-             policies where only root can write, e.g. /etc/sandbox/",
+        Err(e @ safepath::SafeError::Unsafe { .. }) => bail!(
+            "refusing policy {}: {e}. Whoever can change it decides the next run (or reload): \
+             its rules, its capabilities, where root writes the log. Keep policies where only \
+             root can write, e.g. `sudo install -m 644 {} /etc/sandbox/`",
+            p.display(),
             p.display()
         ),
-        Err(e @ safepath::SafeError::Unsafe { .. }) => {
-            term::line(&format!(
-                "sandbox: warning: policy {}: {e}: the command could change the policy of \
-                 the next run; keep policies where only root can write, e.g. /etc/sandbox/",
-                p.display()
-            ));
-            return load_policy(Some(p), ctx);
-        }
         Err(e) => bail!("{e}"),
     };
     Ok(policy::load_str(&text, &p.display().to_string(), ctx)?)
@@ -442,7 +436,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let target = Target::for_run(opts.as_root, opts.user.as_deref())?;
     let agent = target.agent();
     let ctx = Context::from_process(target.home.clone())?;
-    let mut policy = load_trusted_policy(opts.policy.as_deref(), &ctx, &agent, false)?;
+    let mut policy = load_trusted_policy(opts.policy.as_deref(), &ctx, &agent)?;
     for w in policy::lint::lint(&policy) {
         term::line(&format!("sandbox: warning: {w}"));
     }

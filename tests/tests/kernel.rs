@@ -1916,6 +1916,18 @@ fn audit_log_cannot_be_turned_against_root_or_removed() {
     );
     assert_eq!(r.status, 125, "{}", r.stderr);
     assert!(r.stderr.contains("hard links"), "{}", r.stderr);
+    // ... nor root's file that is not a log (a mistyped path, or one a policy chose).
+    let passwd = d.join("passwd");
+    write(&passwd, "root:x:0:0:root:/root:/bin/sh\n");
+    set_mode(&passwd, 0o644);
+    let r = sandbox_run(&d, &passwd, &["--as-root"], &[], &[&probe, "whoami"]);
+    assert_eq!(r.status, 125, "{}", r.stderr);
+    assert!(r.stderr.contains("not a sandbox audit log"), "{}", r.stderr);
+    assert_eq!(mode_of(&passwd), 0o644);
+    assert_eq!(
+        std::fs::read_to_string(&passwd).unwrap(),
+        "root:x:0:0:root:/root:/bin/sh\n"
+    );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     assert_eq!(mode_of(&victim), 0o644, "the victim was chmod-ed");
     // Where only root can write, a command running as root (with root's file powers) still
@@ -1968,19 +1980,31 @@ fn audit_log_cannot_be_turned_against_root_or_removed() {
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
 }
 
-/// `sandbox attach` re-reads its policy on SIGHUP while the confined processes run: a
-/// policy they could change is refused, at start and at reload.
+/// A policy the confined command could change is refused: by `sandbox run` (it would
+/// decide the next run), and by `sandbox attach` (which re-reads it on SIGHUP while the
+/// confined processes run), at start and at reload.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
-fn attach_refuses_a_policy_the_agent_could_change() {
+fn a_policy_the_agent_could_change_is_refused() {
     use std::io::BufRead;
-    let d = workdir("attach_policy_integrity");
+    let d = workdir("policy_integrity");
     let b = bins();
     let ws = agent_dir(&d.join("ws"));
     let theirs = ws.join("policy.yaml");
     // The route: the agent can write a policy in its directory.
     assert_eq!(probe_as_agent(&["open", &s(&theirs), "creat"]), "OK");
     std::fs::write(&theirs, "name: svc\n").unwrap();
+    let r = sandbox_run(
+        &ws,
+        &d.join("run.jsonl"),
+        &["--policy", &s(&theirs)],
+        AS_AGENT,
+        &[&s(&b.probe), "whoami"],
+    );
+    assert_eq!(r.status, 125, "{}", r.stderr);
+    assert!(r.stderr.contains("refusing policy"), "{}", r.stderr);
+    assert!(r.stderr.contains("uid 1000"), "{}", r.stderr);
+    assert!(!r.stdout.contains("PROBE"), "{}", r.stdout);
     let attach = |policy: &Path| {
         let mut c = Command::new(&b.sandbox);
         c.args(["attach", "--cgroup", "svc-integrity", "--policy"])
