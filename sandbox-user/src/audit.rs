@@ -278,6 +278,10 @@ impl Formatter<'_> {
             }),
         );
         v["orphaned"] = json!({ "run": run });
+        if e.header.exe_len == 0 {
+            // The process is long gone: its pid may name another one now.
+            v["actor"]["process"]["exe"] = Value::Null;
+        }
         v
     }
 

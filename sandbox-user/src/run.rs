@@ -449,7 +449,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
             target.home.display()
         ));
     }
-    let mut keep = policy.process.keep_caps;
+    let mut keep = CapSet::default_kept().union(policy.process.keep_caps);
     for c in &opts.keep_caps {
         keep = keep.union(caps::parse(c).map_err(|e| anyhow!("--keep-cap: {e}"))?);
     }
