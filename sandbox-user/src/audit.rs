@@ -438,19 +438,19 @@ pub struct AuditFile {
 #[derive(Debug, thiserror::Error)]
 pub enum AuditOpenError {
     #[error(
-        "refusing audit log {path}: {source}. The command could replace or remove its log, or \
+        "refusing audit log {path}: {cause}. The command could replace or remove its log, or \
          plant a link that makes sandbox (root) write to another file. Use a directory only \
          root can write, e.g. --audit-log /var/log/sandbox/audit.jsonl",
         path = path.display()
     )]
     Unsafe {
         path: PathBuf,
-        source: safepath::SafeError,
+        cause: safepath::SafeError,
     },
-    #[error("opening audit log {path}: {source}", path = path.display())]
+    #[error("opening audit log {path}: {cause}", path = path.display())]
     Io {
         path: PathBuf,
-        source: safepath::SafeError,
+        cause: safepath::SafeError,
     },
 }
 
@@ -524,11 +524,12 @@ fn open_log(
                 st.st_nlink
             )));
         }
-        if st.st_size > 0 && !starts_like_a_log(dir, name, &st) {
-            return Err(unsafe_file(format!(
-                "is not a sandbox audit log (it does not start with {LOG_START}): sandbox \
-                 appends only to its own logs"
-            )));
+        if st.st_size > 0 && !is_a_log(dir, name, &st) {
+            return Err(unsafe_file(
+                "is not a sandbox audit log (its first line is not a record with a \
+                 schema_version): sandbox appends only to its own logs"
+                    .into(),
+            ));
         }
     }
     if regular {
@@ -551,12 +552,9 @@ fn open_log(
     Ok((File::from(fd), regular))
 }
 
-/// How every audit log sandbox writes begins (the first record's first field).
-const LOG_START: &str = "{\"schema_version\":";
-
-/// Whether the file `name` in `dir`, which must be the inode `st`, begins like a sandbox
-/// audit log.
-fn starts_like_a_log(dir: &safepath::Dir, name: &std::ffi::OsStr, st: &libc::stat) -> bool {
+/// Whether the file `name` in `dir`, which must be the inode `st`, is a sandbox audit log:
+/// its first line is a JSON object with a `schema_version`.
+fn is_a_log(dir: &safepath::Dir, name: &std::ffi::OsStr, st: &libc::stat) -> bool {
     use std::io::Read;
     use std::os::fd::AsRawFd;
 
@@ -568,10 +566,23 @@ fn starts_like_a_log(dir: &safepath::Dir, name: &std::ffi::OsStr, st: &libc::sta
     ) else {
         return false;
     };
-    let same = safepath::fstat(fd.as_raw_fd())
-        .is_ok_and(|r| r.st_dev == st.st_dev && r.st_ino == st.st_ino);
-    let mut head = [0u8; LOG_START.len()];
-    same && File::from(fd).read_exact(&mut head).is_ok() && head == LOG_START.as_bytes()
+    if !safepath::fstat(fd.as_raw_fd())
+        .is_ok_and(|r| r.st_dev == st.st_dev && r.st_ino == st.st_ino)
+    {
+        return false;
+    }
+    let mut head = Vec::new();
+    if File::from(fd).take(1 << 16).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let Some(line) = head
+        .split(|b| *b == b'\n')
+        .next()
+        .filter(|_| head.contains(&b'\n'))
+    else {
+        return false;
+    };
+    serde_json::from_slice::<Value>(line).is_ok_and(|v| v.get("schema_version").is_some())
 }
 
 impl AuditFile {
@@ -594,14 +605,14 @@ impl AuditFile {
         keep: u32,
         agent: &safepath::Agent,
     ) -> Result<Self, AuditOpenError> {
-        let wrap = |source: safepath::SafeError| match source {
+        let wrap = |cause: safepath::SafeError| match cause {
             safepath::SafeError::Unsafe { .. } => AuditOpenError::Unsafe {
                 path: path.to_path_buf(),
-                source,
+                cause,
             },
             safepath::SafeError::Io { .. } => AuditOpenError::Io {
                 path: path.to_path_buf(),
-                source,
+                cause,
             },
         };
         let (dir, name) = safepath::split(path).map_err(wrap)?;
@@ -965,13 +976,32 @@ mod tests {
         assert!(e.to_string().contains("not a sandbox audit log"), "{e}");
         assert_eq!(mode(&dir.join("passwd")), 0o644);
         // An existing log of ours that others could read is made owner-only.
-        std::fs::write(dir.join("ours.jsonl"), "{\"schema_version\":1}\n").unwrap();
+        std::fs::write(
+            dir.join("ours.jsonl"),
+            "{\"actor\":{},\"schema_version\":1}\n",
+        )
+        .unwrap();
         std::fs::set_permissions(
             dir.join("ours.jsonl"),
             std::os::unix::fs::PermissionsExt::from_mode(0o644),
         )
         .unwrap();
         drop(AuditFile::open(&dir.join("ours.jsonl")).unwrap());
+        // A log sandbox wrote is appended to on the next run.
+        let mut f = AuditFile::open(&dir.join("new.jsonl")).unwrap();
+        f.write(&drop_record("p", 1)).unwrap();
+        f.flush().unwrap();
+        drop(f);
+        let mut f = AuditFile::open(&dir.join("new.jsonl")).unwrap();
+        f.write(&drop_record("p", 2)).unwrap();
+        f.flush().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("new.jsonl"))
+                .unwrap()
+                .lines()
+                .count(),
+            2
+        );
         assert_eq!(mode(&dir.join("ours.jsonl")), 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
     }
