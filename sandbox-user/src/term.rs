@@ -138,7 +138,8 @@ pub fn finish(wait: Duration) {
         }
     };
     drain(t, Instant::now() + wait);
-    let n = dropped();
+    // Lines still queued now will not be shown either.
+    let n = dropped() + t.pending.load(Ordering::Acquire) as u64;
     if n > 0 {
         line(&format!(
             "sandbox: {n} terminal line(s) dropped: stderr did not keep up (the audit log has \
