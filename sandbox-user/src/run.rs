@@ -127,15 +127,15 @@ impl Target {
 
     fn current() -> Self {
         // SAFETY: plain syscalls.
-        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
-            .or_else(|| passwd(euid).map(|p| p.3))
+            .or_else(|| passwd(uid).map(|p| p.3))
             .unwrap_or_else(|| "/".into());
         Self {
-            uid: euid,
-            gid: egid,
-            name: passwd(euid).map(|p| p.0),
+            uid,
+            gid,
+            name: passwd(uid).map(|p| p.0),
             home,
             drop: false,
         }
@@ -667,7 +667,7 @@ async fn supervise(
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists; nothing else
     // closes it.
     let mut ring = unsafe { AsyncFd::register(ring) }
-        .map_err(|e| anyhow!("polling the event ring buffer: {}", e))?;
+        .map_err(|e| anyhow!("polling the event ring buffer: {e}"))?;
     let procs = std::fs::OpenOptions::new()
         .write(true)
         .open(armed.cgroup.procs_path())
@@ -708,15 +708,6 @@ async fn supervise(
     let grace = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(grace);
     let mut stopping = false;
-    let kill_all = |cg: &Cgroup| {
-        term::line("sandbox: the command did not stop in time: killing everything in its cgroup");
-        if std::fs::write(cg.path.join("cgroup.kill"), b"1").is_err() {
-            for pid in cg.pids() {
-                // SAFETY: plain syscall; a pid that is gone just fails.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
-        }
-    };
     let status = loop {
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -792,12 +783,24 @@ fn forward(pid: Option<u32>, sig: i32) {
     }
 }
 
+/// The end of the grace period after a request to stop: everything left in the cgroup is
+/// killed (the cgroup stays, for the usual teardown).
+fn kill_all(cg: &Cgroup) {
+    term::line("sandbox: the command did not stop in time: killing everything in its cgroup");
+    if std::fs::write(cg.path.join("cgroup.kill"), b"1").is_err() {
+        for pid in cg.pids() {
+            // SAFETY: plain syscall; a pid that is gone just fails.
+            unsafe { libc::kill(pid.cast_signed(), libc::SIGKILL) };
+        }
+    }
+}
+
 /// Forwards `sig` unless the command is in sandbox's process group, where signals from
 /// the terminal (ctrl-C, ctrl-\, hangup) reach it directly: it must not get them twice.
 fn forward_if_detached(pid: Option<u32>, sig: i32) {
     if let Some(pid) = pid {
         // SAFETY: plain syscalls.
-        let (theirs, ours) = unsafe { (libc::getpgid(pid as i32), libc::getpgrp()) };
+        let (theirs, ours) = unsafe { (libc::getpgid(pid.cast_signed()), libc::getpgrp()) };
         if theirs != ours {
             forward(Some(pid), sig);
         }

@@ -11,9 +11,9 @@
 //!   mkdir|rmdir|unlink PATH      make or remove a name
 //!   rename FROM TO, link FROM TO rename, hard link
 //!   sleep MS
-//!   whoami                       uids, gids, no_new_privs, capability sets
+//!   whoami                       uids, gids, `no_new_privs`, capability sets
 //!   open-n PATH N                open PATH for reading N times, count the outcomes
-//!   raw-socket                   open an ICMP raw socket (CAP_NET_RAW)
+//!   raw-socket                   open an ICMP raw socket (`CAP_NET_RAW`)
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
 
@@ -700,7 +700,7 @@ fn qemu_exit(code: u32) -> ! {
 }
 
 /// `whoami`: who this process is and what it may do: real and effective uid/gid, the
-/// no_new_privs flag and the capability sets from /proc/self/status (hex, as there).
+/// `no_new_privs` flag and the capability sets from /proc/self/status (hex, as there).
 fn op_whoami() -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |k: &str| {
