@@ -60,7 +60,10 @@ impl FileMatch {
             } else {
                 reason::INODE
             },
-            #[expect(clippy::cast_possible_truncation, reason = "slots are bit numbers < 32")]
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "slots are bit numbers < 32"
+            )]
             rule: slot as u16,
         }
     }
@@ -203,9 +206,8 @@ pub fn socket_create(
     protocol: u32,
 ) -> Option<Deny> {
     use sock::{
-        AF_INET, AF_INET6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_SCTP,
-        IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_STREAM,
-        SOCK_TYPE_MASK,
+        AF_INET, AF_INET6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_SCTP, IPPROTO_TCP,
+        IPPROTO_UDP, IPPROTO_UDPLITE, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_STREAM, SOCK_TYPE_MASK,
     };
     let kind = Some(Deny::because(reason::SOCKET_KIND));
     if family >= 64 || families & (1u64 << family) == 0 {

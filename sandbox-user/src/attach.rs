@@ -4,7 +4,8 @@
 //! - Every process in the cgroup and below is confined from the moment of binding; sandbox
 //!   never creates, kills or removes the cgroup.
 //! - `SIGHUP` re-reads the policy file. A policy with errors is reported (`file:line:column`)
-//!   and changes nothing. A good one is loaded as a second, complete set of programs and
+//!   and changes nothing; so is a file a non-root user could have changed (it must be
+//!   root's, in directories only root can change: see `safepath`). A good one is loaded as a second, complete set of programs and
 //!   maps and bound *before* the old set is released: during the switch both decide (a
 //!   denial by either stands), so there is no moment with no policy or half of one.
 //! - `SIGTERM`/`SIGINT` end enforcement (the operator's decision) and say so. If sandbox
@@ -13,15 +14,17 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
+use anyhow::anyhow;
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::audit::{AuditFile, Formatter};
 use crate::compile::{self, CompiledPolicy};
 use crate::hosts::HostState;
-use crate::policy::{self, Context};
+use crate::policy::{self, Context, Policy};
 use crate::run::{self, Armed, Bind, Pump};
+use crate::safepath::Agent;
+use crate::term;
 
 pub struct AttachOptions {
     pub cgroup: PathBuf,
@@ -30,22 +33,31 @@ pub struct AttachOptions {
     pub quiet: bool,
 }
 
-/// Reads, validates and compiles the policy (the built-in one without a file); with the
-/// policy's own audit path.
-fn compile_policy(
-    path: Option<&Path>,
-    ctx: &Context,
-) -> anyhow::Result<(CompiledPolicy, policy::Audit)> {
-    let p = run::load_policy(path, ctx)?;
+/// Reads and validates the policy (the built-in one without a file). The file is re-read
+/// on every SIGHUP while the confined processes run, so one they could change (or a link
+/// to one) is refused: it must be root's, in directories only root can write. Which user
+/// the service runs as is not known here, so no non-root user may be able to change it.
+fn read_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
+    let p = run::load_trusted_policy(path, ctx, &Agent::AnyNonRoot)?;
     for w in policy::lint::lint(&p) {
-        eprintln!("sandbox: warning: {w}");
+        term::line(&format!("sandbox: warning: {w}"));
     }
-    Ok((compile::compile(&p, compile::random_seed())?, p.audit))
+    Ok(p)
+}
+
+/// Compiles `p` with sandbox's own files (the audit log, the policy file) read-only.
+fn compile_policy(
+    mut p: Policy,
+    audit: &AuditFile,
+    path: Option<&Path>,
+) -> anyhow::Result<CompiledPolicy> {
+    run::protect_own_files(&mut p, audit, path);
+    Ok(compile::compile(&p, compile::random_seed())?)
 }
 
 fn debug(what: &str) {
     if std::env::var_os("SANDBOX_DEBUG").is_some() {
-        eprintln!("sandbox: debug: {what}");
+        term::line(&format!("sandbox: debug: {what}"));
     }
 }
 
@@ -58,28 +70,36 @@ fn events(armed: &mut Armed) -> anyhow::Result<Ring> {
 }
 
 pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
+    term::start();
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
     let ctx = Context::from_process(home)?;
-    let (compiled, policy_audit) = compile_policy(opts.policy.as_deref(), &ctx)?;
+    let policy = read_policy(opts.policy.as_deref(), &ctx)?;
     let audit_path = opts
         .audit_log
         .clone()
-        .or(policy_audit.path)
+        .or(policy.audit.path.clone())
         .unwrap_or_else(|| run::DEFAULT_AUDIT_LOG.into());
-    let mut audit = AuditFile::with_rotation(&audit_path, policy_audit.max_size, policy_audit.keep)
-        .with_context(|| format!("opening audit log {}", audit_path.display()))?;
+    let mut audit = AuditFile::with_rotation(
+        &audit_path,
+        policy.audit.max_size,
+        policy.audit.keep,
+        &Agent::AnyNonRoot,
+    )?;
+    let compiled = compile_policy(policy, &audit, opts.policy.as_deref())?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
     let mut armed = run::arm(compiled, Bind::Existing(&opts.cgroup))?;
     let mut ring = events(&mut armed)?;
-    crate::pins::remove_stale_attach(armed.cgroup.id);
-    eprintln!(
+    armed
+        .orphans
+        .extend(crate::pins::remove_stale_attach(armed.cgroup.id));
+    term::line(&format!(
         "sandbox: enforcing policy '{}' on {} (SIGHUP reloads {}, SIGTERM stops)",
         armed.compiled.name,
         armed.cgroup.path.display(),
         opts.policy
             .as_deref()
             .map_or_else(|| "the built-in policy".into(), |p| p.display().to_string()),
-    );
+    ));
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -90,7 +110,8 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
             break;
         }
         debug("reload requested");
-        let next = compile_policy(opts.policy.as_deref(), &ctx).and_then(|(c, _)| {
+        let next = read_policy(opts.policy.as_deref(), &ctx).and_then(|p| {
+            let c = compile_policy(p, &audit, opts.policy.as_deref())?;
             let mut new = run::arm(c, Bind::Existing(&armed.cgroup.path))?;
             let new_ring = events(&mut new)?;
             Ok((new, new_ring))
@@ -104,24 +125,24 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
                 old.enforcer.release();
                 finish(&mut old, &mut old_ring, &mut audit, opts.quiet)?;
                 debug("old set released and drained");
-                eprintln!(
+                term::line(&format!(
                     "sandbox: reloaded: policy '{}' in force on {}",
                     armed.compiled.name,
                     armed.cgroup.path.display()
-                );
+                ));
             }
-            Err(e) => eprintln!(
+            Err(e) => term::line(&format!(
                 "sandbox: reload refused, the policy in force stays: {}",
                 crate::loader::error_chain(e.as_ref())
-            ),
+            )),
         }
     }
     armed.enforcer.release();
     finish(&mut armed, &mut ring, &mut audit, opts.quiet)?;
-    eprintln!(
+    term::line(&format!(
         "sandbox: stopped: {} is no longer confined",
         armed.cgroup.path.display()
-    );
+    ));
     Ok(0)
 }
 
@@ -146,6 +167,7 @@ async fn serve(
         quiet,
         reported_drops: armed.reported_drops,
     };
+    pump.write_orphans(std::mem::take(&mut armed.orphans))?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let has_hosts = !armed.compiled.net.hosts.is_empty();
     let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
@@ -167,7 +189,7 @@ async fn serve(
             _ = sighup.recv() => break true,
             _ = sigterm.recv() => break false,
             _ = sigint.recv() => break false,
-            _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
+            _ = tick.tick() => pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?,
             changed = armed.mount_watch.changed() => {
                 changed?;
                 let m = run::remount(&mut armed.enforcer, &armed.compiled)?;
@@ -185,7 +207,7 @@ async fn serve(
             }
         }
     };
-    pump.check_drops(&mut armed.enforcer)?;
+    pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
     pump.audit.flush()?;
     armed.reported_drops = pump.reported_drops;
     Ok(reload)
@@ -210,7 +232,7 @@ fn finish(
         reported_drops: armed.reported_drops,
     };
     pump.drain(ring.get_mut(), run::FINAL_DRAIN)?;
-    pump.check_drops(&mut armed.enforcer)?;
+    pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
     pump.audit.flush()?;
     armed.reported_drops = pump.reported_drops;
     Ok(())

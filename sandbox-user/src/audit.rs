@@ -1,10 +1,9 @@
 //! Audit records: decoding kernel events, the JSON-lines schema, the terminal line, and the
 //! owner-only file sink.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::compile::CompiledPolicy;
 use crate::mounts::Superblock;
+use crate::safepath;
 
 /// Version of the JSON record layout; bumped on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -284,12 +284,40 @@ impl Formatter<'_> {
     }
 
     pub fn json(&self, e: &Event) -> Value {
+        let (rule, source) = self.rule(e);
+        self.json_with(
+            e,
+            &json!({
+                "name": self.policy.name, "rule": rule, "rule_source": source,
+                "reason": Self::reason_name(e.header.reason),
+            }),
+        )
+    }
+
+    /// A record a run whose sandbox died left in its ring buffer (found by the clean-up
+    /// sweep of a later run): the same fields, except that the policy is that run's, which
+    /// is gone, so only the reason is known; `orphaned.run` names the dead run.
+    pub fn orphan_json(&self, e: &Event, run: &str) -> Value {
+        let mut v = self.json_with(
+            e,
+            &json!({
+                "name": null, "rule": null, "reason": Self::reason_name(e.header.reason),
+            }),
+        );
+        v["orphaned"] = json!({ "run": run });
+        if e.header.exe_len == 0 {
+            // The process is long gone: its pid may name another one now.
+            v["actor"]["process"]["exe"] = Value::Null;
+        }
+        v
+    }
+
+    fn json_with(&self, e: &Event, policy: &Value) -> Value {
         let h = &e.header;
         let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
             .into_owned();
         let exe = self.exe(e);
         let cgroup = self.cgroups.name(h.cgroup_id);
-        let (rule, source) = self.rule(e);
         let blocked = h.decision == decision::DENY;
         let mut v = json!({
             "schema_version": SCHEMA_VERSION,
@@ -300,8 +328,7 @@ impl Formatter<'_> {
                 "pid": h.tgid, "tid": h.pid, "ppid": h.ppid, "uid": h.uid, "gid": h.gid,
                 "comm": comm, "exe": exe, "cgroup": cgroup, "cgroup_id": h.cgroup_id,
             }},
-            "policy": { "name": self.policy.name, "rule": rule, "rule_source": source,
-                        "reason": Self::reason_name(h.reason) },
+            "policy": policy,
         });
         let obj = v.as_object_mut().expect("object");
         match e.hook {
@@ -392,20 +419,26 @@ impl Formatter<'_> {
         v
     }
 
-    /// One readable line for the terminal.
+    /// One readable line for the terminal. Paths, the command name and the rule as
+    /// written are escaped (`term::escape`): nothing from the kernel or the agent reaches
+    /// the terminal as a control sequence.
     pub fn line(&self, e: &Event) -> String {
+        use crate::term::escape;
+
         let h = &e.header;
         let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
             .into_owned();
+        let comm = escape(&comm);
         let verb = if h.decision == decision::DENY {
             "denied"
         } else {
             "would deny (audit)"
         };
+        let path = || escape(&self.full_path(e)).into_owned();
         let what = match e.hook {
-            Hook::FileOpen => format!("open ({}) {}", Self::access(e), self.full_path(e)),
-            Hook::Name(activity) => format!("{activity} {}", self.full_path(e)),
-            Hook::Exec => format!("exec {}", self.full_path(e)),
+            Hook::FileOpen => format!("open ({}) {}", Self::access(e), path()),
+            Hook::Name(activity) => format!("{activity} {}", path()),
+            Hook::Exec => format!("exec {}", path()),
             Hook::Protect("bpf") => format!("bpf() command {}", h.target),
             Hook::Protect("signal") => format!("signal {} to pid {}", h.access, h.target),
             Hook::Protect("ioctl") => format!("ioctl {:#x} (terminal input)", h.access),
@@ -425,7 +458,7 @@ impl Formatter<'_> {
         let source = if source.is_empty() {
             String::new()
         } else {
-            format!(" '{source}'")
+            format!(" '{}'", escape(&source))
         };
         format!(
             "sandbox: {verb} {what} by {rule}{source} [pid {} {comm}]",
@@ -439,9 +472,20 @@ impl Formatter<'_> {
 /// (`path.1` .. `path.N`). A write that fails (disk full) does not stop enforcement: the
 /// records are counted, reported on stderr, and written as an `audit_loss` record once
 /// writing works again.
+///
+/// The file is opened so that the confined command cannot turn it against root or take
+/// it away (see `safepath`): its directory must be one only root can change, as seen from
+/// the command's user; the file is never a symlink, is root's with one link (or a
+/// character device such as `/dev/null`), and rotation renames within the directory
+/// descriptor opened at the start, so a later change of the path changes nothing.
 pub struct AuditFile {
+    /// As given, for messages.
     path: PathBuf,
+    dir: safepath::Dir,
+    name: std::ffi::OsString,
     out: std::io::BufWriter<File>,
+    /// A regular file (rotated, mode fixed); a character device is left alone.
+    regular: bool,
     /// Bytes in the current file.
     size: u64,
     max_size: u64,
@@ -453,41 +497,197 @@ pub struct AuditFile {
     failing: bool,
 }
 
-fn open_log(path: &Path) -> std::io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
-    // An existing file keeps its mode on open: make it owner-only too (a regular file
-    // only: `--audit-log /dev/null` must not change /dev/null).
-    if file.metadata()?.is_file() {
-        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+/// Why an audit log was refused or could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditOpenError {
+    #[error(
+        "refusing audit log {path}: {cause}. The command could replace or remove its log, or \
+         plant a link that makes sandbox (root) write to another file. Use a directory only \
+         root can write, e.g. --audit-log /var/log/sandbox/audit.jsonl",
+        path = path.display()
+    )]
+    Unsafe {
+        path: PathBuf,
+        cause: safepath::SafeError,
+    },
+    #[error("opening audit log {path}: {cause}", path = path.display())]
+    Io {
+        path: PathBuf,
+        cause: safepath::SafeError,
+    },
+}
+
+/// Opens (or creates) the log file `name` in `dir`; see [`AuditFile`] for what is refused.
+/// Returns the file and whether it is a regular file.
+fn open_log(
+    dir: &safepath::Dir,
+    name: &std::ffi::OsStr,
+) -> Result<(File, bool), safepath::SafeError> {
+    use std::os::fd::AsRawFd;
+
+    let here = dir.path.join(name);
+    let unsafe_file = |why: String| safepath::SafeError::Unsafe {
+        path: here.clone(),
+        why,
+    };
+    // O_NONBLOCK: a FIFO planted here must not hang sandbox (it is refused below).
+    let base =
+        libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK;
+    let mut created = false;
+    let mut fd = None;
+    for _ in 0..3 {
+        match safepath::openat(&dir.fd, name, base | libc::O_CREAT | libc::O_EXCL, 0o600) {
+            Ok(f) => {
+                created = true;
+                fd = Some(f);
+                break;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(safepath::SafeError::Io { path: here, err: e }),
+        }
+        match safepath::openat(&dir.fd, name, base, 0) {
+            Ok(f) => {
+                fd = Some(f);
+                break;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(unsafe_file("is a symbolic link".into()));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                return Err(unsafe_file("is a FIFO or socket, not a file".into()));
+            }
+            Err(e) => return Err(safepath::SafeError::Io { path: here, err: e }),
+        }
     }
-    Ok(file)
+    let fd = fd.ok_or_else(|| unsafe_file("keeps appearing and disappearing".into()))?;
+    let st = safepath::fstat(fd.as_raw_fd()).map_err(|err| safepath::SafeError::Io {
+        path: here.clone(),
+        err,
+    })?;
+    let regular = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => true,
+        libc::S_IFCHR => false,
+        _ => {
+            return Err(unsafe_file(
+                "is neither a regular file nor a character device".into(),
+            ));
+        }
+    };
+    if regular && !created {
+        if st.st_uid != 0 {
+            return Err(unsafe_file(format!(
+                "is owned by uid {}, not root: sandbox does not append to files it did not make",
+                st.st_uid
+            )));
+        }
+        if st.st_nlink != 1 {
+            return Err(unsafe_file(format!(
+                "has {} hard links: it may be another file under a second name",
+                st.st_nlink
+            )));
+        }
+        if st.st_size > 0 && !is_a_log(dir, name, &st) {
+            return Err(unsafe_file(
+                "is not a sandbox audit log (its first line is not a record with a \
+                 schema_version): sandbox appends only to its own logs"
+                    .into(),
+            ));
+        }
+    }
+    if regular {
+        // Our log (made now, or root's and already in our format) with one name: make it
+        // owner-only (fchmod on what was opened, never on a name).
+        // SAFETY: plain syscall on our descriptor.
+        if st.st_mode & 0o077 != 0 && unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } != 0 {
+            return Err(safepath::SafeError::Io {
+                path: here,
+                err: std::io::Error::last_os_error(),
+            });
+        }
+    }
+    // Back to blocking writes: the file is ours (this open file description is not shared).
+    // SAFETY: fcntl on our descriptor.
+    unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+    }
+    Ok((File::from(fd), regular))
+}
+
+/// Whether the file `name` in `dir`, which must be the inode `st`, is a sandbox audit log:
+/// its first line is a JSON object with a `schema_version`.
+fn is_a_log(dir: &safepath::Dir, name: &std::ffi::OsStr, st: &libc::stat) -> bool {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    let Ok(fd) = safepath::openat(
+        &dir.fd,
+        name,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    ) else {
+        return false;
+    };
+    if !safepath::fstat(fd.as_raw_fd())
+        .is_ok_and(|r| r.st_dev == st.st_dev && r.st_ino == st.st_ino)
+    {
+        return false;
+    }
+    let mut head = Vec::new();
+    if File::from(fd).take(1 << 16).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let Some(line) = head
+        .split(|b| *b == b'\n')
+        .next()
+        .filter(|_| head.contains(&b'\n'))
+    else {
+        return false;
+    };
+    serde_json::from_slice::<Value>(line).is_ok_and(|v| v.get("schema_version").is_some())
 }
 
 impl AuditFile {
-    /// Opens `path` with the default rotation.
-    pub fn open(path: &Path) -> std::io::Result<Self> {
+    /// Opens `path` with the default rotation, trusted only if no non-root user can
+    /// change it.
+    pub fn open(path: &Path) -> Result<Self, AuditOpenError> {
         Self::with_rotation(
             path,
             crate::policy::AUDIT_MAX_SIZE_MB << 20,
             crate::policy::AUDIT_KEEP,
+            &safepath::Agent::AnyNonRoot,
         )
     }
 
-    pub fn with_rotation(path: &Path, max_size: u64, keep: u32) -> std::io::Result<Self> {
-        if let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = open_log(path)?;
-        let size = file.metadata()?.len();
+    /// Opens `path` (creating it and its directory as needed) for a command that runs as
+    /// `agent`.
+    pub fn with_rotation(
+        path: &Path,
+        max_size: u64,
+        keep: u32,
+        agent: &safepath::Agent,
+    ) -> Result<Self, AuditOpenError> {
+        let wrap = |cause: safepath::SafeError| match cause {
+            safepath::SafeError::Unsafe { .. } => AuditOpenError::Unsafe {
+                path: path.to_path_buf(),
+                cause,
+            },
+            safepath::SafeError::Io { .. } => AuditOpenError::Io {
+                path: path.to_path_buf(),
+                cause,
+            },
+        };
+        let (dir, name) = safepath::split(path).map_err(wrap)?;
+        let dir = safepath::open_dir(&dir, agent, true).map_err(wrap)?;
+        let (file, regular) = open_log(&dir, &name).map_err(wrap)?;
+        let size = file.metadata().map_or(0, |m| m.len());
         Ok(Self {
             path: path.to_path_buf(),
+            dir,
+            name,
             out: std::io::BufWriter::with_capacity(1 << 16, file),
+            regular,
             size,
             max_size,
             keep,
@@ -497,11 +697,17 @@ impl AuditFile {
         })
     }
 
+    /// The file as found (directory with symlinks resolved, then the name), when it is a
+    /// regular file (not a device such as `/dev/null`).
+    pub fn regular_file(&self) -> Option<PathBuf> {
+        self.regular.then(|| self.dir.path.join(&self.name))
+    }
+
     /// Writes one record (buffered).
     pub fn write(&mut self, v: &Value) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(v)?;
         line.push(b'\n');
-        if self.size > 0 && self.size + line.len() as u64 > self.max_size {
+        if self.regular && self.size > 0 && self.size + line.len() as u64 > self.max_size {
             self.rotate();
         }
         if self.out.write_all(&line).is_err() {
@@ -543,10 +749,10 @@ impl AuditFile {
                 return Ok(());
             }
             self.size += line.len() as u64;
-            eprintln!(
+            crate::term::line(&format!(
                 "sandbox: audit log {} is writable again; {n} records were lost (recorded)",
                 self.path.display()
-            );
+            ));
             self.failing = false;
         }
         Ok(())
@@ -556,11 +762,11 @@ impl AuditFile {
         self.unwritten += n;
         if !self.failing {
             self.failing = true;
-            eprintln!(
+            crate::term::line(&format!(
                 "sandbox: warning: cannot write the audit log {}: records are counted and \
                  reported when writing works again; enforcement continues",
                 self.path.display()
-            );
+            ));
         }
         // Drop what is stuck in the buffer (it is counted), keep the file.
         if let Ok(f) = self.out.get_ref().try_clone() {
@@ -570,32 +776,77 @@ impl AuditFile {
         }
     }
 
-    /// `path` -> `path.1` -> ... -> `path.keep` (the oldest goes), then a new `path`.
+    fn numbered(&self, n: u32) -> std::ffi::OsString {
+        let mut p = self.name.clone();
+        p.push(format!(".{n}"));
+        p
+    }
+
+    /// `name` -> `name.1` -> ... -> `name.keep` (the oldest goes), then a new `name`; all
+    /// within the directory opened at the start (`renameat`/`unlinkat` on its descriptor).
     fn rotate(&mut self) {
         if self.flush().is_err() {
             return;
         }
-        let name = |n: u32| {
-            let mut p = self.path.clone().into_os_string();
-            p.push(format!(".{n}"));
-            PathBuf::from(p)
-        };
         if self.keep == 0 {
-            drop(std::fs::remove_file(&self.path));
+            drop(unlinkat(&self.dir, &self.name));
         } else {
-            drop(std::fs::remove_file(name(self.keep)));
+            drop(unlinkat(&self.dir, &self.numbered(self.keep)));
             for n in (1..self.keep).rev() {
-                drop(std::fs::rename(name(n), name(n + 1)));
+                drop(renameat(
+                    &self.dir,
+                    &self.numbered(n),
+                    &self.numbered(n + 1),
+                ));
             }
-            drop(std::fs::rename(&self.path, name(1)));
+            drop(renameat(&self.dir, &self.name, &self.numbered(1)));
         }
-        match open_log(&self.path) {
-            Ok(f) => {
+        // Someone else's file where ours should be (a sticky directory such as /tmp): it
+        // goes, ours comes; a second failure loses records (counted) rather than trust it.
+        let reopened = open_log(&self.dir, &self.name).or_else(|_| {
+            drop(unlinkat(&self.dir, &self.name));
+            open_log(&self.dir, &self.name)
+        });
+        match reopened {
+            Ok((f, _)) => {
                 self.out = std::io::BufWriter::with_capacity(1 << 16, f);
                 self.size = 0;
             }
             Err(_) => self.lost(0),
         }
+    }
+}
+
+fn cname(name: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn unlinkat(dir: &safepath::Dir, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let c = cname(name)?;
+    // SAFETY: NUL-terminated name relative to an open directory.
+    if unsafe { libc::unlinkat(dir.fd.as_raw_fd(), c.as_ptr(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn renameat(
+    dir: &safepath::Dir,
+    from: &std::ffi::OsStr,
+    to: &std::ffi::OsStr,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (f, t) = (cname(from)?, cname(to)?);
+    let d = dir.fd.as_raw_fd();
+    // SAFETY: NUL-terminated names relative to the same open directory.
+    if unsafe { libc::renameat(d, f.as_ptr(), d, t.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -607,6 +858,30 @@ pub fn drop_record(policy: &str, dropped: u64) -> Value {
         "class": "audit_loss",
         "dropped_events": dropped,
         "policy": { "name": policy },
+    })
+}
+
+/// Records a run whose sandbox died could not deliver (its ring buffer was full, and it
+/// was no longer there to report them), found by a later run's clean-up.
+pub fn orphan_loss_record(run: &str, lost: u64) -> Value {
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "time": rfc3339(SystemTime::now()),
+        "class": "audit_loss",
+        "dropped_events": lost,
+        "reason": "ring buffer full after the run's sandbox died",
+        "orphaned": { "run": run },
+    })
+}
+
+/// The ring buffer of a run whose sandbox died could not be read: its records are lost.
+pub fn orphan_error_record(run: &str, error: &str) -> Value {
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "time": rfc3339(SystemTime::now()),
+        "class": "audit_error",
+        "error": format!("records left by a sandbox that died could not be read: {error}"),
+        "orphaned": { "run": run },
     })
 }
 
@@ -655,7 +930,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sandbox-audit-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("a.jsonl");
-        let mut f = AuditFile::with_rotation(&path, 200, 2).unwrap();
+        let mut f = AuditFile::with_rotation(&path, 200, 2, &safepath::Agent::AnyNonRoot).unwrap();
         for i in 0..20 {
             f.write(&json!({ "n": i, "pad": "x".repeat(40) })).unwrap();
             f.flush().unwrap();
@@ -694,7 +969,13 @@ mod tests {
     fn a_full_disk_loses_records_countably_and_never_fails() {
         // /dev/full: every write fails with ENOSPC (and its mode is left alone).
         let before = std::fs::metadata("/dev/full").unwrap().permissions();
-        let mut f = AuditFile::with_rotation(Path::new("/dev/full"), 1 << 20, 1).unwrap();
+        let mut f = AuditFile::with_rotation(
+            Path::new("/dev/full"),
+            1 << 20,
+            1,
+            &safepath::Agent::AnyNonRoot,
+        )
+        .unwrap();
         for i in 0..10 {
             f.write(&json!({ "n": i })).unwrap();
         }
@@ -705,6 +986,118 @@ mod tests {
             std::fs::metadata("/dev/full").unwrap().permissions(),
             before
         );
+    }
+
+    /// A planted link, a second name for another file, a file of someone else's: refused,
+    /// and the file behind is neither written nor chmod-ed.
+    #[test]
+    fn the_audit_file_cannot_be_turned_against_root() {
+        let dir = std::env::temp_dir().join(format!("sandbox-audit-safe-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let mode = |p: &Path| {
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions())
+                & 0o777
+        };
+        std::fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("link.jsonl")).unwrap();
+        let e = AuditFile::open(&dir.join("link.jsonl")).err().unwrap();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        std::fs::hard_link(&victim, dir.join("hard.jsonl")).unwrap();
+        let e = AuditFile::open(&dir.join("hard.jsonl")).err().unwrap();
+        assert!(e.to_string().contains("hard links"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert_eq!(mode(&victim), 0o644);
+        // A FIFO does not hang the open.
+        let fifo =
+            std::ffi::CString::new(dir.join("fifo.jsonl").into_os_string().into_encoded_bytes())
+                .unwrap();
+        // SAFETY: plain syscall with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(AuditFile::open(&dir.join("fifo.jsonl")).is_err());
+        // A world-writable directory (not sticky): refused, with the way out.
+        std::fs::create_dir(dir.join("open")).unwrap();
+        std::fs::set_permissions(
+            dir.join("open"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        let e = AuditFile::open(&dir.join("open/a.jsonl")).err().unwrap();
+        assert!(matches!(e, AuditOpenError::Unsafe { .. }), "{e}");
+        assert!(e.to_string().contains("/var/log/sandbox"), "{e}");
+        // Root's file that is not a sandbox log: not appended to, not chmod-ed.
+        std::fs::write(dir.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            dir.join("passwd"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        let e = AuditFile::open(&dir.join("passwd")).err().unwrap();
+        assert!(e.to_string().contains("not a sandbox audit log"), "{e}");
+        assert_eq!(mode(&dir.join("passwd")), 0o644);
+        // An existing log of ours that others could read is made owner-only.
+        std::fs::write(
+            dir.join("ours.jsonl"),
+            "{\"actor\":{},\"schema_version\":1}\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            dir.join("ours.jsonl"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .unwrap();
+        drop(AuditFile::open(&dir.join("ours.jsonl")).unwrap());
+        // A log sandbox wrote is appended to on the next run.
+        let mut f = AuditFile::open(&dir.join("new.jsonl")).unwrap();
+        f.write(&drop_record("p", 1)).unwrap();
+        f.flush().unwrap();
+        drop(f);
+        let mut f = AuditFile::open(&dir.join("new.jsonl")).unwrap();
+        f.write(&drop_record("p", 2)).unwrap();
+        f.flush().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("new.jsonl"))
+                .unwrap()
+                .lines()
+                .count(),
+            2
+        );
+        assert_eq!(mode(&dir.join("ours.jsonl")), 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Rotation happens in the directory opened at the start, even when its path changes.
+    #[test]
+    fn rotation_stays_in_the_directory_it_opened() {
+        let base = std::env::temp_dir().join(format!("sandbox-audit-rot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("logs")).unwrap();
+        let mut f = AuditFile::with_rotation(
+            &base.join("logs/a.jsonl"),
+            100,
+            3,
+            &safepath::Agent::AnyNonRoot,
+        )
+        .unwrap();
+        f.write(&json!({ "n": 0, "pad": "x".repeat(60) })).unwrap();
+        f.flush().unwrap();
+        // The directory moves; a symlink takes its old name.
+        std::fs::rename(base.join("logs"), base.join("moved")).unwrap();
+        std::fs::create_dir(base.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(base.join("elsewhere"), base.join("logs")).unwrap();
+        for i in 1..5 {
+            f.write(&json!({ "n": i, "pad": "x".repeat(60) })).unwrap();
+            f.flush().unwrap();
+        }
+        assert_eq!(
+            std::fs::read_dir(base.join("elsewhere")).unwrap().count(),
+            0
+        );
+        assert!(base.join("moved/a.jsonl.1").exists() && base.join("moved/a.jsonl.3").exists());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

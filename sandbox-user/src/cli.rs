@@ -29,7 +29,9 @@ pub struct EnforceArgs {
     /// Policy file (YAML). Without it, the built-in default policy applies.
     #[arg(long, short)]
     pub policy: Option<PathBuf>,
-    /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else /var/log/sandbox/audit.jsonl.
+    /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else
+    /// /var/log/sandbox/audit.jsonl. Its directory must be one the command cannot write
+    /// (only root can, or it is root's and sticky like /tmp): otherwise sandbox refuses.
     #[arg(long)]
     pub audit_log: Option<PathBuf>,
     /// No per-deny lines on stderr (the audit log still gets every record).
@@ -37,12 +39,23 @@ pub struct EnforceArgs {
     pub quiet: bool,
 }
 
-/// Runs a daemon-style command on a single-threaded runtime.
+/// Runs a daemon-style command on a single-threaded runtime. Its messages, the last one
+/// (an error) included, go through `term`, which never blocks on a terminal that does not
+/// read: an error is printed here and becomes exit status 125.
 fn block_on(f: impl std::future::Future<Output = anyhow::Result<i32>>) -> anyhow::Result<i32> {
-    tokio::runtime::Builder::new_current_thread()
+    let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(f)
+        .block_on(f);
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => {
+            crate::term::line(&format!("sandbox: {e:#}"));
+            i32::from(EXIT_SANDBOX_FAILED)
+        }
+    };
+    crate::term::finish(std::time::Duration::from_millis(500));
+    Ok(code)
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,9 +64,19 @@ pub enum Command {
     Run {
         #[command(flatten)]
         enforce: EnforceArgs,
-        /// Under sudo, run COMMAND as root instead of as the invoking user.
-        #[arg(long)]
+        /// Run COMMAND as root (instead of as the user who called sudo). It still loses
+        /// the capabilities that reach past the policy (see --keep-cap) and cannot gain
+        /// privileges through setuid binaries. Without sudo, sandbox refuses to run a
+        /// command as root unless this (or --user) says so.
+        #[arg(long, conflicts_with = "user")]
         as_root: bool,
+        /// Run COMMAND as this user (name or uid): `~` in the policy is its home.
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
+        /// A capability a root command keeps (e.g. `net_raw`, `CAP_SYS_PTRACE`; `all` keeps
+        /// every one); repeatable. Adds to the policy's `process.keep_capabilities`.
+        #[arg(long = "keep-cap", value_name = "CAP")]
+        keep_caps: Vec<String>,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -101,12 +124,16 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
         Command::Run {
             enforce,
             as_root,
+            user,
+            keep_caps,
             command,
         } => block_on(run::run(RunOptions {
             policy: enforce.policy,
             audit_log: enforce.audit_log,
             quiet: enforce.quiet,
             as_root,
+            user,
+            keep_caps,
             command,
         })),
         Command::Attach { cgroup, enforce } => {
@@ -150,7 +177,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
 }
 
 fn context() -> anyhow::Result<policy::Context> {
-    let t = Target::detect(false)?;
+    let t = Target::detect()?;
     Ok(policy::Context::from_process(t.home)?)
 }
 

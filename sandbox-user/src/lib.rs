@@ -8,6 +8,7 @@
 pub mod attach;
 pub mod audit;
 pub mod btf;
+pub mod caps;
 pub mod cgroup;
 pub mod cli;
 pub mod compile;
@@ -21,6 +22,8 @@ pub mod pins;
 pub mod policy;
 pub mod preflight;
 pub mod run;
+pub mod safepath;
+pub mod term;
 
 /// The BPF object built from `sandbox-ebpf` by build.rs, embedded so that kernel and user
 /// code always come from the same build.

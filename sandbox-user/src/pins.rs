@@ -4,8 +4,19 @@
 //! started keeps running, and stays confined by the pinned programs and their maps. The
 //! next `sandbox run` finds runs whose sandbox is gone, kills what is left in their cgroups,
 //! removes the cgroups and then the pins (in that order: never a moment unconfined).
+//!
+//! Records the dead run's programs wrote after its sandbox died are still in that run's
+//! ring buffer (the pinned links keep the programs, and the programs keep their maps):
+//! before unpinning, the sweep reaches the maps through a pinned link (link -> program ->
+//! map ids), drains the ring buffer and reads the drop counter, and hands both to the
+//! caller, which writes them into its own audit log. What the dead sandbox had already
+//! reported as lost is pinned beside the links (`reported_drops`, written by the pump), so
+//! only the remainder is reported again.
 
 use std::path::{Path, PathBuf};
+
+use aya::maps::{Array, Map, MapData, PerCpuArray, RingBuf};
+use sandbox_common::map_names;
 
 use crate::cgroup::Cgroup;
 
@@ -76,16 +87,131 @@ fn alive(name: &str) -> bool {
     start_time(pid) == Some(start)
 }
 
-/// After `sandbox attach` bound cgroup `cg`: removes what dead attaches left pinned on it.
-pub fn remove_stale_attach(cg: u64) {
+/// After `sandbox attach` bound cgroup `cg`: removes what dead attaches left pinned on it,
+/// after reading what their ring buffers still hold.
+pub fn remove_stale_attach(cg: u64) -> Vec<Orphans> {
     let Ok(entries) = std::fs::read_dir(PIN_ROOT) else {
-        return;
+        return Vec::new();
     };
+    let mut out = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if attach_dir(&name).is_some_and(|(_, c)| c == cg) && !alive(&name) {
+            out.push(drain(&e.path()));
             drop(remove_dir(&e.path()));
         }
+    }
+    out
+}
+
+/// Name of the pinned one-entry array holding the drops a run has already reported.
+pub const REPORTED_DROPS: &str = "reported_drops";
+
+/// What a run whose sandbox died left in its ring buffer.
+#[derive(Debug, Default)]
+pub struct Orphans {
+    /// The pin directory's name (`run-<pid>-<start>`), which names the dead run.
+    pub run: String,
+    /// Raw records, as the kernel wrote them.
+    pub records: Vec<Vec<u8>>,
+    /// Records the kernel could not deliver and the dead sandbox never reported.
+    pub lost: u64,
+    /// Why the buffer could not be read (records may then be lost; said in the log).
+    pub error: Option<String>,
+}
+
+/// The counter of reported drops for a new pin directory: created, pinned there, and
+/// updated by the pump each time it reports drops.
+pub fn reported_drops(dir: &Path) -> Result<Array<MapData, u64>, String> {
+    let path = dir.join(REPORTED_DROPS);
+    Array::<MapData, u64>::create(1, 0)
+        .map_err(|e| format!("creating {REPORTED_DROPS}: {e}"))?
+        .pin(&path)
+        .map_err(|e| format!("pinning {REPORTED_DROPS}: {e}"))?;
+    let data = MapData::from_pin(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
+    Array::try_from(map).map_err(|e| e.to_string())
+}
+
+/// Reads the ring buffer and drop counter of the programs pinned in `dir`.
+pub fn drain(dir: &Path) -> Orphans {
+    let run = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out = Orphans {
+        run,
+        ..Orphans::default()
+    };
+    if let Err(e) = drain_into(dir, &mut out) {
+        out.error = Some(e);
+    }
+    out
+}
+
+fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
+    // Any pinned link leads to the programs' maps (they all share them).
+    let mut prog_id = None;
+    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
+        if e.file_name() == REPORTED_DROPS {
+            continue;
+        }
+        let Ok(link) = aya::programs::links::PinnedLink::from_pin(e.path()) else {
+            continue;
+        };
+        if let Ok(info) = aya::programs::links::FdLink::from(link).info() {
+            prog_id = Some(info.program_id());
+            break;
+        }
+    }
+    let prog_id = prog_id.ok_or("no pinned link to read the maps through")?;
+    let prog = aya::programs::loaded_programs()
+        .flatten()
+        .find(|p| p.id() == prog_id)
+        .ok_or_else(|| format!("program {prog_id} is gone"))?;
+    let ids = prog
+        .map_ids()
+        .map_err(|e| e.to_string())?
+        .ok_or("the kernel does not list a program's maps")?;
+    let mut drops = 0u64;
+    let mut found_ring = false;
+    for id in ids {
+        let Ok(data) = MapData::from_id(id) else {
+            continue;
+        };
+        let Ok(info) = data.info() else { continue };
+        match info.name_as_str() {
+            Some(map_names::EVENTS) => {
+                let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
+                let mut ring = RingBuf::try_from(map).map_err(|e| e.to_string())?;
+                while let Some(item) = ring.next() {
+                    out.records.push(item.to_vec());
+                    if out.records.len() >= crate::run::FINAL_DRAIN {
+                        break;
+                    }
+                }
+                found_ring = true;
+            }
+            Some(map_names::DROPS) => {
+                let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
+                let a: PerCpuArray<_, u64> =
+                    PerCpuArray::try_from(map).map_err(|e| e.to_string())?;
+                drops = a.get(&0, 0).map_err(|e| e.to_string())?.iter().sum();
+            }
+            _ => {}
+        }
+    }
+    let reported = MapData::from_pin(dir.join(REPORTED_DROPS))
+        .ok()
+        .and_then(|d| Map::from_map_data(d).ok())
+        .and_then(|m| Array::<_, u64>::try_from(m).ok())
+        .and_then(|a| a.get(&0, 0).ok())
+        .unwrap_or(0);
+    out.lost = drops.saturating_sub(reported);
+    if found_ring {
+        Ok(())
+    } else {
+        Err("the event ring buffer was not found".into())
     }
 }
 
@@ -97,13 +223,22 @@ pub fn remove_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir(dir)
 }
 
-/// Cleans up after runs whose sandbox died: kills and removes their cgroups, then unpins
-/// their programs. Returns one line per run cleaned or left alone because of an error.
-pub fn sweep(cgroup_root: &Path) -> Vec<String> {
+/// What the sweep did: one line per run cleaned (or left alone because of an error), and
+/// the records the dead runs left.
+#[derive(Debug, Default)]
+pub struct Swept {
+    pub lines: Vec<String>,
+    pub orphans: Vec<Orphans>,
+}
+
+/// Cleans up after runs whose sandbox died: kills and removes their cgroups, reads what is
+/// left in their ring buffers, then unpins their programs.
+pub fn sweep(cgroup_root: &Path) -> Swept {
     let Ok(entries) = std::fs::read_dir(PIN_ROOT) else {
-        return Vec::new();
+        return Swept::default();
     };
     let mut out = Vec::new();
+    let mut orphans = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if let Some((pid, cg)) = attach_dir(&name)
@@ -152,11 +287,16 @@ pub fn sweep(cgroup_root: &Path) -> Vec<String> {
                 }
             }
         }
+        // Nothing in the cgroup can add records now: read what is left, then unpin.
+        orphans.push(drain(&e.path()));
         if let Err(err) = remove_dir(&e.path()) {
             out.push(format!("cannot remove {}: {err}", e.path().display()));
         }
     }
-    out
+    Swept {
+        lines: out,
+        orphans,
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,14 @@
 //! `sandbox run`: confine one command and everything it starts.
 //!
-//! Sequence (the command never runs unconfined): validate and compile the policy, run the
+//! Sequence (the command never runs unconfined): decide who the command runs as (root only
+//! when asked for), read the policy and open the audit log where the command cannot reach
+//! them (`safepath`), make both read-only for the command, compile the policy, run the
 //! preflight checks, load and attach the programs, fill the maps, create the run's cgroup
-//! and bind it, and only then fork: the child joins the cgroup in `pre_exec`, before
+//! and bind it, and only then fork: the child joins the cgroup in `pre_exec`, cuts its
+//! capabilities, changes user, sets `no_new_privs` and the parent-death signal, before
 //! `execve` of the command, so even that exec is checked. Events are streamed until the
-//! command exits; then every process left in the cgroup is killed and the cgroup removed.
+//! command exits (terminal lines through `term`, which never blocks); then every process
+//! left in the cgroup is killed and the cgroup removed.
 
 use std::ffi::{CString, OsString};
 use std::os::fd::AsRawFd;
@@ -12,52 +16,74 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use aya::maps::{MapData, RingBuf};
+use aya::maps::{Array, MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::audit::{AuditFile, Event, Formatter};
+use crate::caps::{self, CapSet};
 use crate::cgroup::{self, Cgroup};
 use crate::compile::{self, CompiledPolicy};
 use crate::hosts::HostState;
 use crate::loader::{self, Enforcer};
 use crate::mounts::{self, Superblock};
-use crate::policy::{self, Context, Policy};
-use crate::preflight;
+use crate::policy::{self, Context, PathRule, Policy};
+use crate::safepath::{self, Agent};
+use crate::{preflight, term};
 
 /// Where the audit log goes when neither `--audit-log` nor `audit.path` says.
 pub const DEFAULT_AUDIT_LOG: &str = "/var/log/sandbox/audit.jsonl";
+
+/// After a request to stop (SIGTERM, terminal hangup) the command has this long to exit
+/// before everything in its cgroup is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 pub struct RunOptions {
     pub policy: Option<PathBuf>,
     pub audit_log: Option<PathBuf>,
     pub quiet: bool,
     pub as_root: bool,
+    /// Run the command as this user (name or uid) instead.
+    pub user: Option<String>,
+    /// `--keep-cap`: capabilities a root command keeps beyond the default set.
+    pub keep_caps: Vec<String>,
     pub command: Vec<OsString>,
 }
 
-/// Who the command runs as: the user who called `sudo sandbox run`, unless `--as-root`.
+/// Who the command runs as.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub uid: u32,
     pub gid: u32,
     pub name: Option<String>,
     pub home: PathBuf,
+    /// Change to `uid`/`gid` (sandbox is root, the command is not).
     pub drop: bool,
 }
 
+/// Why `sandbox run` as root without sudo does not start anything.
+const ROOT_WITHOUT_SUDO: &str = "sandbox is running as root, not through sudo (no SUDO_UID), so      the command would run as root. Say who it should run as: run `sudo sandbox run ...` from      your own account (the command runs as you), or `sandbox run --user NAME ...`, or      `sandbox run --as-root ...` to run it as root (without the capabilities that reach past      the policy; see --keep-cap)";
+
+/// A user account: (name, uid, primary gid, home).
+type Account = (String, u32, u32, PathBuf);
+
 impl Target {
-    pub fn detect(as_root: bool) -> anyhow::Result<Self> {
-        // SAFETY: plain syscalls.
-        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let sudo = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
-        if euid == 0
-            && !as_root
-            && let (Some(uid), Some(gid)) = (sudo("SUDO_UID"), sudo("SUDO_GID"))
-            && uid != 0
-        {
-            let (name, home) =
-                passwd(uid).ok_or_else(|| anyhow!("SUDO_UID {uid} has no passwd entry"))?;
+    /// Who `sandbox run` starts the command as: the user who called `sudo`, the `--user`,
+    /// or root when `--as-root` says so. Root by default (no sudo, no flag) is refused.
+    pub fn for_run(as_root: bool, user: Option<&str>) -> anyhow::Result<Self> {
+        // SAFETY: plain syscall.
+        let euid = unsafe { libc::geteuid() };
+        if let Some(u) = user {
+            if euid != 0 {
+                bail!(
+                    "--user needs sandbox to run as root (it becomes that user just before starting the command)"
+                );
+            }
+            let (name, uid, gid, home) =
+                account(u).ok_or_else(|| anyhow!("--user {u}: no such user"))?;
+            if uid == 0 {
+                bail!("--user {u} is root: say --as-root to run the command as root");
+            }
             return Ok(Self {
                 uid,
                 gid,
@@ -66,35 +92,94 @@ impl Target {
                 drop: true,
             });
         }
+        if euid == 0 && !as_root {
+            return Self::sudo_caller()?.ok_or_else(|| anyhow!(ROOT_WITHOUT_SUDO));
+        }
+        Ok(Self::current())
+    }
+
+    /// The invoking user, for commands that only read (`check`, `explain`): the sudo
+    /// caller under sudo, else this process's user.
+    pub fn detect() -> anyhow::Result<Self> {
+        Ok(Self::sudo_caller()?.unwrap_or_else(Self::current))
+    }
+
+    fn sudo_caller() -> anyhow::Result<Option<Self>> {
+        // SAFETY: plain syscall.
+        let euid = unsafe { libc::geteuid() };
+        let sudo = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+        if euid == 0
+            && let (Some(uid), Some(gid)) = (sudo("SUDO_UID"), sudo("SUDO_GID"))
+            && uid != 0
+        {
+            let (name, _, _, home) =
+                passwd(uid).ok_or_else(|| anyhow!("SUDO_UID {uid} has no passwd entry"))?;
+            return Ok(Some(Self {
+                uid,
+                gid,
+                name: Some(name),
+                home,
+                drop: true,
+            }));
+        }
+        Ok(None)
+    }
+
+    fn current() -> Self {
+        // SAFETY: plain syscalls.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
-            .or_else(|| passwd(euid).map(|p| p.1))
+            .or_else(|| passwd(uid).map(|p| p.3))
             .unwrap_or_else(|| "/".into());
-        Ok(Self {
-            uid: euid,
-            gid: egid,
-            name: passwd(euid).map(|p| p.0),
+        Self {
+            uid,
+            gid,
+            name: passwd(uid).map(|p| p.0),
             home,
             drop: false,
-        })
+        }
+    }
+
+    /// Whose writes sandbox must not trust for its own files.
+    pub fn agent(&self) -> Agent {
+        if self.uid == 0 {
+            Agent::AnyNonRoot
+        } else {
+            Agent::user(self.uid, self.gid, self.name.as_deref())
+        }
     }
 }
 
-fn passwd(uid: u32) -> Option<(String, PathBuf)> {
+/// A user by name or number.
+fn account(user: &str) -> Option<Account> {
+    if let Ok(uid) = user.parse::<u32>() {
+        return passwd(uid);
+    }
+    let c = CString::new(user).ok()?;
+    lookup(|pw, buf, out| {
+        // SAFETY: see `lookup`.
+        unsafe { libc::getpwnam_r(c.as_ptr(), pw, buf.as_mut_ptr().cast(), buf.len(), out) }
+    })
+}
+
+fn passwd(uid: u32) -> Option<Account> {
+    lookup(|pw, buf, out| {
+        // SAFETY: see `lookup`.
+        unsafe { libc::getpwuid_r(uid, pw, buf.as_mut_ptr().cast(), buf.len(), out) }
+    })
+}
+
+/// Runs a `getpw*_r` call and copies the entry out.
+fn lookup(
+    call: impl FnOnce(*mut libc::passwd, &mut [u8], *mut *mut libc::passwd) -> libc::c_int,
+) -> Option<Account> {
     let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: zeroed passwd is a valid out-parameter; getpwuid_r writes strings into `buf`,
+    // SAFETY: zeroed passwd is a valid out-parameter; the call writes strings into `buf`,
     // which outlives the reads below.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut out: *mut libc::passwd = std::ptr::null_mut();
-    let rc = unsafe {
-        libc::getpwuid_r(
-            uid,
-            &raw mut pw,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &raw mut out,
-        )
-    };
+    let rc = call(&raw mut pw, &mut buf, &raw mut out);
     if rc != 0 || out.is_null() {
         return None;
     }
@@ -107,6 +192,8 @@ fn passwd(uid: u32) -> Option<(String, PathBuf)> {
     };
     Some((
         name.to_string_lossy().into_owned(),
+        pw.pw_uid,
+        pw.pw_gid,
         PathBuf::from(dir.to_string_lossy().into_owned()),
     ))
 }
@@ -117,6 +204,61 @@ pub fn load_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy>
         Some(p) => policy::load_file(p, ctx)?,
         None => policy::load_str(policy::DEFAULT_POLICY, "<built-in default policy>", ctx)?,
     })
+}
+
+/// Loads the policy for enforcement, read through `safepath`: a policy file that `agent`
+/// could change (or a link it planted) is refused. `attach` re-reads the file on SIGHUP
+/// while the agent runs; `run` reads it once, before the command starts (and the command
+/// cannot change it while it runs, see [`protect_own_files`]), but a command that could
+/// change it between runs would decide the next run's rules, capabilities and where root
+/// writes its log.
+pub fn load_trusted_policy(
+    path: Option<&Path>,
+    ctx: &Context,
+    agent: &Agent,
+) -> anyhow::Result<Policy> {
+    let Some(p) = path else {
+        return load_policy(None, ctx);
+    };
+    let text = match safepath::read_file(p, agent) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map_err(|_| anyhow!("{}: the policy is not valid UTF-8", p.display()))?,
+        Err(e @ safepath::SafeError::Unsafe { .. }) => bail!(
+            "refusing policy {}: {e}. Whoever can change it decides the next run (or reload): \
+             its rules, its capabilities, where root writes the log. Keep policies where only \
+             root can write, e.g. `sudo install -m 644 {} /etc/sandbox/`",
+            p.display(),
+            p.display()
+        ),
+        Err(e) => bail!("{e}"),
+    };
+    Ok(policy::load_str(&text, &p.display().to_string(), ctx)?)
+}
+
+/// Makes sandbox's own files read-only for the command, whatever the policy says and even
+/// when the command runs as root: the audit log (and its rotated copies) and the policy
+/// file. Added as `files.read_only` rules, which beat `files.write`.
+pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Option<&Path>) {
+    let mut add = |what: &str, glob: String, literal: Option<PathBuf>| {
+        policy.files.read_only.push(PathRule {
+            field: format!("files.read_only (implicit: {what})"),
+            source: glob.clone(),
+            glob,
+            literal,
+        });
+    };
+    if let Some(file) = audit.regular_file() {
+        let glob = policy::expand::escape_glob(&file.display().to_string());
+        add("audit log", glob.clone(), Some(file));
+        add("rotated audit logs", format!("{glob}.*"), None);
+    }
+    if let Some(p) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) {
+        add(
+            "policy file",
+            policy::expand::escape_glob(&p.display().to_string()),
+            Some(p),
+        );
+    }
 }
 
 /// Everything set up and enforcing, before the command starts.
@@ -131,6 +273,11 @@ pub struct Armed {
     pub hosts: HostState,
     /// Ring-buffer drops already written to the audit log.
     pub reported_drops: u64,
+    /// The same count, pinned with the links: what a later clean-up need not report again
+    /// if this sandbox dies (see `pins`).
+    pub reported_map: Option<Array<MapData, u64>>,
+    /// What runs whose sandbox died left in their ring buffers, for the audit log.
+    pub orphans: Vec<crate::pins::Orphans>,
     pub cgroup: Cgroup,
 }
 
@@ -143,10 +290,10 @@ pub fn remount(
     let m = mounts::read()?;
     enforcer.update_mounts(compiled, &m)?;
     if std::env::var_os("SANDBOX_DEBUG").is_some() {
-        eprintln!(
+        term::line(&format!(
             "sandbox: debug: mount table changed: {} file systems",
             m.len()
-        );
+        ));
     }
     Ok(m)
 }
@@ -180,8 +327,9 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
     let ids = loader::identities(&compiled, 0);
     t.lap("identities");
     let root = cgroup::root()?;
-    for line in crate::pins::sweep(&root) {
-        eprintln!("sandbox: {line}");
+    let swept = crate::pins::sweep(&root);
+    for line in &swept.lines {
+        term::line(&format!("sandbox: {line}"));
     }
     let existing = match bind {
         Bind::Existing(p) => {
@@ -195,7 +343,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
         Bind::NewRun(_) => None,
     };
     let pin_dir = crate::pins::own_dir(existing.as_ref().map(|c| c.id))
-        .inspect_err(|w| eprintln!("sandbox: warning: {w}"))
+        .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
         .ok();
     let enforcer = Enforcer::load(&compiled, &kernel, ids.entries.len(), pin_dir.as_deref())
         .map_err(|e| anyhow!(preflight::explain_load_failure(&e)));
@@ -205,6 +353,11 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
         drop(crate::pins::remove_dir(d));
     }
     let mut enforcer = enforcer?;
+    let reported_map = pin_dir.as_deref().and_then(|d| {
+        crate::pins::reported_drops(d)
+            .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
+            .ok()
+    });
     t.lap("load and attach");
     match arm_loaded(
         &mut enforcer,
@@ -224,6 +377,8 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
             hosts,
             cgroup,
             reported_drops: 0,
+            reported_map,
+            orphans: swept.orphans,
         }),
         Err(e) => {
             enforcer.release();
@@ -249,7 +404,7 @@ fn arm_loaded(
     if !compiled.net.hosts.is_empty() {
         let round = crate::hosts::resolve(compiled);
         for w in &round.warnings {
-            eprintln!("sandbox: warning: {w}");
+            term::line(&format!("sandbox: warning: {w}"));
         }
         hosts.install(&round, enforcer, compiled)?;
     }
@@ -274,25 +429,45 @@ fn arm_loaded(
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
+    term::start();
     let Some((prog, args)) = opts.command.split_first() else {
         bail!("no command given: sandbox run [--policy FILE] -- COMMAND [ARGS...]");
     };
-    let target = Target::detect(opts.as_root)?;
+    let target = Target::for_run(opts.as_root, opts.user.as_deref())?;
+    let agent = target.agent();
     let ctx = Context::from_process(target.home.clone())?;
-    let policy = load_policy(opts.policy.as_deref(), &ctx)?;
+    let mut policy = load_trusted_policy(opts.policy.as_deref(), &ctx, &agent)?;
     for w in policy::lint::lint(&policy) {
-        eprintln!("sandbox: warning: {w}");
+        term::line(&format!("sandbox: warning: {w}"));
     }
-    let mut t = Timer::new();
-    let compiled = compile::compile(&policy, compile::random_seed())?;
-    t.lap("compile");
+    if !policy.files.write.is_empty() && target.home.starts_with(&policy.files.workspace) {
+        term::line(&format!(
+            "sandbox: warning: the workspace {} holds the home directory {}: the command may \
+             write anywhere in it but the policy's read_only list. Start sandbox in a \
+             project directory to keep its writes there",
+            policy.files.workspace.display(),
+            target.home.display()
+        ));
+    }
+    let mut keep = CapSet::default_kept().union(policy.process.keep_caps);
+    for c in &opts.keep_caps {
+        keep = keep.union(caps::parse(c).map_err(|e| anyhow!("--keep-cap: {e}"))?);
+    }
     let audit_path = opts
         .audit_log
         .clone()
         .or(policy.audit.path.clone())
         .unwrap_or_else(|| DEFAULT_AUDIT_LOG.into());
-    let mut audit = AuditFile::with_rotation(&audit_path, policy.audit.max_size, policy.audit.keep)
-        .with_context(|| format!("opening audit log {}", audit_path.display()))?;
+    let mut audit = AuditFile::with_rotation(
+        &audit_path,
+        policy.audit.max_size,
+        policy.audit.keep,
+        &agent,
+    )?;
+    protect_own_files(&mut policy, &audit, opts.policy.as_deref());
+    let mut t = Timer::new();
+    let compiled = compile::compile(&policy, compile::random_seed())?;
+    t.lap("compile");
 
     // The OOM killer should take the agent, not its supervisor (the command gets the
     // default back before exec). Pinned programs keep the agent confined even then.
@@ -312,46 +487,115 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let name = format!("run-{}", std::process::id());
     let mut armed = arm(compiled, Bind::NewRun(&name))?;
     t.lap("arm (total)");
-    let result = supervise(&mut armed, &mut audit, &target, prog, args, opts.quiet).await;
+    let privileges = Privileges {
+        drop_to: target
+            .drop
+            .then(|| {
+                let user = target.name.as_deref().map(CString::new).transpose()?;
+                Ok::<_, std::ffi::NulError>((target.uid, target.gid, user))
+            })
+            .transpose()?,
+        keep,
+        last_cap: caps::last_cap(),
+        no_new_privs: policy.process.no_new_privs,
+        // SAFETY: plain syscall.
+        parent: unsafe { libc::getpid() },
+    };
+    let result = supervise(
+        &mut armed, &mut audit, &target, privileges, prog, args, opts.quiet,
+    )
+    .await;
     t.lap("supervise");
     if t.on {
         for (name, runs, time) in armed.enforcer.program_stats() {
-            eprintln!(
+            term::line(&format!(
                 "sandbox: debug: {name}: {runs} runs, {:.0} ns each",
                 time.as_nanos() as f64 / runs as f64
-            );
+            ));
         }
     }
     match armed.cgroup.destroy() {
         // Only with the cgroup gone may the programs go.
         Ok(()) => armed.enforcer.release(),
-        Err(e) => eprintln!(
+        Err(e) => term::line(&format!(
             "sandbox: warning: removing {}: {e}; its programs stay pinned until the next \
              sandbox run cleans up",
             armed.cgroup.path.display()
-        ),
+        )),
     }
     t.lap("teardown");
     result
 }
 
-async fn supervise(
-    armed: &mut Armed,
-    audit: &mut AuditFile,
-    target: &Target,
+/// What the command starts with, decided before the fork (nothing is allocated between
+/// fork and exec).
+struct Privileges {
+    /// Become this user (uid, gid, name for its groups); `None`: stay root.
+    drop_to: Option<(u32, u32, Option<CString>)>,
+    /// Capabilities kept (see `caps`); all others go from every set.
+    keep: CapSet,
+    last_cap: u32,
+    no_new_privs: bool,
+    /// sandbox's pid: the command must still be its child once the parent-death signal
+    /// is set.
+    parent: libc::pid_t,
+}
+
+impl Privileges {
+    /// Runs in the child between fork and exec: only async-signal-safe system calls on
+    /// memory prepared before the fork. The order matters: the bounding set can only be
+    /// cut while still root (`CAP_SETPCAP`); changing uid clears the parent-death signal,
+    /// so it is set last, and then the parent is checked again (it may have died already,
+    /// and nobody would then kill this process).
+    ///
+    /// # Safety
+    /// Call only in the child of a fork, before exec.
+    unsafe fn apply(&self) -> std::io::Result<()> {
+        // SAFETY: plain syscalls (see above).
+        unsafe {
+            // A root command with a capability left is refused rather than started; for a
+            // user the bounding set only matters without no_new_privs.
+            let must_cut = self.drop_to.is_none() || !self.no_new_privs;
+            if let Err(e) = caps::drop_bounding(self.keep, self.last_cap)
+                && must_cut
+            {
+                return Err(e);
+            }
+            if let Some((uid, gid, user)) = &self.drop_to {
+                let ok = match user {
+                    Some(u) => libc::initgroups(u.as_ptr(), *gid) == 0,
+                    None => libc::setgroups(0, std::ptr::null()) == 0,
+                };
+                if !ok || libc::setgid(*gid) != 0 || libc::setuid(*uid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            caps::drop_process_sets(self.keep)?;
+            if self.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // If sandbox dies, the command does not go on unsupervised. Set after the
+            // change of user, which clears it.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != self.parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The command, set up to join the run's cgroup (through `procs`, open for writing) and
+/// take `privileges` between fork and exec.
+fn command(
     prog: &OsString,
     args: &[OsString],
-    quiet: bool,
-) -> anyhow::Result<i32> {
-    let ring = armed.enforcer.take_events()?;
-    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists; nothing else
-    // closes it.
-    let mut ring = unsafe { AsyncFd::register(ring) }
-        .map_err(|e| anyhow!("polling the event ring buffer: {}", e))?;
-    let procs = std::fs::OpenOptions::new()
-        .write(true)
-        .open(armed.cgroup.procs_path())
-        .with_context(|| format!("opening {}", armed.cgroup.procs_path().display()))?;
+    target: &Target,
+    procs: &std::fs::File,
+    privileges: Privileges,
+) -> tokio::process::Command {
     let procs_fd = procs.as_raw_fd();
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(args);
@@ -361,13 +605,18 @@ async fn supervise(
             cmd.env("USER", n).env("LOGNAME", n);
         }
     }
-    let (uid, gid, drop_privs) = (target.uid, target.gid, target.drop);
-    let user = target.name.as_deref().map(CString::new).transpose()?;
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
     // syscalls on memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            // Join the run's cgroup first: from here on every operation is checked.
+            // Give the command the default OOM score back (before joining the cgroup, so
+            // this write of sandbox's own is not judged by the command's policy).
+            let oom = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+            if oom >= 0 {
+                libc::write(oom, b"0".as_ptr().cast(), 1);
+                libc::close(oom);
+            }
+            // Join the run's cgroup: from here on every operation is checked.
             if libc::write(procs_fd, b"0".as_ptr().cast(), 1) != 1 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -377,27 +626,59 @@ async fn supervise(
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            // If sandbox dies, the command does not go on unsupervised.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let oom = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
-            if oom >= 0 {
-                libc::write(oom, b"0".as_ptr().cast(), 1);
-                libc::close(oom);
-            }
-            if drop_privs {
-                let ok = match &user {
-                    Some(u) => libc::initgroups(u.as_ptr(), gid) == 0,
-                    None => libc::setgroups(0, std::ptr::null()) == 0,
-                };
-                if !ok || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
+            // sandbox ignores SIGTTOU (see `term`); the command gets the default.
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            privileges.apply()
         });
     }
+    cmd
+}
+
+/// Whether `sig` is ignored now (inherited from whoever started sandbox, e.g. `nohup`):
+/// then sandbox leaves it ignored, and so does the command.
+fn ignored(sig: i32) -> bool {
+    // SAFETY: querying the disposition into a zeroed sigaction.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    unsafe { libc::sigaction(sig, std::ptr::null(), &raw mut old) };
+    old.sa_sigaction == libc::SIG_IGN
+}
+
+/// A signal stream unless the signal is ignored.
+fn watch(sig: i32) -> anyhow::Result<Option<Signal>> {
+    if ignored(sig) {
+        return Ok(None);
+    }
+    Ok(Some(signal(SignalKind::from_raw(sig))?))
+}
+
+async fn next(s: &mut Option<Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn supervise(
+    armed: &mut Armed,
+    audit: &mut AuditFile,
+    target: &Target,
+    privileges: Privileges,
+    prog: &OsString,
+    args: &[OsString],
+    quiet: bool,
+) -> anyhow::Result<i32> {
+    let ring = armed.enforcer.take_events()?;
+    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists; nothing else
+    // closes it.
+    let mut ring = unsafe { AsyncFd::register(ring) }
+        .map_err(|e| anyhow!("polling the event ring buffer: {e}"))?;
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(armed.cgroup.procs_path())
+        .with_context(|| format!("opening {}", armed.cgroup.procs_path().display()))?;
+    let mut cmd = command(prog, args, target, &procs, privileges);
     let mut t = Timer::new();
     let mut child = cmd
         .spawn()
@@ -406,6 +687,7 @@ async fn supervise(
     drop(procs);
     let child_pid = child.id();
 
+    let orphans = std::mem::take(&mut armed.orphans);
     let fmt = Formatter {
         policy: &armed.compiled,
         mounts: armed.mounts.clone(),
@@ -418,15 +700,21 @@ async fn supervise(
         quiet,
         reported_drops: 0,
     };
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigquit = signal(SignalKind::quit())?;
-    let mut sigwinch = signal(SignalKind::window_change())?;
+    pump.write_orphans(orphans)?;
+    let mut sigterm = watch(libc::SIGTERM)?;
+    let mut sigint = watch(libc::SIGINT)?;
+    let mut sighup = watch(libc::SIGHUP)?;
+    let mut sigquit = watch(libc::SIGQUIT)?;
+    let mut sigwinch = watch(libc::SIGWINCH)?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let has_hosts = !armed.compiled.net.hosts.is_empty();
     let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
     tokio::pin!(lookup);
     let mut resolving: Option<tokio::task::JoinHandle<crate::hosts::Round>> = None;
+    // Set by a request to stop: when it passes, everything in the cgroup is killed.
+    let grace = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(grace);
+    let mut stopping = false;
     let status = loop {
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -441,13 +729,37 @@ async fn supervise(
                 }
             }
             status = child.wait() => break status?,
-            _ = sigterm.recv() => forward(child_pid, libc::SIGTERM),
+            // A request to stop: SIGTERM, or the terminal hung up (SIGHUP). The command
+            // gets the signal; whatever still runs after the grace period is killed. A
+            // second request does not wait.
+            () = next(&mut sigterm) => {
+                if stopping {
+                    kill_all(&armed.cgroup);
+                }
+                forward(child_pid, libc::SIGTERM);
+                stopping = true;
+                grace.as_mut().reset(tokio::time::Instant::now() + STOP_GRACE);
+            }
+            () = next(&mut sighup) => {
+                // The command leads a session of its own: the terminal's hangup reaches
+                // only sandbox, which passes it on.
+                forward_group(child_pid, libc::SIGHUP);
+                if !stopping {
+                    stopping = true;
+                    grace.as_mut().reset(tokio::time::Instant::now() + STOP_GRACE);
+                }
+            }
+            () = &mut grace, if stopping => {
+                kill_all(&armed.cgroup);
+                stopping = false;
+            }
             // The command runs in a session of its own (no terminal signals reach it): the
-            // keys of the terminal reach sandbox, which passes them on.
-            _ = sigint.recv() => forward_group(child_pid, libc::SIGINT),
-            _ = sigquit.recv() => forward_group(child_pid, libc::SIGQUIT),
-            _ = sigwinch.recv() => forward_group(child_pid, libc::SIGWINCH),
-            _ = tick.tick() => pump.check_drops(&mut armed.enforcer)?,
+            // keys of the terminal reach sandbox, which passes them on to the command's
+            // group; ctrl-C and ctrl-\ are the command's to handle, sandbox waits for it.
+            () = next(&mut sigint) => forward_group(child_pid, libc::SIGINT),
+            () = next(&mut sigquit) => forward_group(child_pid, libc::SIGQUIT),
+            () = next(&mut sigwinch) => forward_group(child_pid, libc::SIGWINCH),
+            _ = tick.tick() => pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?,
             changed = armed.mount_watch.changed() => {
                 changed?;
                 let m = remount(&mut armed.enforcer, &armed.compiled)?;
@@ -469,7 +781,7 @@ async fn supervise(
     // Events still in flight from the last moments of the command.
     tokio::time::sleep(Duration::from_millis(50)).await;
     pump.drain(ring.get_mut(), FINAL_DRAIN)?;
-    pump.check_drops(&mut armed.enforcer)?;
+    pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
     pump.audit.flush()?;
     Ok(exit_code(status))
 }
@@ -481,12 +793,24 @@ fn forward(pid: Option<u32>, sig: i32) {
     }
 }
 
+/// The end of the grace period after a request to stop: everything left in the cgroup is
+/// killed (the cgroup stays, for the usual teardown).
+fn kill_all(cg: &Cgroup) {
+    term::line("sandbox: the command did not stop in time: killing everything in its cgroup");
+    if std::fs::write(cg.path.join("cgroup.kill"), b"1").is_err() {
+        for pid in cg.pids() {
+            // SAFETY: plain syscall; a pid that is gone just fails.
+            unsafe { libc::kill(pid.cast_signed(), libc::SIGKILL) };
+        }
+    }
+}
+
 /// Sends `sig` to the command's process group, as a terminal sends its keys to the
 /// foreground group (the command leads its own session and group).
 fn forward_group(pid: Option<u32>, sig: i32) {
     if let Some(pid) = pid {
         // SAFETY: plain syscall.
-        unsafe { libc::kill(-(pid as i32), sig) };
+        unsafe { libc::kill(-pid.cast_signed(), sig) };
     }
 }
 
@@ -526,7 +850,7 @@ impl Pump<'_> {
                 Ok(e) => {
                     self.audit.write(&self.fmt.json(&e))?;
                     if !self.quiet {
-                        eprintln!("{}", self.fmt.line(&e));
+                        term::line(&self.fmt.line(&e));
                     }
                 }
                 Err(err) => {
@@ -534,7 +858,9 @@ impl Pump<'_> {
                         &self.fmt.policy.name,
                         &err,
                     ))?;
-                    eprintln!("sandbox: warning: undecodable kernel record: {err}");
+                    term::line(&format!(
+                        "sandbox: warning: undecodable kernel record: {err}"
+                    ));
                 }
             }
         }
@@ -542,17 +868,71 @@ impl Pump<'_> {
         Ok(false)
     }
 
-    pub fn check_drops(&mut self, enforcer: &mut Enforcer) -> anyhow::Result<()> {
+    /// Writes drops the kernel counted since the last call as one `audit_loss` record, and
+    /// the new total where a later clean-up finds it (`reported`) if this sandbox dies.
+    pub fn check_drops(
+        &mut self,
+        enforcer: &mut Enforcer,
+        reported: Option<&mut Array<MapData, u64>>,
+    ) -> anyhow::Result<()> {
         let total = enforcer.drops()?;
         if total > self.reported_drops {
             let n = total - self.reported_drops;
             self.audit
                 .write(&crate::audit::drop_record(&self.fmt.policy.name, n))?;
-            eprintln!(
+            self.audit.flush()?;
+            term::line(&format!(
                 "sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log"
-            );
+            ));
             self.reported_drops = total;
+            if let Some(r) = reported {
+                drop(r.set(0, total, 0));
+            }
         }
+        Ok(())
+    }
+
+    /// Writes what runs whose sandbox died left in their ring buffers (see `pins`).
+    pub fn write_orphans(&mut self, orphans: Vec<crate::pins::Orphans>) -> anyhow::Result<()> {
+        for o in orphans {
+            let mut n = 0u64;
+            for bytes in &o.records {
+                match Event::decode(bytes) {
+                    Ok(e) => self.audit.write(&self.fmt.orphan_json(&e, &o.run))?,
+                    Err(err) => self.audit.write(&crate::audit::undecodable_record(
+                        &self.fmt.policy.name,
+                        &err,
+                    ))?,
+                }
+                n += 1;
+            }
+            if o.lost > 0 {
+                self.audit
+                    .write(&crate::audit::orphan_loss_record(&o.run, o.lost))?;
+            }
+            if let Some(err) = &o.error {
+                self.audit
+                    .write(&crate::audit::orphan_error_record(&o.run, err))?;
+                term::line(&format!(
+                    "sandbox: warning: records left by a sandbox that died ({}) could not be \
+                     read: {err}",
+                    o.run
+                ));
+            }
+            if n > 0 || o.lost > 0 {
+                term::line(&format!(
+                    "sandbox: {n} record(s) left by a sandbox that died ({}) written to the \
+                     audit log{}",
+                    o.run,
+                    if o.lost > 0 {
+                        format!(", {} more lost (ring buffer full)", o.lost)
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        self.audit.flush()?;
         Ok(())
     }
 }
@@ -573,7 +953,10 @@ impl Timer {
 
     fn lap(&mut self, what: &str) {
         if self.on {
-            eprintln!("sandbox: debug: {what}: {:.0?}", self.last.elapsed());
+            term::line(&format!(
+                "sandbox: debug: {what}: {:.0?}",
+                self.last.elapsed()
+            ));
         }
         self.last = std::time::Instant::now();
     }

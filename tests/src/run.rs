@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -205,19 +205,51 @@ pub fn run_as(user: User, dir: &Path, policy: Option<&str>, cmd: &[&str]) -> Run
 
 fn sandbox_run(user: User, dir: &Path, policy: Option<&str>, home: &Path, cmd: &[&str]) -> Run {
     let b = bins();
-    let audit = dir.join("audit.jsonl");
+    let files = trusted_dir(dir);
+    let audit = files.join("audit.jsonl");
     let _ = std::fs::remove_file(&audit);
     let mut c = Command::new(&b.sandbox);
-    c.arg("run").arg("--audit-log").arg(&audit);
+    c.arg("run");
+    as_user(&mut c, user);
+    c.arg("--audit-log").arg(&audit);
     if let Some(p) = policy {
-        let f = dir.join("policy.yaml");
+        let f = files.join("policy.yaml");
         write(&f, p);
         c.arg("--policy").arg(&f);
     }
     c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
-    sudo(&mut c, user);
     let out = c.output().expect("start sandbox");
     Run::from_output(&out, &audit)
+}
+
+/// Where sandbox's own files for a run in `dir` go (the audit log, the policy): `dir`
+/// itself when root owns it, else a root-owned directory beside it (sandbox refuses both
+/// files in a directory the command could change).
+pub fn trusted_dir(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(dir).is_ok_and(|m| m.uid() == 0) {
+        return dir.to_path_buf();
+    }
+    let name = dir.file_name().expect("a test directory has a name");
+    let d = Path::new("/tmp/kt-trusted").join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `sandbox run`'s arguments and environment for `user`: root asks for root explicitly
+/// (with every capability, as the tests of root commands expect); the agent is what
+/// `sudo` tells sandbox about the user who called it.
+pub fn as_user(c: &mut Command, user: User) {
+    match user {
+        User::Root => {
+            c.args(["--as-root", "--keep-cap", "all"]);
+        }
+        User::Agent => {
+            c.env("SUDO_UID", user.uid().to_string())
+                .env("SUDO_GID", user.gid().to_string())
+                .env("SUDO_USER", user.name());
+        }
+    }
 }
 
 impl Run {
@@ -238,15 +270,6 @@ pub fn read_audit(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
         .collect()
-}
-
-/// What `sudo` tells the command it starts about the user who called it.
-fn sudo(c: &mut Command, user: User) {
-    if user != User::Root {
-        c.env("SUDO_UID", user.uid().to_string())
-            .env("SUDO_GID", user.gid().to_string())
-            .env("SUDO_USER", user.name());
-    }
 }
 
 /// The probe's command line for several operations (`::` between them).
@@ -313,7 +336,9 @@ pub fn probe_outside_as(user: User, ops: &[&str]) -> String {
 pub fn start_probe(dir: &Path, policy: Option<&Path>, args: &[&str]) -> Child {
     let b = bins();
     let mut c = Command::new(&b.sandbox);
-    c.arg("run").arg("--audit-log").arg(dir.join("audit.jsonl"));
+    c.arg("run");
+    as_user(&mut c, User::Root);
+    c.arg("--audit-log").arg(dir.join("audit.jsonl"));
     if let Some(p) = policy {
         c.arg("--policy").arg(p);
     }

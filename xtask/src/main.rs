@@ -50,7 +50,7 @@ enum Cmd {
         vm_only: bool,
     },
     /// Boot a VM with BPF LSM and run a command in it (the sandbox binary is /usr/bin/sandbox).
-    /// Example: `cargo xtask vm -- sandbox run -- cat /root/.ssh/id_rsa`
+    /// Example: `cargo xtask vm -- sandbox run --as-root -- cat /root/.ssh/id_rsa`
     Vm {
         #[arg(long, default_value = "6.12")]
         kernel: String,

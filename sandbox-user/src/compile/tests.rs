@@ -291,7 +291,10 @@ fn default_policy_matcher_is_small() {
     };
     let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
     let c = super::compile(&p, SEED).unwrap();
-    assert!(c.matcher.anchored.states() + c.matcher.floating.states() < 200);
+    // About 500: the never-writable list (git config and hooks at any depth, `**/.git/**/x`)
+    // is most of it. The bound catches blowups (thousands of states), not this growth; the
+    // cost per open does not depend on it.
+    assert!(c.matcher.anchored.states() + c.matcher.floating.states() < 700);
     assert_eq!(
         c.rule_for(accept::FILE_DENY, b"/home/u/.ssh/id_ed25519")
             .unwrap()

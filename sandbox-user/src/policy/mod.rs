@@ -26,7 +26,18 @@ pub struct Policy {
     pub files: Files,
     pub network: Network,
     pub exec: Exec,
+    pub process: Process,
     pub audit: Audit,
+}
+
+/// The privileges the command starts with (applied by `run` between fork and exec).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    /// `PR_SET_NO_NEW_PRIVS`: setuid/setgid and file capabilities do not elevate (default).
+    pub no_new_privs: bool,
+    /// Capabilities kept beyond [`crate::caps::CapSet::default_kept`] when the command runs
+    /// as root (`process.keep_capabilities`; `--keep-cap` adds to it).
+    pub keep_caps: crate::caps::CapSet,
 }
 
 #[derive(Debug, Clone)]
@@ -415,6 +426,7 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         .listen
         .clone()
         .unwrap_or_else(|| DEFAULT_LISTEN.iter().map(|s| (*s).to_owned()).collect());
+    let process = process(&raw.process, &mut errs);
     let mut nets = |section: &str, list: &[String]| -> Vec<NetRule> {
         list.iter()
             .enumerate()
@@ -536,6 +548,7 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         files,
         network,
         exec,
+        process,
         audit,
     };
     let total = policy.rule_count();
@@ -563,6 +576,24 @@ impl Policy {
             + self.exec.allow.len()
             + self.network.allow.len()
             + self.network.deny.len()
+    }
+}
+
+/// The `process` section: capability names checked.
+fn process(raw: &raw::RawProcess, errs: &mut Vec<FieldError>) -> Process {
+    let mut keep_caps = crate::caps::CapSet::default();
+    for (i, c) in raw.keep_capabilities.iter().enumerate() {
+        match crate::caps::parse(c) {
+            Ok(set) => keep_caps = keep_caps.union(set),
+            Err(message) => errs.push(FieldError {
+                field: format!("process.keep_capabilities[{i}]"),
+                message,
+            }),
+        }
+    }
+    Process {
+        no_new_privs: raw.no_new_privs.unwrap_or(true),
+        keep_caps,
     }
 }
 

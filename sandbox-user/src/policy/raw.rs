@@ -19,7 +19,7 @@ pub enum AuditFormat {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a policy: a mapping with version, name, mode, files, network, exec, audit"
+    expecting = "a policy: a mapping with version, name, mode, files, network, exec, process, audit"
 )]
 pub struct RawPolicy {
     pub version: Option<u32>,
@@ -31,6 +31,8 @@ pub struct RawPolicy {
     pub network: RawNetwork,
     #[serde(default)]
     pub exec: RawExec,
+    #[serde(default)]
+    pub process: RawProcess,
     #[serde(default)]
     pub audit: RawAudit,
 }
@@ -88,6 +90,17 @@ pub struct RawExec {
     #[serde(default)]
     pub allow: Vec<String>,
     pub allow_privileged: Option<bool>,
+}
+
+/// The privileges the command starts with.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping of process settings")]
+pub struct RawProcess {
+    /// Default true: setuid/setgid bits and file capabilities do not raise privileges.
+    pub no_new_privs: Option<bool>,
+    /// Capabilities a command running as root keeps beyond the default set (`all`: all).
+    #[serde(default)]
+    pub keep_capabilities: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -249,11 +249,13 @@ fn main() {
     flood(&sandbox, &me);
 }
 
-/// `sandbox run --quiet --audit-log LOG --policy POLICY --`, ready for the command.
+/// `sandbox run --as-root --quiet --audit-log LOG --policy POLICY --`, ready for the
+/// command (the guest has no sudo: root is asked for explicitly).
 fn sandbox_run(sandbox: &str, policy: &str, log: &str) -> Command {
     let mut c = Command::new(sandbox);
     c.args([
         "run",
+        "--as-root",
         "--quiet",
         "--audit-log",
         log,

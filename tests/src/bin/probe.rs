@@ -20,6 +20,9 @@
 //!   socket FAMILY TYPE PROTO     socket(2) with numeric arguments
 //!   listen ADDR PORT             TCP bind + listen; udp-bind ADDR PORT: UDP bind
 //!   udp-unspec ADDR PORT           UDP sendto an IPv4 address labelled `AF_UNSPEC`
+//!   whoami                       uids, gids, `no_new_privs`, capability sets
+//!   open-n PATH N                open PATH for reading N times, count the outcomes
+//!   raw-socket                   open an ICMP raw socket (`CAP_NET_RAW`)
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
 #![expect(
@@ -723,6 +726,58 @@ fn qemu_exit(code: u32) -> ! {
     std::process::exit(2)
 }
 
+/// `whoami`: who this process is and what it may do: real and effective uid/gid, the
+/// `no_new_privs` flag and the capability sets from /proc/self/status (hex, as there).
+fn op_whoami() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map_or_else(|| "?".to_owned(), |v| v.trim().to_owned())
+    };
+    let first = |v: String| v.split_whitespace().next().unwrap_or("?").to_owned();
+    let second = |v: String| v.split_whitespace().nth(1).unwrap_or("?").to_owned();
+    format!(
+        "UID={} EUID={} GID={} EGID={} NNP={} CAPINH={} CAPPRM={} CAPEFF={} CAPBND={} CAPAMB={}",
+        first(field("Uid:")),
+        second(field("Uid:")),
+        first(field("Gid:")),
+        second(field("Gid:")),
+        field("NoNewPrivs:"),
+        field("CapInh:"),
+        field("CapPrm:"),
+        field("CapEff:"),
+        field("CapBnd:"),
+        field("CapAmb:"),
+    )
+}
+
+/// `open-n PATH N`: opens PATH for reading N times; counts the outcomes.
+fn op_open_n(path: &str, n: &str) -> String {
+    let (mut ok, mut denied) = (0u64, 0u64);
+    for _ in 0..n.parse::<u64>().unwrap_or(0) {
+        if op_open(path, "r") == "OK" {
+            ok += 1;
+        } else {
+            denied += 1;
+        }
+    }
+    format!("ALLOWED={ok} DENIED={denied}")
+}
+
+/// `raw-socket`: an ICMP raw socket (needs `CAP_NET_RAW`).
+fn op_raw_socket() -> String {
+    // SAFETY: plain syscalls.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
+    if fd < 0 {
+        return errno_name(last_errno());
+    }
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+    "OK".into()
+}
+
 fn run_op(words: &[String]) -> String {
     let a = |i: usize| words.get(i).map_or("", String::as_str);
     match a(0) {
@@ -775,6 +830,9 @@ fn run_op(words: &[String]) -> String {
         "tiocsti" | "tiocsti-own" => boundary::tiocsti(a(0), a(1)),
         "socket" => boundary::socket(a(1), a(2), a(3)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
+        "whoami" => op_whoami(),
+        "open-n" => op_open_n(a(1), a(2)),
+        "raw-socket" => op_raw_socket(),
         _ => "BADOP".into(),
     }
 }

@@ -291,7 +291,7 @@ fn terminal_input_cannot_be_injected() {
     };
     std::os::unix::fs::chown(&slave, Some(User::Agent.uid()), None).unwrap();
     let mut c = Command::new(&bins().sandbox);
-    let audit = d.join("tty-audit.jsonl");
+    let audit = trusted_dir(&d).join("tty-audit.jsonl");
     c.args(["run", "--audit-log"])
         .arg(&audit)
         .args(["--policy", "/dev/null", "--"])
@@ -335,7 +335,11 @@ fn terminal_input_cannot_be_injected() {
         libc::fcntl(master, libc::F_SETFL, libc::O_NONBLOCK);
         let mut buf = [0u8; 256];
         let n = libc::read(master, buf.as_mut_ptr().cast(), buf.len());
-        let got = if n > 0 { &buf[..n.cast_unsigned()] } else { &[][..] };
+        let got = if n > 0 {
+            &buf[..n.cast_unsigned()]
+        } else {
+            &[][..]
+        };
         assert!(!got.contains(&b'x'), "input reached the terminal: {got:?}");
         libc::close(master);
     }

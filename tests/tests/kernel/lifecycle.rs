@@ -99,7 +99,7 @@ fn enforcement_outlives_a_killed_sandbox() {
     let b = bins();
     let result = d.join("result");
     let mut sandbox = Command::new(&b.sandbox)
-        .arg("run")
+        .args(["run", "--as-root", "--keep-cap", "all"])
         .arg("--audit-log")
         .arg(d.join("audit.jsonl"))
         .arg("--policy")
@@ -152,7 +152,14 @@ fn same_operations_allowed_outside_the_cgroup() {
     write(&d.join("policy.yaml"), &policy);
     // A confined process that stays alive while we act from outside.
     let mut held = Command::new(&b.sandbox)
-        .args(["run", "--quiet", "--audit-log"])
+        .args([
+            "run",
+            "--as-root",
+            "--keep-cap",
+            "all",
+            "--quiet",
+            "--audit-log",
+        ])
         .arg(d.join("audit.jsonl"))
         .arg("--policy")
         .arg(d.join("policy.yaml"))
@@ -222,7 +229,14 @@ fn exit_status_propagates_and_cgroup_is_removed() {
     let d = workdir("exit_status");
     let b = bins();
     let child = Command::new(&b.sandbox)
-        .args(["run", "--quiet", "--audit-log"])
+        .args([
+            "run",
+            "--as-root",
+            "--keep-cap",
+            "all",
+            "--quiet",
+            "--audit-log",
+        ])
         .arg(d.join("audit.jsonl"))
         .args(["--", "/bin/sh", "-c", "sleep 1000 & exit 7"])
         .spawn()

@@ -13,6 +13,7 @@ mod exec;
 mod explain;
 mod files;
 mod hosts;
+mod integrity;
 mod lifecycle;
 mod mounts;
 mod names;

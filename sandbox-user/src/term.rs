@@ -1,0 +1,221 @@
+//! The terminal: human-readable lines on stderr that can never stop sandbox.
+//!
+//! While `sandbox run` or `sandbox attach` enforces, stderr may be a terminal stopped with
+//! ctrl-S, a terminal of a background job (`SIGTTOU`), a pipe whose reader stopped reading
+//! or died, or a terminal that hung up. A blocking write there would stall the event pump
+//! (the ring buffer then fills and records are lost) or the teardown; a broken pipe would
+//! kill it. So lines go through a bounded queue to a writer thread: when the queue is full
+//! the line is dropped and counted, never waited for; when stderr fails for good the
+//! writer drops everything after. The audit file is written by the pump itself and gets
+//! every record regardless. Open file descriptions are shared with the command, so stderr
+//! is never switched to non-blocking mode (that would break the command's own writes).
+//!
+//! Text from the kernel or the agent (paths, command names) goes through [`escape`]: no
+//! terminal control bytes reach the terminal.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Lines queued for the terminal at most; past this, lines are dropped (and counted).
+pub const QUEUE_LINES: usize = 1024;
+
+struct Terminal {
+    tx: Mutex<Option<SyncSender<Vec<u8>>>>,
+    /// Lines queued and not yet written or dropped.
+    pending: AtomicUsize,
+    dropped: AtomicU64,
+    /// stderr failed (broken pipe, hung-up terminal): nothing more is written.
+    dead: AtomicBool,
+}
+
+static TERM: OnceLock<Terminal> = OnceLock::new();
+
+/// Starts the writer thread; from now on [`line`] never blocks. Also makes sure that
+/// writing to a terminal of a background job does not stop sandbox (`SIGTTOU`) and that a
+/// closed pipe does not kill it (`SIGPIPE`): both are ignored, and the command gets the
+/// default back before it starts (see `run`).
+pub fn start() {
+    // SAFETY: setting signal dispositions to SIG_IGN; no handlers involved.
+    unsafe {
+        libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    TERM.get_or_init(|| {
+        let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE_LINES);
+        let spawned = std::thread::Builder::new()
+            .name("sandbox-terminal".into())
+            .spawn(move || {
+                let t = TERM.get().expect("set before the first line is sent");
+                for bytes in rx {
+                    if t.dead.load(Ordering::Relaxed) || write_all(2, &bytes).is_err() {
+                        t.dead.store(true, Ordering::Relaxed);
+                        t.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    t.pending.fetch_sub(1, Ordering::Release);
+                }
+            });
+        Terminal {
+            tx: Mutex::new(spawned.ok().map(|_| tx)),
+            pending: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+        }
+    });
+}
+
+/// Writes `bytes` to `fd`, retrying on interruption (and waiting when someone made the
+/// descriptor non-blocking). Runs on the writer thread only: it may block there.
+fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: writing from a valid slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n >= 0 {
+            bytes = &bytes[n.cast_unsigned()..];
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) => {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&raw mut p, 1, -1) };
+            }
+            _ => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Shows one line on stderr (a newline is added). Never blocks once [`start`] ran; before
+/// that (or in commands that do not enforce) it writes directly.
+pub fn line(text: &str) {
+    let mut bytes = Vec::with_capacity(text.len() + 1);
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.push(b'\n');
+    let Some(t) = TERM.get() else {
+        drop(write_all(2, &bytes));
+        return;
+    };
+    let guard =
+        t.tx.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(tx) = guard.as_ref() else {
+        t.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    t.pending.fetch_add(1, Ordering::Acquire);
+    match tx.try_send(bytes) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            t.pending.fetch_sub(1, Ordering::Release);
+            t.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Lines dropped so far because the terminal did not keep up (or failed).
+pub fn dropped() -> u64 {
+    TERM.get().map_or(0, |t| t.dropped.load(Ordering::Relaxed))
+}
+
+/// Gives the writer up to `wait` to show what is queued, then says how many lines were
+/// dropped (if any; that line may itself be dropped). Returns without waiting longer, so a
+/// stopped terminal cannot hold up sandbox's exit.
+pub fn finish(wait: Duration) {
+    let Some(t) = TERM.get() else { return };
+    let drain = |t: &Terminal, until: Instant| {
+        while t.pending.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    drain(t, Instant::now() + wait);
+    // Lines still queued now will not be shown either.
+    let n = dropped() + t.pending.load(Ordering::Acquire) as u64;
+    if n > 0 {
+        line(&format!(
+            "sandbox: {n} terminal line(s) dropped: stderr did not keep up (the audit log has \
+             every record)"
+        ));
+        drain(t, Instant::now() + Duration::from_millis(100));
+    }
+}
+
+/// Makes text from the kernel or the agent safe to show on a terminal: C0 controls
+/// (including ESC, newline, tab), DEL and C1 controls become `\xNN` / `\u{NN}`, as do the
+/// Unicode direction overrides that make a line read differently from what it says;
+/// backslashes are doubled so the result is unambiguous. Everything else is unchanged.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    let needs = |c: char| {
+        c == '\\'
+            || c.is_ascii_control()
+            || ('\u{80}'..='\u{9f}').contains(&c)
+            || is_bidi_control(c)
+    };
+    if !s.chars().any(needs) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if c.is_ascii_control() {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else if needs(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Unicode formatting characters that reorder how a line is displayed (Trojan Source).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_control_bytes_are_escaped() {
+        let cases: &[(&str, &str)] = &[
+            ("/home/u/file.txt", "/home/u/file.txt"),
+            (
+                "/tmp/\x1b[2J\x1b]0;owned\x07",
+                "/tmp/\\x1b[2J\\x1b]0;owned\\x07",
+            ),
+            ("a\nb\rc\td", "a\\x0ab\\x0dc\\x09d"),
+            ("del\x7f", "del\\x7f"),
+            ("nul\0", "nul\\x00"),
+            // C1: CSI (U+009B) and OSC (U+009D) as characters.
+            ("c1\u{9b}31m\u{9d}x", "c1\\u{9b}31m\\u{9d}x"),
+            ("rtl\u{202e}txt.exe", "rtl\\u{202e}txt.exe"),
+            ("back\\slash", "back\\\\slash"),
+            ("ünïcødé ✓", "ünïcødé ✓"),
+            ("lossy \u{fffd}", "lossy \u{fffd}"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(escape(input), *want, "{input:?}");
+        }
+        assert!(matches!(escape("plain"), Cow::Borrowed(_)));
+        // Nothing that a terminal interprets survives, for every char below U+00A0.
+        for c in (0u32..0xa0).filter_map(char::from_u32) {
+            let e = escape(&c.to_string()).into_owned();
+            assert!(
+                e.chars().all(|x| (' '..='~').contains(&x)),
+                "{c:?} -> {e:?}"
+            );
+        }
+    }
+}
