@@ -363,6 +363,16 @@ pub mod hook {
     /// Changing another process's scheduling, priority or memory placement
     /// (`target` = its tgid).
     pub const TASK: u32 = 26;
+    /// `umount(2)` of any mount.
+    pub const UMOUNT: u32 = 27;
+    /// Reaching into the kernel: loading a module or a kexec image (`access` = 1 from a
+    /// file, 2 from memory; `target` = the kernel's `kernel_read_file_id`), or any check of
+    /// the kernel's lockdown list (`access` = 3, `target` = the `lockdown_reason`: /dev/mem,
+    /// I/O ports, MSRs, kprobes, BPF reads of kernel memory, ...).
+    pub const KERNEL: u32 = 28;
+    /// `clone3(CLONE_INTO_CGROUP)`: a child started straight into a cgroup of the caller's
+    /// choice (the kernel checks it without opening `cgroup.procs`).
+    pub const CLONE_INTO_CGROUP: u32 = 29;
 }
 
 /// What happened (`EventHeader::decision`).

@@ -86,6 +86,12 @@ pub const PROGRAMS: &[Program] = &[
     newer("file_ioctl_compat", "file_ioctl_compat", 3),
     prog("sb_mount", "sb_mount", 5),
     prog("move_mount", "move_mount", 2),
+    prog("sb_umount", "sb_umount", 2),
+    prog("task_alloc", "task_alloc", 2),
+    prog("task_setrlimit", "task_setrlimit", 3),
+    prog("kernel_read_file", "kernel_read_file", 3),
+    prog("kernel_load_data", "kernel_load_data", 2),
+    prog("locked_down", "locked_down", 1),
 ];
 
 /// The program named `name` (compile-time: an unknown name fails the build).

@@ -64,6 +64,9 @@ impl TryFrom<u32> for Hook {
             hook::LISTEN => Ok(Self::Net("listen")),
             hook::IOCTL => Ok(Self::Protect("ioctl")),
             hook::TASK => Ok(Self::Protect("task")),
+            hook::UMOUNT => Ok(Self::Protect("umount")),
+            hook::KERNEL => Ok(Self::Protect("kernel")),
+            hook::CLONE_INTO_CGROUP => Ok(Self::Protect("clone_into_cgroup")),
             other => Err(other),
         }
     }
@@ -375,6 +378,9 @@ impl Formatter<'_> {
                     "ioctl" => {
                         obj.insert("ioctl_cmd".into(), json!(h.access));
                     }
+                    "kernel" => {
+                        obj.insert("kernel".into(), kernel_detail(h.access, h.target));
+                    }
                     _ => {}
                 }
             }
@@ -442,6 +448,11 @@ impl Formatter<'_> {
             Hook::Protect("bpf") => format!("bpf() command {}", h.target),
             Hook::Protect("signal") => format!("signal {} to pid {}", h.access, h.target),
             Hook::Protect("ioctl") => format!("ioctl {:#x} (terminal input)", h.access),
+            Hook::Protect("kernel") => match h.access {
+                3 => format!("kernel lockdown check (reason {})", h.target),
+                _ => format!("loading {} into the kernel", read_file_kind(h.target)),
+            },
+            Hook::Protect("clone_into_cgroup") => "clone3 into another cgroup".to_owned(),
             Hook::Protect(activity) if h.target != 0 => format!("{activity} of pid {}", h.target),
             Hook::Protect(activity) => activity.to_owned(),
             Hook::Unix(activity) => format!("unix {activity} {}", self.full_path(e)),
@@ -919,6 +930,33 @@ pub fn rfc3339(t: SystemTime) -> String {
         rem % 60,
         d.subsec_millis()
     )
+}
+
+/// The kind of code a `kernel_read_file`/`kernel_load_data` check was for (the kernel's
+/// `kernel_read_file_id`, the same order in every kernel this project supports).
+fn read_file_kind(id: u32) -> &'static str {
+    match id {
+        2 => "a module",
+        3 => "a kexec image",
+        4 => "a kexec initramfs",
+        5 => "a security policy",
+        6 => "an x509 certificate",
+        _ => "data",
+    }
+}
+
+/// The `kernel` object of a record of hook::KERNEL.
+fn kernel_detail(how: u32, id: u32) -> Value {
+    match how {
+        // Lockdown reasons are numbered differently between kernels: the number only.
+        3 => json!({ "check": "lockdown", "lockdown_reason": id }),
+        1 | 2 => json!({
+            "check": if how == 1 { "read_file" } else { "load_data" },
+            "id": id,
+            "what": read_file_kind(id),
+        }),
+        _ => json!({ "check": how }),
+    }
 }
 
 #[cfg(test)]

@@ -49,7 +49,13 @@ pub fn start() {
         let spawned = std::thread::Builder::new()
             .name("sandbox-terminal".into())
             .spawn(move || {
-                let t = TERM.get().expect("set before the first line is sent");
+                // TERM is set as soon as this closure returns; the thread may start first.
+                let t = loop {
+                    if let Some(t) = TERM.get() {
+                        break t;
+                    }
+                    std::thread::yield_now();
+                };
                 for bytes in rx {
                     if t.dead.load(Ordering::Relaxed) || write_all(2, &bytes).is_err() {
                         t.dead.store(true, Ordering::Relaxed);

@@ -7,6 +7,11 @@
 //!   signals other than 0, no changes to scheduling, I/O priority or memory placement of a
 //!   process outside the sandbox.
 //! - The terminal: no ioctl that injects input (`TIOCSTI`, `TIOCLINUX`).
+//! - The kernel (the second layer under the capabilities a root command loses): no
+//!   unmounting, no child started into a cgroup of its choice (`clone3(CLONE_INTO_CGROUP)`),
+//!   no kernel modules or kexec images, no operation on the kernel's lockdown list (one hook:
+//!   `/dev/mem`, `/dev/port`, I/O ports, MSRs, kprobes, BPF reads of kernel memory,
+//!   hibernation, ...), no resource limits set on processes outside.
 //!
 //! The whole policy's mode decides audit vs enforce.
 
@@ -22,6 +27,11 @@ use crate::scope::{self, Scope};
 /// `PTRACE_MODE_NOAUDIT` (include/linux/ptrace.h): the caller asks for no audit record
 /// (e.g. `/proc/PID/stat` fields that `ps` reads for every process).
 const PTRACE_MODE_NOAUDIT: u32 = 0x04;
+/// `clone3`'s flag to start the child in a cgroup of the caller's choice (uapi/linux/sched.h).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// `READING_FIRMWARE` / `LOADING_FIRMWARE` (include/linux/kernel_read_file.h): a driver's
+/// firmware, loaded in the context of whichever task made the device ask for it.
+const FIRMWARE: u32 = 1;
 /// Terminal ioctls that push bytes into a terminal's input (include/uapi/asm-generic/ioctls.h).
 const TIOCSTI: u32 = 0x5412;
 const TIOCLINUX: u32 = 0x541C;
@@ -99,6 +109,16 @@ fn ioctl(cmd: u32, scope: Scope) -> i32 {
     deny(rep, reason::TTY_INJECTION, scope)
 }
 
+/// Loading code into the kernel (`how`: 1 from a file, 2 from memory; `id` the kind) or
+/// passing one of the kernel's lockdown checks (`how` 3, `id` the reason).
+#[inline(always)]
+fn kernel(how: u32, id: u32, scope: Scope) -> i32 {
+    let mut rep = Report::bare(hook::KERNEL, scope.policy_id);
+    rep.access = how;
+    rep.target = id;
+    deny(rep, reason::SELF_PROTECTION, scope)
+}
+
 // `security_bpf` took three parameters until a fourth (`kernel`) was added; one program
 // per form, the loader attaches the one the kernel's BTF says fits.
 hook!(bpf_3, "bpf", |ctx, scope| bpf(ctx.arg(0), scope));
@@ -145,3 +165,42 @@ hook!(move_mount, "move_mount", |_ctx, scope| {
         scope,
     )
 });
+hook!(sb_umount, "sb_umount", |_ctx, scope| {
+    deny(
+        Report::bare(hook::UMOUNT, scope.policy_id),
+        reason::SELF_PROTECTION,
+        scope,
+    )
+});
+// Checked before the scope lookup: every fork of the host runs this hook.
+hook!(
+    task_alloc,
+    "task_alloc",
+    |ctx, scope| deny(
+        Report::bare(hook::CLONE_INTO_CGROUP, scope.policy_id),
+        reason::SELF_PROTECTION,
+        scope,
+    ),
+    if ctx.arg::<u64>(1) & CLONE_INTO_CGROUP != 0
+);
+hook!(task_setrlimit, "task_setrlimit", |ctx, scope| {
+    task(hook::TASK, scope, ctx.arg(0), ctx.arg(1), false)
+});
+hook!(
+    kernel_read_file,
+    "kernel_read_file",
+    |ctx, scope| kernel(1, ctx.arg(1), scope),
+    if ctx.arg::<u32>(1) != FIRMWARE
+);
+hook!(
+    kernel_load_data,
+    "kernel_load_data",
+    |ctx, scope| kernel(2, ctx.arg(0), scope),
+    if ctx.arg::<u32>(0) != FIRMWARE
+);
+hook!(
+    locked_down,
+    "locked_down",
+    |ctx, scope| kernel(3, ctx.arg(0), scope),
+    if ctx.arg::<u32>(0) != 0
+);

@@ -67,6 +67,48 @@ pub const IMPLICIT_DEVICE_WRITES: &[&str] = &[
     "/dev/urandom",
 ];
 
+/// What no sandboxed process may change, whatever the policy says: the kernel's settings,
+/// including those that start programs as root outside any sandbox (`core_pattern`,
+/// `modprobe`, binfmt_misc, `uevent_helper`), devices and drivers (`/sys/bus/.../unbind`),
+/// and the BPF file system where sandbox pins its programs. Only a root command with the
+/// capabilities kept could write most of them; this is the layer under the capabilities.
+/// `/sys/fs/cgroup` is not listed: the run's own subtree stays writable (child cgroups),
+/// every other cgroup is refused by the programs themselves.
+const IMPLICIT_READ_ONLY: &[&str] = &[
+    "/proc/sys/**",
+    "/proc/sysrq-trigger",
+    "/sys/block/**",
+    "/sys/bus/**",
+    "/sys/class/**",
+    "/sys/dev/**",
+    "/sys/devices/**",
+    "/sys/firmware/**",
+    "/sys/hypervisor/**",
+    "/sys/kernel/**",
+    "/sys/module/**",
+    "/sys/power/**",
+    "/sys/fs/bpf/**",
+    "/sys/fs/fuse/**",
+    "/sys/fs/pstore/**",
+    "/sys/fs/selinux/**",
+    "/sys/fs/smackfs/**",
+    "/sys/fs/ext4/**",
+    "/sys/fs/btrfs/**",
+    "/sys/fs/xfs/**",
+];
+
+fn implicit_read_only() -> Vec<PathRule> {
+    IMPLICIT_READ_ONLY
+        .iter()
+        .map(|d| PathRule {
+            field: "files.read_only (implicit: kernel settings)".into(),
+            source: (*d).to_owned(),
+            glob: (*d).to_owned(),
+            literal: None,
+        })
+        .collect()
+}
+
 fn implicit_device_writes() -> Vec<PathRule> {
     IMPLICIT_DEVICE_WRITES
         .iter()
@@ -135,6 +177,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     let f = &policy.files;
     add_paths(&f.deny, accept::FILE_DENY, &mut rules);
     add_paths(&f.read_only, accept::FILE_READ_ONLY, &mut rules);
+    add_paths(&implicit_read_only(), accept::FILE_READ_ONLY, &mut rules);
     let workspace = PathRule {
         field: "files.workspace".into(),
         source: f.workspace.display().to_string(),

@@ -20,6 +20,11 @@
 //!   socket FAMILY TYPE PROTO     socket(2) with numeric arguments
 //!   listen ADDR PORT             TCP bind + listen; udp-bind ADDR PORT: UDP bind
 //!   udp-unspec ADDR PORT           UDP sendto an IPv4 address labelled `AF_UNSPEC`
+//!   clone-into-cgroup DIR        clone3 with `CLONE_INTO_CGROUP` into the cgroup DIR
+//!   umount PATH                  umount(2)
+//!   finit-module PATH            `finit_module` of the file PATH
+//!   ioperm                       ioperm(0x80, 1, 1): port I/O (a lockdown check)
+//!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
 //!   whoami                       uids, gids, `no_new_privs`, capability sets
 //!   open-n PATH N                open PATH for reading N times, count the outcomes
 //!   raw-socket                   open an ICMP raw socket (`CAP_NET_RAW`)
@@ -830,6 +835,9 @@ fn run_op(words: &[String]) -> String {
         "tiocsti" | "tiocsti-own" => boundary::tiocsti(a(0), a(1)),
         "socket" => boundary::socket(a(1), a(2), a(3)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
+        "clone-into-cgroup" | "umount" | "finit-module" | "ioperm" | "prlimit" => {
+            kernel::op(a(0), a(1))
+        }
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2)),
         "raw-socket" => op_raw_socket(),
@@ -1045,6 +1053,91 @@ mod boundary {
                     libc::close(fd);
                     out
                 }
+            }
+        }
+    }
+}
+
+/// Operations that reach into the kernel or leave the sandbox's cgroup.
+mod kernel {
+    use super::{errno_name, last_errno};
+    use std::ffi::CString;
+
+    fn ret(r: i64) -> String {
+        if r < 0 {
+            errno_name(last_errno())
+        } else {
+            "OK".into()
+        }
+    }
+
+    pub fn op(op: &str, arg: &str) -> String {
+        let c = CString::new(arg).unwrap_or_default();
+        // SAFETY: plain system calls on our own buffers.
+        unsafe {
+            match op {
+                "clone-into-cgroup" => {
+                    let dir = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                    if dir < 0 {
+                        return errno_name(last_errno());
+                    }
+                    // struct clone_args (uapi/linux/sched.h): flags, pidfd, child_tid,
+                    // parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+                    // set_tid_size, cgroup.
+                    let mut args = [0u64; 11];
+                    args[0] = 0x2_0000_0000; // CLONE_INTO_CGROUP
+                    args[4] = u64::from(libc::SIGCHLD.cast_unsigned());
+                    args[10] = u64::from(dir.cast_unsigned());
+                    let pid = libc::syscall(libc::SYS_clone3, args.as_mut_ptr(), 88usize);
+                    if pid == 0 {
+                        libc::_exit(0);
+                    }
+                    let out = ret(pid);
+                    if pid > 0 {
+                        libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+                    }
+                    libc::close(dir);
+                    out
+                }
+                "umount" => ret(i64::from(libc::umount2(c.as_ptr(), 0))),
+                "finit-module" => {
+                    let fd = libc::open(c.as_ptr(), libc::O_RDONLY);
+                    if fd < 0 {
+                        return errno_name(last_errno());
+                    }
+                    let r = libc::syscall(libc::SYS_finit_module, fd, c"".as_ptr(), 0);
+                    let out = ret(r);
+                    libc::close(fd);
+                    out
+                }
+                "ioperm" => {
+                    let r = libc::ioperm(0x80, 1, 1);
+                    if r == 0 {
+                        libc::ioperm(0x80, 1, 0);
+                    }
+                    ret(i64::from(r))
+                }
+                "prlimit" => {
+                    let pid: i32 = arg.parse().unwrap_or(0);
+                    let mut old = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::prlimit(pid, libc::RLIMIT_CORE, std::ptr::null(), &raw mut old) != 0 {
+                        return errno_name(last_errno());
+                    }
+                    let new = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: old.rlim_max,
+                    };
+                    ret(i64::from(libc::prlimit(
+                        pid,
+                        libc::RLIMIT_CORE,
+                        &raw const new,
+                        std::ptr::null_mut(),
+                    )))
+                }
+                _ => "BADOP".into(),
             }
         }
     }

@@ -292,9 +292,13 @@ fn terminal_input_cannot_be_injected() {
     std::os::unix::fs::chown(&slave, Some(User::Agent.uid()), None).unwrap();
     let mut c = Command::new(&bins().sandbox);
     let audit = trusted_dir(&d).join("tty-audit.jsonl");
+    let policy = trusted_dir(&d).join("tty-policy.yaml");
+    write(&policy, "name: tty\n");
     c.args(["run", "--audit-log"])
         .arg(&audit)
-        .args(["--policy", "/dev/null", "--"])
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--")
         .arg(&bins().probe)
         .args(["tiocsti", "/dev/stdin", "::", "tiocsti", &slave])
         .env("SUDO_UID", "1000")

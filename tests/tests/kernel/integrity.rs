@@ -618,7 +618,9 @@ fn a_root_command_keeps_no_capability_that_reaches_past_the_policy() {
     // The route: root outside has them.
     assert_eq!(probe_outside(&["raw-socket"]), "OK");
     assert_eq!(probe_outside(&["bpf"]), "OK");
-    let plain = policy("plain.yaml", "name: plain\n");
+    // Raw sockets are allowed by the policy: what stops them here is the capability.
+    let sockets = "network:\n  sockets: [unix, inet, inet6, netlink, raw]\n";
+    let plain = policy("plain.yaml", &format!("name: plain\n{sockets}"));
     let ops = [probe.as_str(), "whoami", "::", "raw-socket", "::", "bpf"];
     let r = sandbox_run(&d, &audit, &["--as-root", "--policy", &plain], &[], &ops);
     let who = r.result("whoami");
@@ -651,7 +653,7 @@ fn a_root_command_keeps_no_capability_that_reaches_past_the_policy() {
     r.expect("bpf", "EPERM");
     let keeps = policy(
         "keeps.yaml",
-        "process:\n  keep_capabilities: [CAP_NET_RAW]\n",
+        &format!("process:\n  keep_capabilities: [CAP_NET_RAW]\n{sockets}"),
     );
     let r = sandbox_run(&d, &audit, &["--as-root", "--policy", &keeps], &[], &ops);
     r.expect("raw-socket", "OK");

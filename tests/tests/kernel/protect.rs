@@ -63,3 +63,84 @@ fn self_protection() {
     // The same calls from outside the sandbox are not ours to refuse.
     assert_eq!(probe_outside(&["bpf"]), "OK");
 }
+
+/// A root command that kept every capability still cannot reach past the policy through
+/// the kernel: no child started into another cgroup, no unmount, no kernel module, no
+/// operation on the lockdown list, no resource limits on processes outside, no writes to
+/// the kernel's settings (the files that start helpers as root outside any sandbox) or to
+/// the BPF file system. Each route is shown working outside the sandbox first.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn root_cannot_reach_past_the_policy_through_the_kernel() {
+    let d = workdir("root_kernel");
+    for m in ["m_out", "m_in"] {
+        std::fs::create_dir_all(d.join(m)).unwrap();
+    }
+    let _m_in = Tmpfs::mount(&d.join("m_in"));
+    let m_out = Tmpfs::mount(&d.join("m_out"));
+    write(&d.join("not-a-module.ko"), "not an ELF file, but not empty");
+    let mut outsider = Command::new("sleep").arg("600").spawn().unwrap();
+    let pid = outsider.id().to_string();
+    let module = path_str(&d, "not-a-module.ko");
+    let cases: &[(&str, &str, &str)] = &[
+        ("clone-into-cgroup /sys/fs/cgroup", OK, EPERM),
+        ("finit-module", "ENOEXEC", EPERM),
+        ("ioperm", OK, EPERM),
+        ("prlimit", OK, EPERM),
+        ("open /proc/sys/kernel/core_pattern w", OK, EACCES),
+        ("open /proc/sys/kernel/modprobe w", OK, EACCES),
+        ("mkdir /sys/fs/bpf/planted", OK, EACCES),
+    ];
+    let words = |op: &str| -> Vec<String> {
+        let mut w: Vec<String> = op.split_whitespace().map(str::to_owned).collect();
+        match w[0].as_str() {
+            "finit-module" => w.push(module.clone()),
+            "prlimit" => w.push(pid.clone()),
+            _ => {}
+        }
+        w
+    };
+    // Outside the sandbox, as root: every route works (the module is refused by the
+    // module loader itself, after the security check).
+    for (op, outside, _) in cases {
+        let w = words(op);
+        let refs: Vec<&str> = w.iter().map(String::as_str).collect();
+        assert_eq!(probe_outside(&refs), *outside, "outside: {op}");
+    }
+    assert_eq!(probe_outside(&["rmdir", "/sys/fs/bpf/planted"]), OK);
+    assert_eq!(probe_outside(&["umount", &path_str(&d, "m_out")]), OK);
+    std::mem::forget(m_out);
+    // Inside, as root with every capability kept.
+    let mut ops: Vec<Vec<String>> = cases.iter().map(|(op, _, _)| words(op)).collect();
+    ops.push(vec!["umount".into(), path_str(&d, "m_in")]);
+    let refs: Vec<Vec<&str>> = ops
+        .iter()
+        .map(|w| w.iter().map(String::as_str).collect())
+        .collect();
+    let slices: Vec<&[&str]> = refs.iter().map(Vec::as_slice).collect();
+    let r = probe(&d, Some("name: root-kernel\n"), &slices);
+    for ((op, _, inside), w) in cases.iter().zip(&ops) {
+        assert_eq!(
+            r.result(&w.join(" ")),
+            *inside,
+            "inside: {op}\n{}",
+            r.stdout
+        );
+    }
+    r.expect(&format!("umount {}", path_str(&d, "m_in")), EPERM);
+    outsider.kill().unwrap();
+    let _ = outsider.wait();
+    r.check_records(&[
+        rec("/activity", "clone_into_cgroup").has("/policy/rule", "self_protection"),
+        rec("/activity", "umount").has("/policy/rule", "self_protection"),
+        rec("/kernel/check", "read_file").has("/kernel/what", "a module"),
+        rec("/kernel/check", "lockdown").some(),
+        rec("/activity", "task").has("/target/pid", outsider.id()),
+        rec("/file/path", "/proc/sys/kernel/core_pattern").has(
+            "/policy/rule",
+            "files.read_only (implicit: kernel settings)",
+        ),
+        rec("/file/path", "/proc/sys/kernel/modprobe"),
+        rec("/file/path", "/sys/fs/bpf/planted").has("/activity", "mkdir"),
+    ]);
+}
