@@ -33,7 +33,9 @@ macro_rules! hook {
             if prev != 0 {
                 return $crate::hooks::honour(prev);
             }
-            if !$pre {
+            // Bound first: `!` must apply to the whole test, whatever its operators.
+            let pre: bool = $pre;
+            if !pre {
                 return 0;
             }
             let Some($scope) = $crate::scope::current() else {
