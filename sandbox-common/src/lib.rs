@@ -417,6 +417,10 @@ pub mod reason {
     pub const NOT_IN_LISTEN_ALLOWLIST: u32 = 14;
     /// Terminal input injection (`TIOCSTI`, `TIOCLINUX`).
     pub const TTY_INJECTION: u32 = 15;
+    /// Another task took this CPU's working memory in the middle of the decision (a
+    /// preemptible kernel), twice in a row: the decision could be about its path, so the
+    /// operation is denied (fail closed).
+    pub const PREEMPTED: u32 = 16;
 }
 
 /// `EventHeader::flags`.

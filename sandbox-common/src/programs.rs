@@ -92,6 +92,7 @@ pub const PROGRAMS: &[Program] = &[
     prog("kernel_read_file", "kernel_read_file", 3),
     prog("kernel_load_data", "kernel_load_data", 2),
     prog("locked_down", "locked_down", 1),
+    prog("file_send_sigiotask", "file_send_sigiotask", 3),
 ];
 
 /// The program named `name` (compile-time: an unknown name fails the build).

@@ -75,6 +75,10 @@ pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Per-CPU working memory: the path being built and the record being sent.
 #[repr(C)]
 pub struct Scratch {
+    /// The task (`pid_tgid`) whose decision the slot holds: LSM programs run with
+    /// migration disabled but may be preempted, and another task's program on this CPU then
+    /// takes the slot. Set when a decision starts, checked before its result is used.
+    pub owner: u64,
     pub walk: crate::path::Walk,
     pub scan: crate::path::Scan,
     pub path: [u8; PATH_BUF],
@@ -85,6 +89,22 @@ pub struct Scratch {
 
 #[map]
 pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// Takes this CPU's working memory for the current task's decision.
+#[inline(always)]
+pub fn claim(s: &mut Scratch) {
+    // SAFETY: plain helper call.
+    s.owner = unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() };
+}
+
+/// The working memory still holds the current task's decision (no other task ran a
+/// program on this CPU since [`claim`]).
+#[inline(always)]
+pub fn still_mine() -> bool {
+    // SAFETY: plain helper call.
+    let me = unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() };
+    scratch().is_some_and(|s| s.owner == me)
+}
 
 /// This CPU's working memory. Every user goes through here.
 #[inline(always)]

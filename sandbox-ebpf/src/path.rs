@@ -106,6 +106,8 @@ pub enum Resolved {
     Unresolved(u32),
     /// On a file system mounted after load that userspace has not placed yet: fail closed.
     Unplaced,
+    /// Another task's decision took the working memory meanwhile (see `maps::claim`).
+    Preempted,
 }
 
 /// `SB_KERNMOUNT` (include/linux/fs.h): a kernel-internal mount (pipes, sockets, memfd,
@@ -247,6 +249,7 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
 #[inline(always)]
 pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
     let s = scratch().ok_or(())?;
+    crate::maps::claim(s);
     s.walk = Walk {
         dentry: dentry as u64,
         off: PATH_END,
@@ -308,6 +311,9 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
     };
     // SAFETY: the value is a plain u32 copied out immediately.
     let inode = unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0);
+    if !crate::maps::still_mine() {
+        return Resolved::Preempted;
+    }
     Resolved::Matched(FileMatch {
         path,
         inode,
@@ -362,6 +368,7 @@ fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>
 #[inline(always)]
 pub fn place_name(src: *const u8, len: u32) -> Result<u32, ()> {
     let s = scratch().ok_or(())?;
+    crate::maps::claim(s);
     if len >= NAME_MAX as u32 {
         return Err(());
     }

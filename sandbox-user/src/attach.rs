@@ -196,6 +196,10 @@ async fn serve(
                 pump.fmt.mounts.clone_from(&m);
                 armed.mounts = m;
             }
+            changed = armed.host_addrs.changed() => {
+                changed?;
+                armed.host_addrs.refresh(&mut armed.enforcer, &armed.compiled)?;
+            }
 
             () = &mut lookup, if has_hosts && resolving.is_none() => {
                 resolving = Some(HostState::start_lookup(&armed.compiled));

@@ -242,6 +242,7 @@ impl Formatter<'_> {
             reason::SOCKET_KIND => "network.sockets",
             reason::NOT_IN_LISTEN_ALLOWLIST => "network.listen",
             reason::TTY_INJECTION => "(terminal input injection)",
+            reason::PREEMPTED => "(decision interrupted by another task, fail closed)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -264,6 +265,7 @@ impl Formatter<'_> {
             reason::SOCKET_KIND => "socket_kind",
             reason::NOT_IN_LISTEN_ALLOWLIST => "not_in_listen_allowlist",
             reason::TTY_INJECTION => "tty_injection",
+            reason::PREEMPTED => "preempted",
             _ => "unknown",
         }
     }

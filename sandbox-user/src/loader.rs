@@ -428,6 +428,31 @@ impl Enforcer {
         Ok(())
     }
 
+    /// Denies the addresses in `now` this host gained after the policy was compiled (with
+    /// `block_private`): each gets its own entry, deny first. `added` holds what was added
+    /// before; it is updated. Returns the addresses added this time. Addresses that go
+    /// away keep their entry: a stale deny fails closed.
+    pub fn deny_host_addrs(
+        &mut self,
+        policy: &CompiledPolicy,
+        now: &[std::net::IpAddr],
+        added: &mut std::collections::BTreeSet<std::net::IpAddr>,
+    ) -> Result<Vec<std::net::IpAddr>, LoadError> {
+        let mut out = Vec::new();
+        for addr in now {
+            if added.contains(addr) {
+                continue;
+            }
+            let Some(e) = crate::compile::net::own_host_entry(&policy.net, *addr) else {
+                continue;
+            };
+            self.put_net(self.policy_id, *addr, e.rules)?;
+            added.insert(*addr);
+            out.push(*addr);
+        }
+        Ok(out)
+    }
+
     /// Writes compiled LPM entries under policy id `pid`.
     fn put_tables(
         &mut self,

@@ -279,6 +279,57 @@ pub struct Armed {
     /// What runs whose sandbox died left in their ring buffers, for the audit log.
     pub orphans: Vec<crate::pins::Orphans>,
     pub cgroup: Cgroup,
+    /// Addresses this host gained while sandbox runs, denied as its own (`block_private`).
+    pub host_addrs: HostAddrs,
+}
+
+/// The host's own addresses, followed while sandbox runs (with `block_private`).
+pub struct HostAddrs {
+    /// Opened before the addresses are read again, so no change goes unnoticed.
+    pub watch: Option<crate::netif::AddrWatch>,
+    /// Added after compilation (the compiled ones are in the policy).
+    pub added: std::collections::BTreeSet<std::net::IpAddr>,
+}
+
+impl HostAddrs {
+    /// Starts following the addresses and denies those gained since the policy was
+    /// compiled. Without `block_private` there is nothing to follow.
+    fn start(enforcer: &mut Enforcer, compiled: &CompiledPolicy) -> anyhow::Result<Self> {
+        let mut me = Self {
+            watch: None,
+            added: std::collections::BTreeSet::new(),
+        };
+        if compiled.net.host_rule.is_some() {
+            me.watch = Some(
+                crate::netif::AddrWatch::new()
+                    .context("watching this host's network addresses (netlink)")?,
+            );
+            me.refresh(enforcer, compiled)?;
+        }
+        Ok(me)
+    }
+
+    /// After a change: denies the addresses gained.
+    pub fn refresh(
+        &mut self,
+        enforcer: &mut Enforcer,
+        compiled: &CompiledPolicy,
+    ) -> anyhow::Result<()> {
+        let now = crate::netif::addresses();
+        let new = enforcer.deny_host_addrs(compiled, &now, &mut self.added)?;
+        if !new.is_empty() && std::env::var_os("SANDBOX_DEBUG").is_some() {
+            term::line(&format!("sandbox: debug: this host gained {new:?}: denied"));
+        }
+        Ok(())
+    }
+
+    /// Waits for a change (never, when not following).
+    pub async fn changed(&mut self) -> std::io::Result<()> {
+        match &mut self.watch {
+            Some(w) => w.changed().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// After the mount table changed (a file system mounted or moved after load): re-reads
@@ -368,13 +419,14 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
         existing,
         &mut t,
     ) {
-        Ok((mounts, mount_watch, hosts, cgroup)) => Ok(Armed {
+        Ok((mounts, mount_watch, hosts, host_addrs, cgroup)) => Ok(Armed {
             enforcer,
             compiled,
             mounts,
             mount_watch,
             identities: ids,
             hosts,
+            host_addrs,
             cgroup,
             reported_drops: 0,
             reported_map,
@@ -396,7 +448,13 @@ fn arm_loaded(
     bind: Bind<'_>,
     existing: Option<Cgroup>,
     t: &mut Timer,
-) -> anyhow::Result<(Vec<Superblock>, mounts::MountWatch, HostState, Cgroup)> {
+) -> anyhow::Result<(
+    Vec<Superblock>,
+    mounts::MountWatch,
+    HostState,
+    HostAddrs,
+    Cgroup,
+)> {
     let mount_watch = mounts::MountWatch::new().context("watching /proc/self/mountinfo")?;
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(compiled, &mounts, ids)?;
@@ -408,6 +466,7 @@ fn arm_loaded(
         }
         hosts.install(&round, enforcer, compiled)?;
     }
+    let host_addrs = HostAddrs::start(enforcer, compiled)?;
     t.lap("apply");
     let cgroup = match (existing, bind) {
         (Some(c), _) => {
@@ -425,7 +484,7 @@ fn arm_loaded(
         (None, Bind::Existing(p)) => bail!("cgroup {} was not opened", p.display()),
     };
     t.lap("cgroup bound");
-    Ok((mounts, mount_watch, hosts, cgroup))
+    Ok((mounts, mount_watch, hosts, host_addrs, cgroup))
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
@@ -765,6 +824,10 @@ async fn supervise(
                 let m = remount(&mut armed.enforcer, &armed.compiled)?;
                 pump.fmt.mounts.clone_from(&m);
                 armed.mounts = m;
+            }
+            changed = armed.host_addrs.changed() => {
+                changed?;
+                armed.host_addrs.refresh(&mut armed.enforcer, &armed.compiled)?;
             }
 
             () = &mut lookup, if has_hosts && resolving.is_none() => {

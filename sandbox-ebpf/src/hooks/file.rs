@@ -54,13 +54,19 @@ pub fn check(
     target: u32,
     decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
 ) -> i32 {
-    let (v, flags) = match path::resolve(scope.policy_id, scope.info, &mut facts) {
+    let mut resolved = path::resolve(scope.policy_id, scope.info, &mut facts);
+    if matches!(resolved, Resolved::Preempted) {
+        // Once more: being preempted twice in one short decision is rare.
+        resolved = path::resolve(scope.policy_id, scope.info, &mut facts);
+    }
+    let (v, flags) = match resolved {
         Resolved::Matched(m) => match decide(&m, &facts) {
             Some(v) => (v, 0),
             None => return 0,
         },
         Resolved::Unresolved(flags) => (Deny::because(reason::PATH_UNRESOLVED), flags),
         Resolved::Unplaced => (Deny::because(reason::UNPLACED_MOUNT), 0),
+        Resolved::Preempted => (Deny::because(reason::PREEMPTED), 0),
     };
     let mut rep = Report::file(hook_id, scope.policy_id, &facts, f_mode, flags);
     rep.target = target;

@@ -228,6 +228,14 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
     };
     rep.path_start = start;
     let m = path::match_name(scope.policy_id, scope.info, start);
+    if !crate::maps::still_mine() {
+        return finish(
+            rep,
+            decide::Deny::because(reason::PREEMPTED),
+            audit,
+            errno::EACCES,
+        );
+    }
     match decide::unix(false, &m) {
         Some(v) => finish(rep, v, audit, errno::EACCES),
         None => 0,

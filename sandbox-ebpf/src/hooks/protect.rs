@@ -204,3 +204,27 @@ hook!(
     |ctx, scope| kernel(3, ctx.arg(0), scope),
     if ctx.arg::<u32>(0) != 0
 );
+
+/// `SIGIO`/`SIGURG` (and the `F_SETSIG` signal) to a task that owns a file: delivered in
+/// the context of whoever made the I/O happen, so there is no scope to look up. sandbox
+/// never asks for them (`F_SETOWN`), so a delivery to one of its processes was arranged by
+/// someone else (a confined root command that set sandbox as the owner of its file): it is
+/// refused, without a record.
+#[aya_ebpf::macros::lsm(hook = "file_send_sigiotask")]
+pub fn file_send_sigiotask(ctx: aya_ebpf::programs::LsmContext) -> i32 {
+    const PREV: usize = sandbox_common::programs::arity("file_send_sigiotask");
+    let prev: i32 = ctx.arg(PREV);
+    if prev != 0 {
+        return super::honour(prev);
+    }
+    let off = kread::offsets();
+    if off.valid == 0 {
+        return 0;
+    }
+    let tgid: u32 = kread::read(ctx.arg::<*const u8>(0), off.task_struct_tgid).unwrap_or(0);
+    if maps::PROTECTED.get_ptr(&tgid).is_some() {
+        -errno::EPERM
+    } else {
+        0
+    }
+}

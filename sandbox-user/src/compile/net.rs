@@ -58,6 +58,10 @@ pub struct NetCompiled {
     /// `p + LISTEN_ID_BASE`; what no rule allows is denied).
     pub listen_v4: Vec<Entry<4>>,
     pub listen_v6: Vec<Entry<16>>,
+    /// With `block_private`: the rule that addresses this host gains after compilation
+    /// are denied by (see [`own_host_entry`]), and the addresses it had then.
+    pub host_rule: Option<u16>,
+    pub host_addrs: Vec<IpAddr>,
 }
 
 type Tables = (Vec<Entry<4>>, Vec<Entry<16>>);
@@ -120,6 +124,7 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
             source: format!("nameserver {a} (/etc/resolv.conf)"),
         });
     }
+    let mut host_rule = None;
     if n.block_private {
         for s in PRIVATE_V4.iter().chain(PRIVATE_V6) {
             let net: IpNet = s.parse().expect("built-in prefix");
@@ -130,6 +135,11 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
             });
         }
         // The host's own addresses reach its own services, as loopback does.
+        host_rule = Some(rules.len() as u16);
+        rules.push(RuleInfo {
+            field: "network.block_private".into(),
+            source: "an address this host gained while sandbox ran".into(),
+        });
         for a in n.host_addrs.iter().filter(|a| !is_private(**a)) {
             push(
                 IpNet::from(*a),
@@ -173,6 +183,8 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
         hosts,
         listen_v4,
         listen_v6,
+        host_rule,
+        host_addrs: n.host_addrs.clone(),
     })
 }
 
@@ -239,6 +251,25 @@ pub fn host_entry(
         _pad: 0,
     };
     entry(&c.own, len, &b, &[allow]).ok()
+}
+
+/// The LPM entry that denies `addr`, an address this host gained after the policy was
+/// compiled (`None`: private already, known at compile time, or `block_private` is off).
+pub fn own_host_entry(c: &NetCompiled, addr: IpAddr) -> Option<Entry<16>> {
+    let rule = c.host_rule?;
+    if is_private(addr) || c.host_addrs.contains(&addr) {
+        return None;
+    }
+    let b = addr_bytes(addr);
+    let len = (b.len() * 8) as u8;
+    let deny = PortRule {
+        port_lo: 0,
+        port_hi: u16::MAX,
+        rule,
+        action: net_action::DENY,
+        _pad: 0,
+    };
+    entry(&c.own, len, &b, &[deny]).ok().map(|(_, e)| e)
 }
 
 /// The prefix's own rules, then those of each containing shorter prefix, longest first.

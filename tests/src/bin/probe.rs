@@ -24,6 +24,8 @@
 //!   umount PATH                  umount(2)
 //!   finit-module PATH            `finit_module` of the file PATH
 //!   ioperm                       ioperm(0x80, 1, 1): port I/O (a lockdown check)
+//!   sigio-parent                 make the parent the owner of a socket's `SIGIO`, then
+//!                                trigger it (the default action of `SIGIO` ends a process)
 //!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
 //!   whoami                       uids, gids, `no_new_privs`, capability sets
 //!   open-n PATH N                open PATH for reading N times, count the outcomes
@@ -835,7 +837,7 @@ fn run_op(words: &[String]) -> String {
         "tiocsti" | "tiocsti-own" => boundary::tiocsti(a(0), a(1)),
         "socket" => boundary::socket(a(1), a(2), a(3)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
-        "clone-into-cgroup" | "umount" | "finit-module" | "ioperm" | "prlimit" => {
+        "clone-into-cgroup" | "umount" | "finit-module" | "ioperm" | "prlimit" | "sigio-parent" => {
             kernel::op(a(0), a(1))
         }
         "whoami" => op_whoami(),
@@ -1100,6 +1102,21 @@ mod kernel {
                     out
                 }
                 "umount" => ret(i64::from(libc::umount2(c.as_ptr(), 0))),
+                "sigio-parent" => {
+                    let mut sv = [0i32; 2];
+                    if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) != 0
+                        || libc::fcntl(sv[0], libc::F_SETOWN, libc::getppid()) != 0
+                        || libc::fcntl(sv[0], libc::F_SETFL, libc::O_ASYNC) != 0
+                    {
+                        return errno_name(last_errno());
+                    }
+                    let r = libc::write(sv[1], b"x".as_ptr().cast(), 1);
+                    // Let the signal land before the answer is printed.
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    libc::close(sv[0]);
+                    libc::close(sv[1]);
+                    ret(r as i64)
+                }
                 "finit-module" => {
                     let fd = libc::open(c.as_ptr(), libc::O_RDONLY);
                     if fd < 0 {

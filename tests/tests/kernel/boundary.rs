@@ -423,3 +423,74 @@ fn network_by_socket_family_listen_and_host_addresses() {
         .args(["addr", "del", &format!("{host_ip}/32"), "dev", "lo"])
         .status();
 }
+
+/// An address the host gains while a sandbox runs (DHCP, SLAAC, a VPN coming up) reaches
+/// the host's own services just like the ones it had at the start: it joins the private
+/// set as soon as the kernel announces it.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn host_addresses_gained_while_running_are_private_too() {
+    let d = agent_dir("netgained");
+    let (v4, v6) = ("93.184.216.35", "2001:db8:feed::35");
+    let ip = |op: &str, addr: &str, len: u8| {
+        let _ = Command::new("ip")
+            .args(["addr", op, &format!("{addr}/{len}"), "dev", "lo"])
+            .status();
+    };
+    let tcp = std::net::TcpListener::bind(("::", 0)).unwrap();
+    let port = tcp.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for c in tcp.incoming() {
+            drop(c);
+        }
+    });
+    let ops: &[&[&str]] = &[
+        &["sleep", "2500"],
+        &["connect", v4, &port],
+        &["connect", v6, &port],
+    ];
+    // Outside, as the agent: the service answers on both new addresses.
+    ip("add", v4, 32);
+    ip("add", v6, 128);
+    assert_eq!(
+        probe_outside_as_agent(&ops[1..]),
+        vec!["OK"; 2],
+        "outside the sandbox"
+    );
+    ip("del", v4, 32);
+    ip("del", v6, 128);
+    // Inside: the addresses appear once the command runs.
+    let adder = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sandbox_runs() {
+            assert!(Instant::now() < deadline, "the command never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ip("add", v4, 32);
+        ip("add", v6, 128);
+    });
+    let r = probe_as_agent(&d, Some("version: 1\n"), ops);
+    adder.join().unwrap();
+    ip("del", v4, 32);
+    ip("del", v6, 128);
+    r.expect(&format!("connect {v4}"), "EPERM");
+    r.expect(&format!("connect {v6}"), "EPERM");
+    for a in [v4, v6] {
+        let rec = r.one_record("/dst_endpoint/ip", a);
+        assert_eq!(rec["policy"]["rule"], "network.block_private", "{rec:#}");
+        assert_eq!(
+            rec["policy"]["rule_source"], "an address this host gained while sandbox ran",
+            "{rec:#}"
+        );
+    }
+}
+
+/// Some `sandbox run` has its command in its cgroup.
+fn sandbox_runs() -> bool {
+    std::fs::read_dir("/sys/fs/cgroup/sandbox").is_ok_and(|dir| {
+        dir.flatten().any(|e| {
+            std::fs::read_to_string(e.path().join("cgroup.procs"))
+                .is_ok_and(|s| !s.trim().is_empty())
+        })
+    })
+}

@@ -108,11 +108,25 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
         assert_eq!(probe_outside(&refs), *outside, "outside: {op}");
     }
     assert_eq!(probe_outside(&["rmdir", "/sys/fs/bpf/planted"]), OK);
+    // SIGIO ends the process it is sent to (here a shell that would say it survived).
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "{} sigio-parent; echo survived",
+            bins().probe.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("survived"),
+        "SIGIO did not end the shell outside"
+    );
     assert_eq!(probe_outside(&["umount", &path_str(&d, "m_out")]), OK);
     std::mem::forget(m_out);
     // Inside, as root with every capability kept.
     let mut ops: Vec<Vec<String>> = cases.iter().map(|(op, _, _)| words(op)).collect();
     ops.push(vec!["umount".into(), path_str(&d, "m_in")]);
+    ops.push(vec!["sigio-parent".into()]);
     let refs: Vec<Vec<&str>> = ops
         .iter()
         .map(|w| w.iter().map(String::as_str).collect())
@@ -128,6 +142,10 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
         );
     }
     r.expect(&format!("umount {}", path_str(&d, "m_in")), EPERM);
+    // sandbox was the owner: the signal was refused and sandbox reported the probe's
+    // status (1: some operations failed), not its own death.
+    r.expect("sigio-parent", OK);
+    assert_eq!(r.status, 1, "{}", r.stderr);
     outsider.kill().unwrap();
     let _ = outsider.wait();
     r.check_records(&[
