@@ -66,6 +66,9 @@ pub struct KernelFit {
 /// Addresses `allow_hosts` names may resolve to at once, per address family.
 pub const MAX_HOST_ADDRESSES: usize = 1024;
 
+/// Addresses this host may gain while sandbox runs (each denied by an entry of its own).
+pub const MAX_GAINED_ADDRESSES: usize = 256;
+
 /// Files protected by identity at most (a larger subtree is still protected by path).
 const MAX_IDENTITY_FILES: usize = 65_536;
 
@@ -188,6 +191,10 @@ impl Enforcer {
             0
         } else {
             MAX_HOST_ADDRESSES
+        } + if policy.net.host_rule.is_some() {
+            MAX_GAINED_ADDRESSES
+        } else {
+            0
         };
         let size = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         let ebpf = EbpfLoader::new()

@@ -316,9 +316,17 @@ impl HostAddrs {
         compiled: &CompiledPolicy,
     ) -> anyhow::Result<()> {
         let now = crate::netif::addresses();
-        let new = enforcer.deny_host_addrs(compiled, &now, &mut self.added)?;
-        if !new.is_empty() && std::env::var_os("SANDBOX_DEBUG").is_some() {
-            term::line(&format!("sandbox: debug: this host gained {new:?}: denied"));
+        match enforcer.deny_host_addrs(compiled, &now, &mut self.added) {
+            Ok(new) if !new.is_empty() && std::env::var_os("SANDBOX_DEBUG").is_some() => {
+                term::line(&format!("sandbox: debug: this host gained {new:?}: denied"));
+            }
+            Ok(_) => {}
+            // Enforcement goes on; the address is what the policy said about it before.
+            Err(e) => term::line(&format!(
+                "sandbox: warning: this host gained a network address that could not be added \
+                 to the private set ({e}); connections to it are judged by the rest of the \
+                 policy"
+            )),
         }
         Ok(())
     }
