@@ -27,6 +27,8 @@
 //!   sigio-parent                 make the parent the owner of a socket's `SIGIO`, then
 //!                                trigger it (the default action of `SIGIO` ends a process)
 //!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
+//!   race-open DENIED ALLOWED N   two threads pinned to CPU 0, opening DENIED and ALLOWED
+//!                                N times each: how often each got the other's answer
 //!   whoami                       uids, gids, `no_new_privs`, capability sets
 //!   open-n PATH N                open PATH for reading N times, count the outcomes
 //!   raw-socket                   open an ICMP raw socket (`CAP_NET_RAW`)
@@ -773,6 +775,31 @@ fn op_open_n(path: &str, n: &str) -> String {
     format!("ALLOWED={ok} DENIED={denied}")
 }
 
+/// Pins the calling thread to CPU 0.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t with one bit set, passed by reference.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &raw const set);
+    }
+}
+
+/// `race-open`: two threads on one CPU, one opening a denied file and one an allowed file,
+/// so that on a preemptible kernel one's decision may be interrupted by the other's.
+fn op_race_open(denied: &str, allowed: &str, n: &str) -> String {
+    let n: u64 = n.parse().unwrap_or(0);
+    let d = denied.to_owned();
+    let other = std::thread::spawn(move || {
+        pin_to_cpu0();
+        (0..n).filter(|_| op_open(&d, "r") == "OK").count()
+    });
+    pin_to_cpu0();
+    let allowed_denied = (0..n).filter(|_| op_open(allowed, "r") != "OK").count();
+    let denied_allowed = other.join().unwrap_or(usize::MAX);
+    format!("DENIED_GOT_OK={denied_allowed} ALLOWED_GOT_DENIED={allowed_denied}")
+}
+
 /// `raw-socket`: an ICMP raw socket (needs `CAP_NET_RAW`).
 fn op_raw_socket() -> String {
     // SAFETY: plain syscalls.
@@ -842,6 +869,7 @@ fn run_op(words: &[String]) -> String {
         }
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2)),
+        "race-open" => op_race_open(a(1), a(2), a(3)),
         "raw-socket" => op_raw_socket(),
         _ => "BADOP".into(),
     }

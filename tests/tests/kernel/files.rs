@@ -323,3 +323,29 @@ fn glob_rules_in_the_kernel() {
         rec("/file/path", path_str(&d, "data/x/secrets/a/b")).has("/policy/rule", "files.deny[2]")
     ]);
 }
+
+/// Two confined threads on one CPU, one opening a denied file and one an allowed file, in
+/// tight loops: on a preemptible kernel one decision can be interrupted by the other on
+/// the same CPU. The denied file is never opened; the allowed one is refused only as a
+/// detected interruption (`reason: preempted`), never by the other's rule.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn decisions_racing_on_one_cpu_stay_their_own() {
+    let d = workdir("race_one_cpu");
+    write(&d.join("secret"), "s");
+    write(&d.join("open"), "o");
+    let policy = format!("files:\n  deny: [{}/secret]\n", d.display());
+    let secret = path_str(&d, "secret");
+    let open = path_str(&d, "open");
+    // Outside: both open.
+    assert_eq!(
+        probe_outside(&["race-open", &secret, &open, "200"]),
+        "DENIED_GOT_OK=200 ALLOWED_GOT_DENIED=0"
+    );
+    let r = probe(&d, Some(&policy), &[&["race-open", &secret, &open, "5000"]]);
+    let got = r.result("race-open");
+    assert!(got.starts_with("DENIED_GOT_OK=0 "), "{got}");
+    for rec in r.records("/file/path", &open) {
+        assert_eq!(rec["policy"]["reason"], "preempted", "{rec:#}");
+    }
+}
