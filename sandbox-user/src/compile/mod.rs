@@ -97,11 +97,32 @@ const IMPLICIT_READ_ONLY: &[&str] = &[
     "/sys/fs/xfs/**",
 ];
 
-fn implicit_read_only() -> Vec<PathRule> {
-    IMPLICIT_READ_ONLY
+/// What no sandboxed process may open at all, whatever the policy says: disks and memory
+/// as raw devices. Reading a disk reads every file on it past every path rule (a root
+/// command keeps `CAP_DAC_OVERRIDE`), writing it rewrites them.
+const IMPLICIT_DENY: &[&str] = &[
+    "/dev/sd*",
+    "/dev/hd*",
+    "/dev/vd*",
+    "/dev/xvd*",
+    "/dev/nvme*",
+    "/dev/mmcblk*",
+    "/dev/dm-*",
+    "/dev/md*",
+    "/dev/loop*",
+    "/dev/nbd*",
+    "/dev/sr*",
+    "/dev/mapper/**",
+    "/dev/mem",
+    "/dev/kmem",
+    "/dev/port",
+];
+
+fn implicit(field: &str, globs: &[&str]) -> Vec<PathRule> {
+    globs
         .iter()
         .map(|d| PathRule {
-            field: "files.read_only (implicit: kernel settings)".into(),
+            field: field.into(),
             source: (*d).to_owned(),
             glob: (*d).to_owned(),
             literal: None,
@@ -177,7 +198,19 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     let f = &policy.files;
     add_paths(&f.deny, accept::FILE_DENY, &mut rules);
     add_paths(&f.read_only, accept::FILE_READ_ONLY, &mut rules);
-    add_paths(&implicit_read_only(), accept::FILE_READ_ONLY, &mut rules);
+    add_paths(
+        &implicit(
+            "files.read_only (implicit: kernel settings)",
+            IMPLICIT_READ_ONLY,
+        ),
+        accept::FILE_READ_ONLY,
+        &mut rules,
+    );
+    add_paths(
+        &implicit("files.deny (implicit: raw disks and memory)", IMPLICIT_DENY),
+        accept::FILE_DENY,
+        &mut rules,
+    );
     let workspace = PathRule {
         field: "files.workspace".into(),
         source: f.workspace.display().to_string(),

@@ -68,7 +68,7 @@ fn self_protection() {
 /// the kernel: no child started into another cgroup, no unmount, no kernel module, no
 /// operation on the lockdown list, no resource limits on processes outside, no writes to
 /// the kernel's settings (the files that start helpers as root outside any sandbox) or to
-/// the BPF file system. Each route is shown working outside the sandbox first.
+/// the BPF file system, no raw memory or disk. Each route is shown working outside the sandbox first.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn root_cannot_reach_past_the_policy_through_the_kernel() {
@@ -90,6 +90,7 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
         ("open /proc/sys/kernel/core_pattern w", OK, EACCES),
         ("open /proc/sys/kernel/modprobe w", OK, EACCES),
         ("mkdir /sys/fs/bpf/planted", OK, EACCES),
+        ("open /dev/mem r", OK, EACCES),
     ];
     let words = |op: &str| -> Vec<String> {
         let mut w: Vec<String> = op.split_whitespace().map(str::to_owned).collect();
@@ -160,5 +161,9 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
         ),
         rec("/file/path", "/proc/sys/kernel/modprobe"),
         rec("/file/path", "/sys/fs/bpf/planted").has("/activity", "mkdir"),
+        rec("/file/path", "/dev/mem").has(
+            "/policy/rule",
+            "files.deny (implicit: raw disks and memory)",
+        ),
     ]);
 }
