@@ -236,8 +236,8 @@ pub fn load_trusted_policy(
 }
 
 /// Makes sandbox's own files read-only for the command, whatever the policy says and even
-/// when the command runs as root: the audit log (and its rotated copies) and the policy
-/// file. Added as `files.read_only` rules, which beat `files.write`.
+/// when the command runs as root: the audit log (and its rotated copies), the policy
+/// file, and sandbox's own `/proc/PID` entries. Added as `files.read_only` rules, which beat `files.write`.
 pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Option<&Path>) {
     let mut add = |what: &str, glob: String, literal: Option<PathBuf>| {
         policy.files.read_only.push(PathRule {
@@ -252,6 +252,13 @@ pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Op
         add("audit log", glob.clone(), Some(file));
         add("rotated audit logs", format!("{glob}.*"), None);
     }
+    // sandbox's own /proc entries: `oom_score_adj` (make the OOM killer pick sandbox),
+    // `comm`, `attr/*`, ... are not all behind the kernel's ptrace check.
+    add(
+        "sandbox's own process",
+        format!("/proc/{}/**", std::process::id()),
+        None,
+    );
     if let Some(p) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) {
         add(
             "policy file",

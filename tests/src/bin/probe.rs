@@ -27,6 +27,7 @@
 //!   sigio-parent                 make the parent the owner of a socket's `SIGIO`, then
 //!                                trigger it (the default action of `SIGIO` ends a process)
 //!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
+//!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
 //!   race-open DENIED ALLOWED N   two threads pinned to CPU 0, opening DENIED and ALLOWED
 //!                                N times each: how often each got the other's answer
 //!   whoami                       uids, gids, `no_new_privs`, capability sets
@@ -816,6 +817,11 @@ fn run_op(words: &[String]) -> String {
     let a = |i: usize| words.get(i).map_or("", String::as_str);
     match a(0) {
         "open" => op_open(a(1), a(2)),
+        "open-ppid" => {
+            // SAFETY: plain syscall.
+            let ppid = unsafe { libc::getppid() };
+            op_open(&format!("/proc/{ppid}/{}", a(1)), a(2))
+        }
         "connect" => op_connect(a(1), a(2)),
         "udp" => op_udp(a(1), a(2)),
         "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),

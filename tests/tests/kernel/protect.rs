@@ -109,6 +109,8 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
         assert_eq!(probe_outside(&refs), *outside, "outside: {op}");
     }
     assert_eq!(probe_outside(&["rmdir", "/sys/fs/bpf/planted"]), OK);
+    // The test's own parent's oom_score_adj: root may write a process's score.
+    assert_eq!(probe_outside(&["open-ppid", "oom_score_adj", "w"]), OK);
     // SIGIO ends the process it is sent to (here a shell that would say it survived).
     let out = Command::new("/bin/sh")
         .arg("-c")
@@ -128,6 +130,7 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
     let mut ops: Vec<Vec<String>> = cases.iter().map(|(op, _, _)| words(op)).collect();
     ops.push(vec!["umount".into(), path_str(&d, "m_in")]);
     ops.push(vec!["sigio-parent".into()]);
+    ops.push(vec!["open-ppid".into(), "oom_score_adj".into(), "w".into()]);
     let refs: Vec<Vec<&str>> = ops
         .iter()
         .map(|w| w.iter().map(String::as_str).collect())
@@ -146,6 +149,7 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
     // sandbox was the owner: the signal was refused and sandbox reported the probe's
     // status (1: some operations failed), not its own death.
     r.expect("sigio-parent", OK);
+    r.expect("open-ppid oom_score_adj w", EACCES);
     assert_eq!(r.status, 1, "{}", r.stderr);
     outsider.kill().unwrap();
     let _ = outsider.wait();
