@@ -467,6 +467,13 @@ fn the_command_dies_with_sandbox_also_as_another_user() {
         assert!(Instant::now() < deadline, "the command never started");
         std::thread::sleep(Duration::from_millis(20));
     };
+    // The child joins the cgroup before it changes user and execs: wait for the exec.
+    while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map_or(true, |c| c.trim() != "sandbox-probe")
+    {
+        assert!(Instant::now() < deadline, "the command never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert!(uid.split_whitespace().nth(1) == Some("1000"), "{uid}");
