@@ -149,22 +149,17 @@ pub fn drain(dir: &Path) -> Orphans {
     out
 }
 
+/// The pinned program whose maps a dead run's records are read through.
+const REPORTING_PROGRAM: &str = "file_open";
+
 fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
-    // Any pinned link leads to the programs' maps (they all share them).
-    let mut prog_id = None;
-    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
-        if e.file_name() == REPORTED_DROPS {
-            continue;
-        }
-        let Ok(link) = aya::programs::links::PinnedLink::from_pin(e.path()) else {
-            continue;
-        };
-        if let Ok(info) = aya::programs::links::FdLink::from(link).info() {
-            prog_id = Some(info.program_id());
-            break;
-        }
-    }
-    let prog_id = prog_id.ok_or("no pinned link to read the maps through")?;
+    // The link of `file_open` leads to the ring buffer and the drop count: it reports. (Not
+    // every program does: `file_send_sigiotask` denies silently and uses neither map.)
+    let prog_id = aya::programs::links::PinnedLink::from_pin(dir.join(REPORTING_PROGRAM))
+        .ok()
+        .and_then(|link| aya::programs::links::FdLink::from(link).info().ok())
+        .map(|info| info.program_id())
+        .ok_or("no pinned link to read the maps through")?;
     let prog = aya::programs::loaded_programs()
         .flatten()
         .find(|p| p.id() == prog_id)
