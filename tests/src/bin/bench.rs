@@ -28,14 +28,25 @@ use std::time::{Duration, Instant};
 const OPEN_N: u32 = 20_000;
 const CONNECT_N: u32 = 2_000;
 const EXEC_N: u32 = 200;
-const REPEAT: usize = 3;
+const IOCTL_N: u32 = 20_000;
+const SOCKET_N: u32 = 20_000;
+/// The loops' columns, in the order `loops` prints them.
+const COLUMNS: [&str; 5] = [
+    "open+close",
+    "connect (lo)",
+    "fork+exec",
+    "ioctl",
+    "socket+close",
+];
+type Row = [f64; COLUMNS.len()];
+const REPEAT: usize = 5;
 const FILE: &str = "/tmp/bench/work/file.txt";
 
 fn ns_per(start: Instant, n: u32) -> f64 {
     start.elapsed().as_nanos() as f64 / f64::from(n)
 }
 
-/// The measured loops; prints `open=NS connect=NS exec=NS`.
+/// The measured loops; prints `open=NS connect=NS exec=NS ioctl=NS socket=NS`.
 fn loops(port: u16) {
     let path = std::ffi::CString::new(FILE).unwrap();
     let t = Instant::now();
@@ -60,26 +71,54 @@ fn loops(port: u16) {
         assert!(st.success());
     }
     let exec = ns_per(t, EXEC_N);
-    println!("open={open:.0} connect={connect:.0} exec={exec:.0}");
+    // A harmless ioctl on a pipe (FIONREAD): the file_ioctl hook's path for every ioctl.
+    let mut fds = [0i32; 2];
+    // SAFETY: plain syscalls on our own fds.
+    unsafe { assert_eq!(libc::pipe(fds.as_mut_ptr()), 0) };
+    let t = Instant::now();
+    for _ in 0..IOCTL_N {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int.
+        let r = unsafe { libc::ioctl(fds[0], libc::FIONREAD, &raw mut n) };
+        assert_eq!(r, 0, "ioctl FIONREAD failed");
+    }
+    let ioctl = ns_per(t, IOCTL_N);
+    // Socket creation (the socket_create hook) of an allowed family and type.
+    let t = Instant::now();
+    for _ in 0..SOCKET_N {
+        // SAFETY: plain syscalls.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket failed");
+            libc::close(fd);
+        }
+    }
+    let socket = ns_per(t, SOCKET_N);
+    println!(
+        "open={open:.0} connect={connect:.0} exec={exec:.0} ioctl={ioctl:.0} socket={socket:.0}"
+    );
 }
 
-fn parse(out: &str) -> [f64; 3] {
+fn parse(out: &str) -> Row {
     let line = out
         .lines()
         .find(|l| l.starts_with("open="))
         .unwrap_or_else(|| panic!("no result in: {out}"));
-    let mut v = [0.0; 3];
+    let mut v = [0.0; COLUMNS.len()];
     for (i, kv) in line.split_whitespace().enumerate() {
         v[i] = kv.split_once('=').unwrap().1.parse().unwrap();
     }
     v
 }
 
-fn median(mut xs: Vec<[f64; 3]>) -> [f64; 3] {
-    let mut out = [0.0; 3];
-    for (k, o) in out.iter_mut().enumerate() {
+/// Median, minimum and maximum of each column.
+fn median(mut xs: Vec<Row>) -> [Row; 3] {
+    let mut out = [[0.0; COLUMNS.len()]; 3];
+    for k in 0..COLUMNS.len() {
         xs.sort_by(|a, b| a[k].total_cmp(&b[k]));
-        *o = xs[xs.len() / 2][k];
+        out[0][k] = xs[xs.len() / 2][k];
+        out[1][k] = xs[0][k];
+        out[2][k] = xs[xs.len() - 1][k];
     }
     out
 }
@@ -117,7 +156,7 @@ fn policy(n: usize, port: u16) -> String {
     )
 }
 
-fn run_loop(cmd: &mut Command) -> [f64; 3] {
+fn run_loop(cmd: &mut Command) -> Row {
     let out = cmd.output().expect("run loop");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -183,7 +222,7 @@ fn main() {
         c.arg(&me).args(["loop", &p]);
         c
     };
-    let mut rows: Vec<(String, [f64; 3])> = Vec::new();
+    let mut rows: Vec<(String, [Row; 3])> = Vec::new();
     rows.push((
         "none (no programs attached)".into(),
         median((0..REPEAT).map(|_| run_loop(&mut direct())).collect()),
@@ -216,24 +255,23 @@ fn main() {
             median((0..REPEAT).map(|_| run_loop(&mut confined(n))).collect()),
         ));
     }
-    let base = rows[0].1;
+    let base = rows[0].1[0];
     let mut out = std::io::stdout();
-    writeln!(
-        out,
-        "{:<54} {:>16} {:>16} {:>16}",
-        "configuration", "open+close", "connect (lo)", "fork+exec"
-    )
-    .unwrap();
-    for (name, v) in &rows {
-        let cell = |k: usize| format!("{:.0} ns {:>5.2}x", v[k], v[k] / base[k]);
-        writeln!(
-            out,
-            "{name:<54} {:>16} {:>16} {:>16}",
-            cell(0),
-            cell(1),
-            cell(2)
-        )
-        .unwrap();
+    let mut head = format!("{:<54}", "configuration");
+    for c in COLUMNS {
+        let _ = write!(head, " {c:>18}");
+    }
+    writeln!(out, "{head}").unwrap();
+    for (name, [v, lo, hi]) in &rows {
+        let mut line = format!("{name:<54}");
+        let mut spread = format!("{:<54}", "  (spread of the runs)");
+        for k in 0..COLUMNS.len() {
+            let cell = format!("{:.0} ns {:>5.2}x", v[k], v[k] / base[k]);
+            let _ = write!(line, " {cell:>18}");
+            let range = format!("{:.2}-{:.2}x", lo[k] / base[k], hi[k] / base[k]);
+            let _ = write!(spread, " {range:>18}");
+        }
+        writeln!(out, "{line}\n{spread}").unwrap();
     }
     // Every loop must have been confined for real: the denied file stays denied in scope.
     std::fs::write("/tmp/bench/denied", "x").unwrap();
