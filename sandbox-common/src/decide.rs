@@ -102,6 +102,43 @@ pub fn file(flags: u32, f_mode: u32, is_dir: bool, m: &FileMatch) -> Option<Deny
     None
 }
 
+/// What a name change does besides writing to the name itself (see [`name_change`]).
+pub mod guard {
+    /// Nothing more (mkdir, unlink, attribute changes; the source of a hard link).
+    pub const NONE: u32 = 0;
+    /// The name is removed, replaced or re-pointed: rmdir, rename (either name), the new
+    /// name of a link, creating a file, device, fifo, socket or symlink.
+    pub const REPLACE: u32 = 1;
+    /// As `REPLACE`, and the name is the source of a rename into another directory.
+    pub const MOVE: u32 = 2;
+}
+
+/// A change to a name (create, remove, rename, link, attributes), in order: the file
+/// rules for a write to the name; then, for `guard::REPLACE` and `guard::MOVE`, an
+/// ancestor of a protected path may not change; then, for `guard::MOVE` of a directory, a
+/// directory below a protected area may not leave its directory.
+#[inline(always)]
+pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Option<Deny> {
+    if let Some(d) = file(flags, fmode::WRITE, is_dir, m) {
+        return Some(d);
+    }
+    let slot_deny = |reason: u32, slot: usize| Deny {
+        reason,
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "slots are bit numbers < 32"
+        )]
+        rule: slot as u16,
+    };
+    if guard != guard::NONE && m.path & (1 << accept::ANCESTOR) != 0 {
+        return Some(slot_deny(reason::ANCESTOR, accept::ANCESTOR));
+    }
+    if guard == guard::MOVE && is_dir && m.path & (1 << accept::CONTAINED) != 0 {
+        return Some(slot_deny(reason::MOVES_PROTECTED, accept::CONTAINED));
+    }
+    None
+}
+
 /// The exec rules, in order: exec.deny > files.deny > exec.allow > setuid/setgid.
 /// `privileged`: the binary is setuid, or setgid and group-executable.
 #[inline(always)]

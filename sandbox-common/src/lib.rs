@@ -86,7 +86,16 @@ pub mod accept {
     /// `network.unix`: a unix socket peer outside the scope that may be reached (matched
     /// against the socket's path, or `@name` for abstract sockets).
     pub const UNIX_ALLOW: usize = 6;
-    pub const SLOTS: usize = 8;
+    /// A name whose change would change the protection of paths below it: a directory
+    /// on the way to what a deny, read-only or exec-deny rule names (`~` and `~/.ssh` for
+    /// `~/.ssh/**`). Exact matches only. Removing it, renaming it or creating anything but a
+    /// directory at its name is denied (Landlock's `REFER` reasoning).
+    pub const ANCESTOR: usize = 7;
+    /// Strictly below `L` of a protective rule `L/**/S`: a directory here keeps its
+    /// protected files only while it stays below `L`, so it may be renamed in place but
+    /// not moved to another directory.
+    pub const CONTAINED: usize = 8;
+    pub const SLOTS: usize = 16;
 }
 
 /// Where one DFA of a policy sits in the shared arrays.
@@ -141,9 +150,8 @@ pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DfaAccept {
-    pub exact: u8,
-    pub below: u8,
-    pub _pad: [u8; 2],
+    pub exact: u16,
+    pub below: u16,
 }
 const _: () = assert!(size_of::<DfaAccept>() == 4);
 
@@ -166,8 +174,14 @@ pub struct ScanStart {
     pub floating: u32,
     pub hash: u64,
     pub mask: u32,
-    pub _pad: u32,
+    /// `SB_F_*`.
+    pub flags: u32,
 }
+
+/// `ScanStart::flags`: the file system has roots other than its superblock's (NFS, SMB,
+/// Ceph, 9p mount server directories as separate roots), so a walk ending at a root that is
+/// not `s_root` is not by itself a disconnected dentry there.
+pub const SB_F_MULTI_ROOT: u32 = 1;
 const _: () = assert!(size_of::<ScanStart>() == 24);
 
 /// `DFA_CLASSES[policy_id]`: byte to byte-class map of the policy's DFA.
@@ -309,7 +323,8 @@ pub struct KernelOffsets {
     pub cgroup_parent: u32,
     pub task_struct_cgroups: u32,
     pub css_set_dfl_cgrp: u32,
-    pub _pad: u32,
+    /// `super_block.s_root`: where a connected dentry walk must end.
+    pub super_block_s_root: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
@@ -421,10 +436,19 @@ pub mod reason {
     /// preemptible kernel), twice in a row: the decision could be about its path, so the
     /// operation is denied (fail closed).
     pub const PREEMPTED: u32 = 16;
+    /// The name is an ancestor of a protected path (`accept::ANCESTOR`): removing,
+    /// renaming or replacing it would move or re-point what a rule protects.
+    pub const ANCESTOR: u32 = 17;
+    /// A directory below a protected area moved to another directory
+    /// (`accept::CONTAINED`): the protected files in it would leave the rule.
+    pub const MOVES_PROTECTED: u32 = 18;
 }
 
 /// `EventHeader::flags`.
 pub const EVENT_F_PATH_TRUNCATED: u32 = 1;
+/// The dentry walk ended at a dentry that is not its file system's root: a disconnected
+/// dentry (`open_by_handle_at` after the dentry cache dropped its parents). Denied.
+pub const EVENT_F_DISCONNECTED: u32 = 2;
 
 /// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
 /// path (relative to the superblock root of `dev`) follow the header; then `exe_len` bytes
@@ -528,7 +552,7 @@ impl KernelOffsets {
         cgroup_parent: 0,
         task_struct_cgroups: 0,
         css_set_dfl_cgrp: 0,
-        _pad: 0,
+        super_block_s_root: 0,
         valid: 0,
     };
 }

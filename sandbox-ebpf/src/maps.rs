@@ -2,7 +2,7 @@
 //! `max_entries` from the compiled policy before the maps are created.
 
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
 use sandbox_common::{
     BPF_F_MMAPABLE, ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES,
     NetKeyV4, NetKeyV6, NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, ScanStart,
@@ -63,6 +63,22 @@ pub static NET_V6: LpmTrie<NetKeyV6, NetRules> = LpmTrie::with_max_entries(1, 0)
 /// Written by the loader before binding; read by task_kill and ptrace_access_check.
 #[map]
 pub static PROTECTED: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
+
+/// The new name of a rename in progress, per task (`pid_tgid`): `path_rename` (which
+/// sees it first) records what matched it, `inode_rename` (which sees the moving
+/// directory) reads it back. Written and read by the programs only.
+#[map]
+pub static RENAME_DEST: LruHashMap<u64, RenameDest> = LruHashMap::with_max_entries(4096, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct RenameDest {
+    /// The new name's dentry: the entry belongs to the rename that names it.
+    pub dentry: u64,
+    /// Kinds of rule matching the new name's path.
+    pub mask: u32,
+    pub _pad: u32,
+}
 
 /// Deny/audit records to the loader.
 #[map]

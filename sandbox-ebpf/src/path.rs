@@ -14,7 +14,7 @@ use aya_ebpf::helpers::generated::bpf_loop;
 use sandbox_common::decide::FileMatch;
 use sandbox_common::{
     DFA_ANCHORED, DFA_FLOATING, DfaAccept, DfaInfo, InodeKey, KernelOffsets, LITERAL_FNV_PRIME,
-    LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SbKey, ScanStart,
+    LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SB_F_MULTI_ROOT, SbKey, ScanStart,
 };
 
 use crate::kread::{self, offsets};
@@ -124,7 +124,8 @@ pub struct Walk {
     off: u32,
     done: u32,
     failed: u32,
-    _pad: u32,
+    /// The walk ended at a root that is not the superblock's (`s_root`).
+    detached: u32,
 }
 
 /// Loop state of the path scan (in the scratch map for the same reason).
@@ -153,6 +154,9 @@ extern "C" fn walk_step(_index: u64, _ctx: *mut c_void) -> i64 {
         return 1;
     };
     if parent == dentry || parent.is_null() {
+        let sb = kread::read_ptr(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
+        let root = kread::read_ptr(sb, off.super_block_s_root).unwrap_or(core::ptr::null());
+        s.walk.detached = u32::from(root != dentry);
         s.walk.done = 1;
         return 1;
     }
@@ -255,7 +259,7 @@ pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
         off: PATH_END,
         done: 0,
         failed: 0,
-        _pad: 0,
+        detached: 0,
     };
     // SAFETY: bpf_loop calls walk_step, which needs no context.
     unsafe {
@@ -295,6 +299,14 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
     // SAFETY: the value is plain data copied out immediately.
     let sb = unsafe { SB_START.get(&key) }.copied();
     let sb_known = sb.is_some();
+    if let Some(v) = sb
+        && v.flags & SB_F_MULTI_ROOT == 0
+        && scratch().is_none_or(|s| s.walk.detached != 0)
+    {
+        // A disconnected dentry (open_by_handle_at of a file whose parents are not in the
+        // dentry cache): its path would read as `/name` or `/`. Fail closed.
+        return Resolved::Unresolved(sandbox_common::EVENT_F_DISCONNECTED);
+    }
     if !sb_known {
         let off = offsets();
         let sbp = kread::read_ptr(facts.dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());

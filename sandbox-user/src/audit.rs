@@ -166,6 +166,9 @@ impl Formatter<'_> {
             "path": self.full_path(e), "inode": h.ino, "dev": h.dev, "access": access,
             "truncated": h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
         });
+        if h.flags & sandbox_common::EVENT_F_DISCONNECTED != 0 {
+            f["disconnected"] = json!(true);
+        }
         let bytes = self.path_bytes(e);
         if std::str::from_utf8(&bytes).is_err() {
             let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -233,6 +236,11 @@ impl Formatter<'_> {
             reason::NOT_IN_EXEC_ALLOWLIST => "exec.allow",
             reason::PRIVILEGED_BINARY => "exec.allow_privileged",
             reason::NOT_IN_NET_ALLOWLIST => "network.default",
+            reason::PATH_UNRESOLVED
+                if e.header.flags & sandbox_common::EVENT_F_DISCONNECTED != 0 =>
+            {
+                "(disconnected dentry: a file opened by handle, its path unknown)"
+            }
             reason::PATH_UNRESOLVED => "(path too long or too deep)",
             reason::NO_OFFSETS => "(kernel offsets missing)",
             reason::SELF_PROTECTION => "self_protection",
@@ -266,6 +274,8 @@ impl Formatter<'_> {
             reason::NOT_IN_LISTEN_ALLOWLIST => "not_in_listen_allowlist",
             reason::TTY_INJECTION => "tty_injection",
             reason::PREEMPTED => "preempted",
+            reason::ANCESTOR => "ancestor_of_protected_path",
+            reason::MOVES_PROTECTED => "moves_protected_files",
             _ => "unknown",
         }
     }

@@ -81,7 +81,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         cgroup_parent: f("cgroup", &["self", "parent"], Some(8))?,
         task_struct_cgroups: f("task_struct", &["cgroups"], Some(8))?,
         css_set_dfl_cgrp: f("css_set", &["dfl_cgrp"], Some(8))?,
-        _pad: 0,
+        super_block_s_root: f("super_block", &["s_root"], Some(8))?,
         valid: 1,
     })
 }

@@ -349,6 +349,17 @@ impl Enforcer {
         let mut h: HashMap<_, SbKey, ScanStart> =
             HashMap::try_from(self.map(m::SB_START)?).map_err(map_err(m::SB_START))?;
         let mt = &policy.matcher;
+        // Superblocks gone from the mount table first: their device numbers are reused by
+        // the next file system mounted, which must not inherit their place.
+        let live: std::collections::HashSet<u32> = sbs.iter().map(|sb| sb.dev).collect();
+        let stale: Vec<SbKey> = h
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.policy_id == pid && !live.contains(&k.dev))
+            .collect();
+        for k in &stale {
+            let _ = h.remove(k);
+        }
         for sb in sbs {
             let s = mt.feed(mt.start(), mounts::prefix(&sb.mount_point).as_bytes());
             let v = ScanStart {
@@ -356,7 +367,11 @@ impl Enforcer {
                 floating: s.floating,
                 hash: s.hash,
                 mask: s.mask,
-                _pad: 0,
+                flags: if mounts::multi_root(&sb.fstype) {
+                    sandbox_common::SB_F_MULTI_ROOT
+                } else {
+                    0
+                },
             };
             h.insert(
                 SbKey {

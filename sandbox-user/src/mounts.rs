@@ -110,6 +110,17 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// File systems whose superblock has several roots: network file systems give each
+/// mounted server directory a root of its own, not connected to the superblock's. On every
+/// other file system a path walk that ends at a root other than the superblock's is a
+/// disconnected dentry, and the programs deny it.
+pub fn multi_root(fstype: &str) -> bool {
+    matches!(
+        fstype,
+        "nfs" | "nfs4" | "cifs" | "smb3" | "ceph" | "9p" | "afs" | "lustre"
+    )
+}
+
 /// The path prefix the kernel's in-superblock path is appended to ("" for `/`).
 pub fn prefix(mount_point: &str) -> &str {
     if mount_point == "/" {

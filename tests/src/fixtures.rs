@@ -182,3 +182,63 @@ impl Attached {
         crate::signal(self.child.id(), sig);
     }
 }
+
+/// A disk file system on a loop device: an ext2-format image (busybox `mke2fs`) mounted
+/// by the ext4 driver on `dir`; unmounted when the guard goes. Unlike tmpfs, its dentries
+/// come and go: a fresh mount has none cached.
+pub struct DiskFs {
+    image: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl DiskFs {
+    /// Makes a `mib` MiB image at `image` and mounts it on `dir`.
+    pub fn mount(image: &Path, dir: &Path, mib: u64) -> Self {
+        let f = std::fs::File::create(image).unwrap();
+        f.set_len(mib << 20).unwrap();
+        drop(f);
+        // -F: busybox's mke2fs wants a block device unless forced.
+        let st = std::process::Command::new("mke2fs")
+            .args(["-q", "-F"])
+            .arg(image)
+            .status()
+            .expect("mke2fs");
+        assert!(st.success(), "mke2fs {}", image.display());
+        let fs = Self {
+            image: image.to_path_buf(),
+            dir: dir.to_path_buf(),
+        };
+        fs.attach();
+        fs
+    }
+
+    fn attach(&self) {
+        let st = std::process::Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(&self.image)
+            .arg(&self.dir)
+            .status()
+            .expect("mount");
+        assert!(
+            st.success(),
+            "mount -o loop {} (are the loop and ext4 modules loaded?)",
+            self.image.display()
+        );
+    }
+
+    fn detach(&self) {
+        let _ = std::process::Command::new("umount").arg(&self.dir).status();
+    }
+
+    /// Unmounts and mounts again: nothing of the file system is cached any more.
+    pub fn remount(&self) {
+        self.detach();
+        self.attach();
+    }
+}
+
+impl Drop for DiskFs {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}

@@ -6,8 +6,8 @@
 //!   guest's non-root user), its outcome ([`Run`]), and the tables the tests are written as:
 //!   operations with the errno each must give ([`check`]) and the audit records they must
 //!   leave ([`rec`]).
-//! - [`fixtures`]: things a test sets up and that undo themselves: a tmpfs mounted late,
-//!   name resolution, a DNS server.
+//! - [`fixtures`]: things a test sets up and that undo themselves: a tmpfs mounted late, a
+//!   disk file system on a loop device, name resolution, a DNS server.
 //!
 //! A test moves into an area module with one line, `use sandbox_tests::*;`: this crate also
 //! re-exports the few std and `serde_json` names every test uses.
@@ -24,7 +24,7 @@ pub use std::time::{Duration, Instant};
 
 pub use serde_json::{Value, json};
 
-pub use crate::fixtures::{Attached, DnsServer, Resolution, Tmpfs};
+pub use crate::fixtures::{Attached, DiskFs, DnsServer, Resolution, Tmpfs};
 pub use crate::run::{
     ANY, Case, EACCES, ENETUNREACH, EPERM, OK, Rec, Run, as_user, check, check_as, probe, probe_as,
     probe_in_cgroup, probe_outside, probe_outside_as, read_audit, rec, run_as, run_in, start_probe,

@@ -47,7 +47,18 @@ pub struct Kernel {
     /// e.g. `6.12.95+deb12-amd64`.
     pub version: String,
     pub vmlinuz: PathBuf,
+    /// Modules the guest loads at boot (see [`GUEST_MODULES`]): `NAME.ko` files and
+    /// `order`, the names in load order. Empty when they could not be had.
+    pub modules: PathBuf,
 }
+
+/// Modules the tests need that Debian builds as modules: loop devices and ext4 (for file
+/// systems on a disk image: evictable dentries, file handles, subdirectory mounts). Their
+/// dependencies come along.
+const GUEST_MODULES: &[&str] = &["loop", "ext4"];
+/// Loaded first where the package has them: what the modules above ask the crypto API
+/// for at run time (ext4's checksums before 7.x), which `depends=` does not list.
+const GUEST_SOFT_MODULES: &[&str] = &["crc32c_generic"];
 
 /// Where downloads are kept between runs (outside the work tree, so fresh clones reuse them).
 pub fn cache_dir() -> PathBuf {
@@ -149,13 +160,155 @@ pub fn ensure(label: Label) -> anyhow::Result<Kernel> {
         std::fs::write(kdir.join("suite"), suite)?;
         std::fs::write(&marker, "")?;
     }
+    if !kdir.join("modules/.complete").exists() {
+        println!(
+            "==> extracting modules {} for {version}",
+            GUEST_MODULES.join(", ")
+        );
+        let dl = cache_dir().join("debs");
+        std::fs::create_dir_all(&dl)?;
+        let image = find_deb(&dl, &format!("linux-image-{version}")).or_else(|_| {
+            download(&conf, &dl, &[&format!("linux-image-{version}")])?;
+            find_deb(&dl, &format!("linux-image-{version}"))
+        })?;
+        // 7.x ships the modules in a package of their own.
+        let deb = if deb_has_modules(&image)? {
+            image
+        } else {
+            let pkg = format!("linux-modules-{version}");
+            if find_deb(&dl, &pkg).is_err() {
+                download(&conf, &dl, &[&pkg])?;
+            }
+            find_deb(&dl, &pkg)?
+        };
+        extract_modules(&deb, &kdir.join("modules"))?;
+    }
     let vmlinuz =
         find_file(&kdir, "vmlinuz").ok_or_else(|| anyhow!("no vmlinuz in {}", kdir.display()))?;
     Ok(Kernel {
         label,
         version,
         vmlinuz,
+        modules: kdir.join("modules"),
     })
+}
+
+fn deb_has_modules(deb: &Path) -> anyhow::Result<bool> {
+    let list = sh::output(Command::new("dpkg-deb").arg("-c").arg(deb))?;
+    Ok(list.contains("/kernel/drivers/block/loop.ko"))
+}
+
+/// Extracts [`GUEST_MODULES`] and what they depend on (the `depends=` of each module's
+/// `.modinfo`), decompressed, into `into`, with `order`: dependencies first.
+fn extract_modules(deb: &Path, into: &Path) -> anyhow::Result<()> {
+    let tmp = into.with_extension("tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let _ = std::fs::remove_dir_all(into);
+    std::fs::create_dir_all(&tmp)?;
+    std::fs::create_dir_all(into)?;
+    let script = "dpkg-deb --fsys-tarfile \"$1\" | tar -x -C \"$2\" --wildcards '*.ko' '*.ko.xz' '*.ko.zst' 2>/dev/null; exit 0";
+    sh::run(
+        Command::new("sh")
+            .args(["-c", script, "sh"])
+            .arg(deb)
+            .arg(&tmp),
+    )?;
+    // Module name (with `_`) -> file.
+    let mut files = std::collections::BTreeMap::new();
+    let mut stack = vec![tmp.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(stem) = ["ko", "ko.xz", "ko.zst"]
+                .iter()
+                .find_map(|x| name.strip_suffix(&format!(".{x}")))
+            {
+                files.insert(stem.replace('-', "_"), p);
+            }
+        }
+    }
+    let mut order: Vec<String> = Vec::new();
+    for m in GUEST_SOFT_MODULES {
+        if files.contains_key(*m) {
+            visit_module(m, &files, into, &mut order)?;
+        }
+    }
+    for m in GUEST_MODULES {
+        visit_module(m, &files, into, &mut order)?;
+    }
+    std::fs::write(into.join("order"), order.join("\n") + "\n")?;
+    std::fs::write(into.join(".complete"), "")?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
+}
+
+/// Adds module `name` to `into` after its dependencies (post-order).
+fn visit_module(
+    name: &str,
+    files: &std::collections::BTreeMap<String, PathBuf>,
+    into: &Path,
+    order: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    if order.iter().any(|o| o == name) {
+        return Ok(());
+    }
+    let src = files
+        .get(name)
+        .ok_or_else(|| anyhow!("module {name} is not in the package"))?;
+    let bytes = decompress(src)?;
+    for dep in depends(&bytes) {
+        visit_module(&dep, files, into, order)?;
+    }
+    std::fs::write(into.join(format!("{name}.ko")), &bytes)?;
+    order.push(name.to_owned());
+    Ok(())
+}
+
+fn decompress(p: &Path) -> anyhow::Result<Vec<u8>> {
+    let name = p.to_string_lossy();
+    let tool = if name.ends_with(".xz") {
+        Some("xz")
+    } else if name.ends_with(".zst") {
+        Some("zstd")
+    } else {
+        None
+    };
+    match tool {
+        None => Ok(std::fs::read(p)?),
+        Some(t) => {
+            let out = Command::new(t)
+                .args(["-dc"])
+                .arg(p)
+                .output()
+                .with_context(|| format!("{t} (needed to unpack kernel modules)"))?;
+            if !out.status.success() {
+                bail!("{t} -dc {name} failed");
+            }
+            Ok(out.stdout)
+        }
+    }
+}
+
+/// The `depends=` list of a module's `.modinfo`.
+fn depends(ko: &[u8]) -> Vec<String> {
+    let key = b"depends=";
+    ko.windows(key.len())
+        .position(|w| w == key)
+        .map(|i| {
+            let rest = &ko[i + key.len()..];
+            let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+            String::from_utf8_lossy(&rest[..end])
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(|d| d.replace('-', "_"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `linux-image-amd64` -> `6.12.95+deb12-amd64`.
@@ -186,6 +339,7 @@ fn cached(root: &Path, label: Label) -> Option<Kernel> {
     found.sort();
     found.pop().map(|(version, vmlinuz)| Kernel {
         label,
+        modules: root.join(&version).join("modules"),
         version,
         vmlinuz,
     })

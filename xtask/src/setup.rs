@@ -179,6 +179,13 @@ pub fn packages() -> anyhow::Result<()> {
     if !is_static_busybox() {
         need.push("busybox-static");
     }
+    // Kernel modules in the Debian packages are xz- (6.x) or zstd-compressed (7.x).
+    if !sh::have("xz") {
+        need.push("xz-utils");
+    }
+    if !sh::have("zstd") {
+        need.push("zstd");
+    }
     if !sh::have("dpkg-deb") || !sh::have("apt-get") {
         bail!("xtask needs a Debian-based machine (apt-get, dpkg-deb) to fetch kernels and QEMU");
     }

@@ -32,6 +32,9 @@ mount -t securityfs securityfs /sys/kernel/security
 mount -t bpf bpf /sys/fs/bpf
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
 mount -t tmpfs -o mode=1777 tmpfs /tmp
+for m in $(cat /lib/sandbox-modules/order 2>/dev/null); do
+  insmod /lib/sandbox-modules/$m.ko || echo "VMTEST: insmod $m failed"
+done
 ip link set lo up 2>/dev/null
 hostname sandbox-vm
 # Demo secrets for `cargo xtask vm` (the tests make their own).
@@ -86,7 +89,7 @@ impl fmt::Display for Outcome {
     }
 }
 
-fn initramfs(arts: &Artifacts, payload: &str, out: &Path) -> anyhow::Result<()> {
+fn initramfs(arts: &Artifacts, modules: &Path, payload: &str, out: &Path) -> anyhow::Result<()> {
     let mut c = Cpio::new();
     for d in [
         "/proc",
@@ -103,6 +106,18 @@ fn initramfs(arts: &Artifacts, payload: &str, out: &Path) -> anyhow::Result<()> 
         c.dir(d);
     }
     c.copy(&setup::busybox(), "/bin/busybox")?;
+    // Kernel modules the tests need (loop, ext4), loaded by /init in this order.
+    if let Ok(order) = std::fs::read_to_string(modules.join("order")) {
+        c.dir("/lib");
+        c.dir("/lib/sandbox-modules");
+        for m in order.split_whitespace() {
+            c.copy(
+                &modules.join(format!("{m}.ko")),
+                &format!("/lib/sandbox-modules/{m}.ko"),
+            )?;
+        }
+        c.file("/lib/sandbox-modules/order", 0o644, order.as_bytes());
+    }
     c.file(
         "/init",
         0o755,
@@ -174,7 +189,7 @@ pub fn boot(
     let dir = root().join("target/vmtest");
     std::fs::create_dir_all(&dir)?;
     let initrd = dir.join(format!("{tag}-{}.cpio", kernel.version));
-    initramfs(arts, payload, &initrd)?;
+    initramfs(arts, &kernel.modules, payload, &initrd)?;
     let log_path = dir.join(format!("{tag}-{}.log", kernel.version));
     let mut log = std::fs::File::create(&log_path)?;
     let start = Instant::now();

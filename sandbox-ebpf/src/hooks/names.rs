@@ -4,17 +4,31 @@
 //! hooks each (the source at one, the destination at the other), which keeps every program
 //! within the verifier's budget.
 
-use sandbox_common::decide::{self, fmode, imode};
-use sandbox_common::{hook, policy_flags};
+use sandbox_common::decide::{self, FileMatch, fmode, guard, imode};
+use sandbox_common::{accept, hook, policy_flags};
 
 use super::file::{check, offsets_or_deny};
 use super::hook;
 use crate::kread;
+use crate::maps::{RENAME_DEST, RenameDest};
 use crate::path;
 use crate::scope::Scope;
 
+/// Judges a change to the name `dentry` (see `decide::name_change` for `guard`).
 #[inline(always)]
-fn check_name(hook_id: u32, scope: Scope, dentry: *const u8) -> i32 {
+fn check_name(hook_id: u32, scope: Scope, dentry: *const u8, guard: u32) -> i32 {
+    check_name_noting(hook_id, scope, dentry, guard, |_| {})
+}
+
+/// [`check_name`], telling `note` what matched the name first.
+#[inline(always)]
+fn check_name_noting(
+    hook_id: u32,
+    scope: Scope,
+    dentry: *const u8,
+    guard: u32,
+    note: impl Fn(&FileMatch),
+) -> i32 {
     let audit = scope.audits(policy_flags::AUDIT_FILES);
     let off = match offsets_or_deny(hook_id, scope, audit) {
         Ok(off) => off,
@@ -22,51 +36,91 @@ fn check_name(hook_id: u32, scope: Scope, dentry: *const u8) -> i32 {
     };
     let facts = path::dentry_facts(dentry, &off);
     check(hook_id, scope, facts, fmode::WRITE, audit, 0, |m, facts| {
-        decide::file(scope.flags(), fmode::WRITE, imode::is_dir(facts.mode), m)
+        note(m);
+        decide::name_change(scope.flags(), imode::is_dir(facts.mode), guard, m)
     })
 }
 
+#[inline(always)]
+fn pid_tgid() -> u64 {
+    // SAFETY: plain helper call.
+    unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() }
+}
+
 /// A name-change program: `dentry N` names the dentry parameter, `path N` a `struct path *`
-/// parameter.
+/// parameter; `guard` what else the change does (`decide::guard`).
 macro_rules! name_hook {
-    ($name:ident, $hook:literal, $id:expr, dentry $arg:literal) => {
+    ($name:ident, $hook:literal, $id:expr, dentry $arg:literal, $guard:expr) => {
         hook!($name, $hook, |ctx, scope| {
-            check_name($id, scope, ctx.arg::<*const u8>($arg))
+            check_name($id, scope, ctx.arg::<*const u8>($arg), $guard)
         });
     };
-    ($name:ident, $hook:literal, $id:expr, path $arg:literal) => {
+    ($name:ident, $hook:literal, $id:expr, path $arg:literal, $guard:expr) => {
         hook!($name, $hook, |ctx, scope| {
             let p: *const u8 = ctx.arg($arg);
             let dentry =
                 kread::read_ptr(p, kread::offsets().path_dentry).unwrap_or(core::ptr::null());
-            check_name($id, scope, dentry)
+            check_name($id, scope, dentry, $guard)
         });
     };
 }
 
-name_hook!(inode_create, "inode_create", hook::CREATE, dentry 1);
-name_hook!(inode_mknod, "inode_mknod", hook::CREATE, dentry 1);
-name_hook!(inode_mkdir, "inode_mkdir", hook::MKDIR, dentry 1);
-name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, dentry 1);
-name_hook!(inode_unlink, "inode_unlink", hook::UNLINK, dentry 1);
-name_hook!(inode_rmdir, "inode_rmdir", hook::RMDIR, dentry 1);
+const NONE: u32 = guard::NONE;
+const REPLACE: u32 = guard::REPLACE;
+
+// A directory may be made at an ancestor's name (the rules below it apply as before);
+// anything else made there would stand where a protected tree is expected.
+name_hook!(inode_create, "inode_create", hook::CREATE, dentry 1, REPLACE);
+name_hook!(inode_mknod, "inode_mknod", hook::CREATE, dentry 1, REPLACE);
+name_hook!(inode_mkdir, "inode_mkdir", hook::MKDIR, dentry 1, NONE);
+name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, dentry 1, REPLACE);
+name_hook!(inode_unlink, "inode_unlink", hook::UNLINK, dentry 1, NONE);
+name_hook!(inode_rmdir, "inode_rmdir", hook::RMDIR, dentry 1, REPLACE);
 // link(old, new): the new name at inode_link, the file linked to at path_link (a new name
 // for a protected file is a way around its path rules).
-name_hook!(inode_link, "inode_link", hook::LINK, dentry 2);
-name_hook!(path_link, "path_link", hook::LINK, dentry 0);
+name_hook!(inode_link, "inode_link", hook::LINK, dentry 2, REPLACE);
+name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE);
 // rename(old, new): the old name at inode_rename, the new one at path_rename (both names
-// change, also with RENAME_EXCHANGE).
-name_hook!(inode_rename, "inode_rename", hook::RENAME, dentry 1);
-name_hook!(path_rename, "path_rename", hook::RENAME, dentry 3);
+// change). The kernel calls inode_rename a second time with the names swapped for
+// RENAME_EXCHANGE, so each moving name is seen there as the old one, with its directories.
+hook!(inode_rename, "inode_rename", |ctx, scope| {
+    let (old_dir, new_dir): (*const u8, *const u8) = (ctx.arg(0), ctx.arg(2));
+    let new: *const u8 = ctx.arg(3);
+    let key = pid_tgid();
+    // SAFETY: the value is plain data copied out immediately.
+    let dest = unsafe { RENAME_DEST.get(&key) }.copied();
+    let _ = RENAME_DEST.remove(&key);
+    // Moving into a protected area too keeps the files protected (the destination as
+    // path_rename matched it; unknown for the second name of RENAME_EXCHANGE: not kept).
+    let stays =
+        dest.is_some_and(|d| d.dentry == new as u64 && d.mask & (1 << accept::CONTAINED) != 0);
+    let guard = if old_dir == new_dir || stays {
+        guard::REPLACE
+    } else {
+        guard::MOVE
+    };
+    check_name(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard)
+});
+hook!(path_rename, "path_rename", |ctx, scope| {
+    let new: *const u8 = ctx.arg(3);
+    check_name_noting(hook::RENAME, scope, new, guard::REPLACE, |m| {
+        let v = RenameDest {
+            dentry: new as u64,
+            mask: m.path,
+            _pad: 0,
+        };
+        let _ = RENAME_DEST.insert(&pid_tgid(), &v, 0);
+    })
+});
 // Attribute changes through a path or an fd (truncate(2), chmod/fchmod, chown/fchown).
-name_hook!(path_truncate, "path_truncate", hook::TRUNCATE, path 0);
-name_hook!(path_chmod, "path_chmod", hook::CHMOD, path 0);
-name_hook!(path_chown, "path_chown", hook::CHOWN, path 0);
+name_hook!(path_truncate, "path_truncate", hook::TRUNCATE, path 0, NONE);
+name_hook!(path_chmod, "path_chmod", hook::CHMOD, path 0, NONE);
+name_hook!(path_chown, "path_chown", hook::CHOWN, path 0, NONE);
 // Every other attribute change (utimes, ...) goes through inode_setattr, which gained an
 // idmap parameter in 6.3: one program per form. Extended attributes likewise.
-name_hook!(inode_setattr_2, "inode_setattr", hook::SETATTR, dentry 0);
-name_hook!(inode_setattr_3, "inode_setattr", hook::SETATTR, dentry 1);
-name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1);
-name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, dentry 1);
-name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1);
-name_hook!(inode_remove_acl, "inode_remove_acl", hook::XATTR, dentry 1);
+name_hook!(inode_setattr_2, "inode_setattr", hook::SETATTR, dentry 0, NONE);
+name_hook!(inode_setattr_3, "inode_setattr", hook::SETATTR, dentry 1, NONE);
+name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_remove_acl, "inode_remove_acl", hook::XATTR, dentry 1, NONE);

@@ -83,6 +83,69 @@ fn strip_below(g: &str) -> Option<&str> {
         .filter(|x| !x.is_empty() && !x.ends_with("**"))
 }
 
+/// Splits a glob at the `/` that separate components (not inside `{}` or `[]`, not
+/// escaped). An absolute glob starts with an empty component.
+fn components(g: &str) -> Vec<&str> {
+    let (mut out, mut start, mut depth, mut esc) = (Vec::new(), 0, 0i32, false);
+    for (i, c) in g.char_indices() {
+        match c {
+            _ if esc => esc = false,
+            '\\' => esc = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            '/' if depth <= 0 => {
+                out.push(&g[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&g[start..]);
+    out
+}
+
+/// What renaming, removing or replacing names above a protected path would undo, for one
+/// protective rule (deny, read-only, exec deny): `(ancestors, areas)`.
+/// - `ancestors`: globs of the directories on the way to what the rule names, matched
+///   exactly (`/home/u` and `/home/u/.ssh` for `/home/u/.ssh/**`; `/srv/*` for
+///   `/srv/*/key`; nothing above a leading `**`, where any directory leads to it). The rule's
+///   own path is not one: a change to it is judged by the rule itself, except for `X/**`,
+///   which does not name `X`.
+/// - `areas`: `L` of every `L/**/...` (`L` not the root): a directory strictly below `L`
+///   carries protected files only while it stays below `L`.
+pub fn protected_ancestors(glob: &str, literal: bool) -> (Vec<String>, Vec<String>) {
+    let (mut ancestors, mut areas) = (Vec::new(), Vec::new());
+    let (body, below) = match strip_below(glob) {
+        Some(x) if !literal => (x, true),
+        _ => (glob, false),
+    };
+    let comps = components(body);
+    if comps.first() != Some(&"") {
+        return (ancestors, areas);
+    }
+    // Prefixes of 1..n components (n: the whole body, an ancestor only for `X/**`).
+    let n = comps.len();
+    for k in 1..=n {
+        if k == n && !below {
+            break;
+        }
+        let last = comps[k - 1];
+        let prefix = comps[..k].join("/");
+        if last == "**" {
+            let l = comps[..k - 1].join("/");
+            if !l.is_empty() && !l.ends_with("**") && !areas.contains(&l) {
+                areas.push(l);
+            }
+            continue;
+        }
+        if prefix.is_empty() {
+            continue;
+        }
+        ancestors.push(prefix);
+    }
+    (ancestors, areas)
+}
+
 fn is_floating(g: &str) -> bool {
     g.contains("**")
 }

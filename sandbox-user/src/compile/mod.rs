@@ -238,6 +238,8 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     add_paths(&policy.exec.allow, accept::EXEC_ALLOW, &mut rules);
     add_paths(&policy.network.unix, accept::UNIX_ALLOW, &mut rules);
 
+    add_ancestors(&mut patterns);
+
     let net = net::compile(&policy.network, &mut rules).map_err(CompileError::Net)?;
     if rules.len() >= usize::from(NO_RULE) {
         return Err(CompileError::TooManyRules(rules.len()));
@@ -275,6 +277,41 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
         identity,
         net,
     })
+}
+
+/// The names above protected paths (`accept::ANCESTOR`) and the areas protected files
+/// may not be moved out of (`accept::CONTAINED`), each attributed to the first rule that
+/// needs it.
+fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut extra = Vec::new();
+    for (p, id) in patterns.iter() {
+        if !matches!(
+            p.slot,
+            accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY
+        ) {
+            continue;
+        }
+        let (ancestors, areas) = matcher::protected_ancestors(&p.glob, p.literal);
+        let wanted = ancestors.into_iter().map(|g| (g, accept::ANCESTOR)).chain(
+            areas
+                .into_iter()
+                .map(|l| (format!("{l}/**"), accept::CONTAINED)),
+        );
+        for (glob, slot) in wanted {
+            if seen.insert((glob.clone(), slot)) {
+                extra.push((
+                    matcher::Pattern {
+                        glob,
+                        literal: false,
+                        slot,
+                    },
+                    *id,
+                ));
+            }
+        }
+    }
+    patterns.extend(extra);
 }
 
 impl CompiledPolicy {

@@ -370,3 +370,68 @@ fn compile_is_deterministic() {
     assert_eq!(a.net.v4, b.net.v4);
     assert_eq!(a.rules, b.rules);
 }
+
+#[test]
+fn ancestors_of_protected_paths() {
+    let a = |g: &str, lit: bool| dfa::protected_ancestors(g, lit);
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    // A literal names itself: its parents are the ancestors.
+    assert_eq!(a("/home/u/.ssh", true), (s(&["/home", "/home/u"]), s(&[])));
+    // `X/**` does not name X: X is one too.
+    assert_eq!(
+        a("/home/u/.ssh/**", false),
+        (s(&["/home", "/home/u", "/home/u/.ssh"]), s(&[]))
+    );
+    // Wildcard components are ancestors as patterns; `**` makes an area.
+    assert_eq!(
+        a("/srv/*/p/**/secrets/*.key", false),
+        (
+            s(&["/srv", "/srv/*", "/srv/*/p", "/srv/*/p/**/secrets"]),
+            s(&["/srv/*/p"])
+        )
+    );
+    // Nothing above a leading `**`: every directory leads there, and moves keep the tail.
+    assert_eq!(a("/**/*.pem", false), (s(&[]), s(&[])));
+    assert_eq!(a("/**/.ssh/**", false), (s(&["/**/.ssh"]), s(&[])));
+    // Braces with a `/` inside stay one component.
+    assert_eq!(a("/a/{b/c,d}/e", false), (s(&["/a", "/a/{b/c,d}"]), s(&[])));
+}
+
+#[test]
+fn compiled_policy_marks_ancestors_and_areas() {
+    let ctx = Context {
+        home: "/home/u".into(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+    };
+    let p = load_str(
+        "files:\n  deny:\n    - /home/u/.ssh/**\n    - /home/u/proj/**/secret.json\n",
+        "t.yaml",
+        &ctx,
+    )
+    .unwrap();
+    let c = super::compile(&p, SEED).unwrap();
+    let has = |path: &str, slot: usize| dfa::has(c.match_path(path.as_bytes()), slot);
+    for anc in ["/home", "/home/u", "/home/u/.ssh", "/home/u/proj"] {
+        assert!(has(anc, accept::ANCESTOR), "{anc} is an ancestor");
+    }
+    for not in [
+        "/home/u/.ssh/id_rsa",
+        "/home/u/docs",
+        "/tmp",
+        "/home/u/proj/src",
+    ] {
+        assert!(!has(not, accept::ANCESTOR), "{not} is not an ancestor");
+    }
+    assert!(has("/home/u/proj/src", accept::CONTAINED));
+    assert!(has("/home/u/proj/a/b", accept::CONTAINED));
+    assert!(!has("/home/u/proj", accept::CONTAINED));
+    assert!(!has("/home/u/other", accept::CONTAINED));
+    // The records name the rule behind the ancestor.
+    let r = c.rule_for(accept::ANCESTOR, b"/home/u/.ssh").unwrap();
+    assert_eq!(r.source, "/home/u/.ssh/**");
+    let r = c.rule_for(accept::CONTAINED, b"/home/u/proj/x").unwrap();
+    assert_eq!(r.source, "/home/u/proj/**/secret.json");
+}

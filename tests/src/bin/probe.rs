@@ -291,6 +291,59 @@ fn op_open_alias(op: &str, a1: &str, a2: &str, a3: &str) -> String {
                 libc::close(dir);
                 res(fd)
             }
+            // A handle for a1 saved in the file a2 (hex), to be opened later, after the
+            // dentry cache has dropped a1's dentries (`handle-open`).
+            "handle-save" => {
+                let mut h = [0u32; 2 + 32];
+                h[0] = 128;
+                let mut mount_id = 0;
+                let p = cstr(a1);
+                if libc::syscall(
+                    libc::SYS_name_to_handle_at,
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    h.as_mut_ptr(),
+                    &raw mut mount_id,
+                    0,
+                ) != 0
+                {
+                    return format!("HANDLE-{}", errno_name(last_errno()));
+                }
+                let words: Vec<String> = h.iter().map(|w| format!("{w:08x}")).collect();
+                match std::fs::write(a2, words.join(" ")) {
+                    Ok(()) => "OK".into(),
+                    Err(e) => format!("SAVE-{e}"),
+                }
+            }
+            // Opens the handle saved in a1 on the file system mounted at a2 (`handle-path`:
+            // and answers with the path the kernel gives the open file).
+            "handle-open" | "handle-path" => {
+                let Ok(text) = std::fs::read_to_string(a1) else {
+                    return "NO-HANDLE".into();
+                };
+                let mut h: Vec<u32> = text
+                    .split_whitespace()
+                    .filter_map(|w| u32::from_str_radix(w, 16).ok())
+                    .collect();
+                let m = cstr(a2);
+                let dir = libc::open(m.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                let fd = libc::syscall(
+                    libc::SYS_open_by_handle_at,
+                    dir,
+                    h.as_mut_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                ) as i32;
+                libc::close(dir);
+                if op == "handle-path" && fd >= 0 {
+                    let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+                    libc::close(fd);
+                    return format!(
+                        "PATH={}",
+                        link.map_or_else(|e| e.to_string(), |p| p.display().to_string())
+                    );
+                }
+                res(fd)
+            }
             // chroot into a1 (in a child) and open a2 inside it.
             "chroot-open" => {
                 let (dir, p) = (cstr(a1), cstr(a2));
@@ -846,9 +899,8 @@ fn run_op(words: &[String]) -> String {
             format!("ALLOWED={ok} DENIED={denied}")
         }
         "uring-open" | "uring-connect" => op_uring(a(0), a(1), a(2)),
-        "open-hex" | "openat2" | "by-handle" | "chroot-open" | "deep-open" => {
-            op_open_alias(a(0), a(1), a(2), a(3))
-        }
+        "open-hex" | "openat2" | "by-handle" | "handle-save" | "handle-open" | "handle-path"
+        | "chroot-open" | "deep-open" => op_open_alias(a(0), a(1), a(2), a(3)),
         "bpf" | "kill-parent" | "ptrace-parent" | "mount" => op_protect(a(0), a(1)),
         "symlink" => op_symlink(a(1), a(2)),
         "mkdir" => io(std::fs::create_dir(a(1))),

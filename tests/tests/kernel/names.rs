@@ -99,3 +99,82 @@ fn name_changes_are_writes() {
         .has("/activity", "mkdir")
         .has("/policy/rule", "files.read_only[0]")]);
 }
+
+/// The layout of [`ancestors_of_protected_paths_stay_put`], owned by the agent user.
+fn ancestor_layout(d: &std::path::Path) {
+    write(&d.join("secrets/key"), "k");
+    write(&d.join("docker/config.json"), "{}");
+    write(&d.join("proj/a/secret.json"), "s");
+    std::fs::create_dir_all(d.join("proj/b")).unwrap();
+    std::fs::create_dir_all(d.join("empty")).unwrap();
+    std::fs::create_dir_all(d.join("free/y")).unwrap();
+    User::Agent.own(d);
+}
+
+/// A rule protects a path; renaming, removing or replacing a directory above it would
+/// take the protection away (Landlock's REFER reasoning): `mv secrets s2` for
+/// `secrets/**`, `mv docker d2; ln -s ... docker` for `docker/config.json`, a directory
+/// moved out from under `proj/**/secret.json`. All of it works outside, as the same
+/// non-root owner; inside it is denied, while renames that keep the protection work.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn ancestors_of_protected_paths_stay_put() {
+    std::fs::create_dir_all(User::Agent.home()).unwrap();
+    let out = workdir_as(User::Agent, "ancestors_outside");
+    ancestor_layout(&out);
+    let o = |rel: &str| path_str(&out, rel);
+    for op in [
+        vec!["rename".to_owned(), o("secrets"), o("s2")],
+        vec!["rename".to_owned(), o("docker"), o("d2")],
+        vec!["symlink".to_owned(), o("d2"), o("docker")],
+        vec!["rmdir".to_owned(), o("empty")],
+        vec!["rename".to_owned(), o("proj/a"), o("free/a")],
+    ] {
+        let ops: Vec<&str> = op.iter().map(String::as_str).collect();
+        assert_eq!(
+            probe_outside_as(User::Agent, &ops),
+            "OK",
+            "outside: {ops:?}"
+        );
+    }
+
+    let d = workdir_as(User::Agent, "ancestors");
+    ancestor_layout(&d);
+    let policy = format!(
+        "files:\n  deny:\n    - {0}/secrets/**\n    - {0}/docker/config.json\n    - {0}/proj/**/secret.json\n    - {0}/empty/**\n    - {0}/ghost/token\n",
+        d.display()
+    );
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[
+            ("rename secrets s2", EACCES),
+            ("rename docker d2", EACCES),
+            ("rmdir empty", EACCES),
+            ("symlink /tmp ghost", EACCES),
+            ("mkdir ghost", OK),
+            ("rename free/y ghost", EACCES),
+            ("rename proj/a proj/c", OK),
+            ("rename proj/c free/c", EACCES),
+            ("rename proj/b proj/c/b", OK),
+            ("rename free/y free/z", OK),
+            ("open proj/c/secret.json r", EACCES),
+        ],
+    );
+    assert!(d.join("secrets/key").exists() && d.join("docker/config.json").exists());
+    r.check_records(&[
+        rec("/file/path", path_str(&d, "secrets"))
+            .has("/activity", "rename")
+            .has("/policy/reason", "ancestor_of_protected_path")
+            .has("/policy/rule", "files.deny[0]"),
+        // The symlink at the ancestor's name, then the rename onto it.
+        rec("/file/path", path_str(&d, "ghost"))
+            .count(2)
+            .has("/activity", "symlink")
+            .has("/policy/rule", "files.deny[4]"),
+        rec("/file/path", path_str(&d, "proj/c"))
+            .has("/policy/reason", "moves_protected_files")
+            .has("/policy/rule", "files.deny[2]"),
+    ]);
+}
