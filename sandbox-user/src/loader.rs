@@ -303,8 +303,10 @@ impl Enforcer {
                 .try_into()
                 .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
             prog.load().map_err(|e| err(error_chain(&e)))?;
+            // A BPF link (5.7+) coexists with other programs on the cgroup whatever the
+            // mode, and the kernel wants no flags for it: `Single` is that.
             let link = prog
-                .attach(&dir, CgroupAttachMode::AllowMultiple)
+                .attach(&dir, CgroupAttachMode::Single)
                 .map_err(|e| err(error_chain(&e)))?;
             if let Some(pin) = &self.pin_dir {
                 let pin_err = |detail: String| {
