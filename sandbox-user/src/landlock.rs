@@ -52,7 +52,10 @@ pub struct Rights {
 
 impl Rights {
     pub fn for_abi(abi: u32) -> Self {
-        use fs::*;
+        use fs::{
+            EXECUTE, MAKE_BLOCK, MAKE_CHAR, MAKE_DIR, MAKE_FIFO, MAKE_REG, MAKE_SOCK, MAKE_SYM,
+            READ_DIR, READ_FILE, REFER, REMOVE_DIR, REMOVE_FILE, TRUNCATE, WRITE_FILE,
+        };
         let mut write = WRITE_FILE
             | REMOVE_DIR
             | REMOVE_FILE

@@ -8,11 +8,6 @@
 //! (`--include-ignored`); plain `cargo test` lists them as ignored. They fail when the
 //! feature is broken; they skip, loudly, only when the kernel has no Landlock or no cgroup
 //! socket-address programs at all.
-#![expect(
-    clippy::missing_panics_doc,
-    reason = "test helpers: a panic is a failed test"
-)]
-
 use std::io::Read as _;
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -309,13 +304,8 @@ fn network_loopback_denied_by_block_private_with_records() {
     assert_eq!(rec["policy"]["rule_source"], "127.0.0.0/8", "{rec:#}");
     let rec = r.net_record("send", "127.0.0.1", uport);
     assert_eq!(rec["policy"]["rule"], "network.block_private", "{rec:#}");
-    if tcp6.is_some() {
-        let port = tcp6
-            .as_ref()
-            .expect("v6")
-            .local_addr()
-            .expect("addr")
-            .port();
+    if let Some(l) = &tcp6 {
+        let port = l.local_addr().expect("addr").port();
         let rec = r.net_record("connect", "::1", port);
         assert_eq!(rec["policy"]["rule_source"], "::1/128", "{rec:#}");
     }

@@ -9,7 +9,7 @@
 //! that sends to or connects to an `AF_INET` address (UDP) runs the `*4` program; an
 //! IPv4-mapped IPv6 destination reaches the `*6` program (and `addr::verdict` judges its
 //! IPv4 part). `sendmsg*` run for unconnected UDP sends that name a destination; TCP Fast
-//! Open and io_uring connects go through `connect*`.
+//! Open and `io_uring` connects go through `connect*`.
 
 use aya_ebpf::macros::cgroup_sock_addr;
 use aya_ebpf::programs::SockAddrContext;
