@@ -690,3 +690,107 @@ pub fn report(cov: &Coverage) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(yaml: &str, dir: &Path) -> Policy {
+        let ctx = crate::policy::Context {
+            home: dir.join("home"),
+            cwd: dir.to_path_buf(),
+            env: std::collections::HashMap::new(),
+            resolvers: Vec::new(),
+            host_addrs: Vec::new(),
+        };
+        crate::policy::load_str(yaml, "test.yaml", &ctx).expect("valid policy")
+    }
+
+    fn host(abi: u32) -> HostFacts {
+        HostFacts {
+            landlock: Ok(abi),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            root_command: false,
+            attach: false,
+        }
+    }
+
+    fn explicit(c: &Coverage) -> Vec<String> {
+        c.refused().map(|g| g.rule.clone()).collect()
+    }
+
+    #[test]
+    fn literal_rules_are_fully_covered_and_cut_holes() {
+        let dir = std::env::temp_dir().join(format!("fallback-unit-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("ws/keep")).unwrap();
+        std::fs::create_dir_all(dir.join("ws/secret")).unwrap();
+        let d = dir.display();
+        let p = policy(
+            &format!("files:\n  workspace: {d}/ws\n  deny: [{d}/ws/secret, \"{d}/x/**\"]\n"),
+            &dir,
+        );
+        let (plan, cov) = plan(&p, &host(7));
+        let plan = plan.expect("landlock plan");
+        assert_eq!(explicit(&cov), Vec::<String>::new());
+        let secret = dir.join("ws/secret");
+        assert!(
+            !plan.grants.iter().any(|(g, _, _)| g.starts_with(&secret)),
+            "the denied directory got a grant: {:?}",
+            plan.grants
+        );
+        assert!(plan.split.contains(&dir.join("ws")), "{:?}", plan.split);
+        assert!(
+            plan.grants
+                .iter()
+                .any(|(g, r, _)| *g == dir.join("ws/keep") && r & fs::READ_FILE != 0),
+            "its sibling lost its grant: {:?}",
+            plan.grants
+        );
+        drop(std::fs::remove_dir_all(&dir));
+    }
+
+    #[test]
+    fn globs_at_any_depth_and_unenforceable_sections_are_named() {
+        let dir = std::env::temp_dir();
+        let p = policy(
+            "files:\n  deny: [\"/**/.env\"]\nexec:\n  deny: [sudo]\nnetwork:\n  unix: [/run/x]\n  listen: [\"0.0.0.0/0\"]\n",
+            &dir,
+        );
+        let (_, cov) = plan(&p, &host(7));
+        assert_eq!(
+            explicit(&cov),
+            vec![
+                "network.listen[0] '0.0.0.0/0'".to_owned(),
+                "network.unix (only 1 peer(s) outside the sandbox)".to_owned(),
+                "files.deny[0] '/**/.env'".to_owned(),
+                "exec.deny[0] 'sudo'".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn attach_names_every_file_rule_and_old_abis_say_what_they_lack() {
+        let dir = std::env::temp_dir();
+        let p = policy("files:\n  deny: [/etc/shadow]\n  read_only: [/etc]\n", &dir);
+        let (plan, cov) = plan(
+            &p,
+            &HostFacts {
+                attach: true,
+                ..host(7)
+            },
+        );
+        assert!(plan.is_none());
+        assert_eq!(explicit(&cov).len(), 2);
+        let (_, cov) = plan_abi2(&p);
+        assert!(explicit(&cov).contains(&"files (truncate)".to_owned()));
+        assert!(
+            cov.gaps
+                .iter()
+                .any(|g| g.rule == "self-protection (signals)")
+        );
+    }
+
+    fn plan_abi2(p: &Policy) -> (Option<Plan>, Coverage) {
+        plan(p, &host(2))
+    }
+}
