@@ -1,7 +1,8 @@
 //! The one table of BPF-LSM programs: which program attaches to which hook, with how many
 //! parameters, and whether the hook may be missing. Read by the BPF side (the earlier
 //! program's verdict sits right after the hook's parameters: [`arity`] at compile time)
-//! and by the loader (which form of a hook fits the running kernel's BTF).
+//! and by the loader (which form of a hook fits the running kernel's BTF). Also the table
+//! of the fallback backend's cgroup programs ([`CGROUP_PROGRAMS`]).
 
 /// One BPF-LSM program of the object. A hook whose parameters changed between kernels has
 /// one program per form; the loader attaches the one that fits.
@@ -93,6 +94,38 @@ pub const PROGRAMS: &[Program] = &[
     prog("kernel_load_data", "kernel_load_data", 2),
     prog("locked_down", "locked_down", 1),
     prog("file_send_sigiotask", "file_send_sigiotask", 3),
+];
+
+/// A program of the fallback backend (kernels that cannot run BPF-LSM programs): a
+/// `cgroup_sock_addr` program attached to the run's cgroup rather than to an LSM hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupProgram {
+    /// The program's function name in the object (its section is `cgroup/<name>`).
+    pub name: &'static str,
+    /// What it judges, for messages.
+    pub what: &'static str,
+}
+
+/// The fallback backend's programs (hooks/sockaddr.rs): the network rules by destination.
+/// `connect_unix`/`sendmsg_unix` (6.7+) are not among them: they see the peer's name but
+/// not whether it is inside the sandbox, which `network.unix` needs.
+pub const CGROUP_PROGRAMS: &[CgroupProgram] = &[
+    CgroupProgram {
+        name: "connect4",
+        what: "IPv4 connect",
+    },
+    CgroupProgram {
+        name: "connect6",
+        what: "IPv6 connect",
+    },
+    CgroupProgram {
+        name: "sendmsg4",
+        what: "IPv4 UDP send with a destination",
+    },
+    CgroupProgram {
+        name: "sendmsg6",
+        what: "IPv6 UDP send with a destination",
+    },
 ];
 
 /// The program named `name` (compile-time: an unknown name fails the build).

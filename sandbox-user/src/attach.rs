@@ -19,6 +19,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::audit::{AuditFile, Formatter};
+use crate::backend::Host;
 use crate::compile::{self, CompiledPolicy};
 use crate::hosts::HostState;
 use crate::policy::{self, Context, Policy};
@@ -31,6 +32,46 @@ pub struct AttachOptions {
     pub policy: Option<PathBuf>,
     pub audit_log: Option<PathBuf>,
     pub quiet: bool,
+    /// `--allow-degraded`: in the fallback backend, enforce the network part even when the
+    /// policy has file or exec rules (which cannot be enforced on running processes).
+    pub allow_degraded: bool,
+}
+
+/// In the fallback backend: says what is not enforced on an existing cgroup (files and
+/// exec: Landlock cannot be applied from outside) and refuses a policy with such rules
+/// unless the user accepted that.
+fn fallback_check(p: &Policy, host: &Host, allow_degraded: bool) -> anyhow::Result<()> {
+    let crate::backend::Backend::Fallback { landlock, .. } = &host.backend else {
+        return Ok(());
+    };
+    let facts = crate::fallback::HostFacts {
+        landlock: landlock.clone(),
+        cgroup_root: host.cgroup_root.clone(),
+        root_command: false,
+        attach: true,
+    };
+    let (_, cov) = crate::fallback::plan(p, &facts);
+    let refused: Vec<String> = cov
+        .refused()
+        .map(|g| format!("  {}: {}", g.rule, g.why))
+        .collect();
+    if !refused.is_empty() && !allow_degraded && !p.allow_degraded {
+        anyhow::bail!(
+            "in the fallback backend `sandbox attach` enforces the network rules only; {} \
+             rule(s) of this policy would not be enforced:\n{}\nTo attach anyway, pass \
+             --allow-degraded or set `fallback: {{allow_degraded: true}}` in the policy",
+            refused.len(),
+            refused.join("\n")
+        );
+    }
+    term::line(
+        "sandbox: the network rules are enforced; files and exec are not (Landlock \
+                cannot be applied to processes that already run)",
+    );
+    for line in crate::fallback::report(&cov) {
+        term::line(&format!("sandbox: {line}"));
+    }
+    Ok(())
 }
 
 /// Reads and validates the policy (the built-in one without a file). The file is re-read
@@ -85,9 +126,12 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         policy.audit.keep,
         &Agent::AnyNonRoot,
     )?;
-    let compiled = compile_policy(policy, &audit, opts.policy.as_deref())?;
+    let compiled = compile_policy(policy.clone(), &audit, opts.policy.as_deref())?;
+    let host = crate::backend::detect(&compiled)?;
+    term::line(&format!("sandbox: {}", host.backend.describe()));
+    fallback_check(&policy, &host, opts.allow_degraded)?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
-    let mut armed = run::arm(compiled, Bind::Existing(&opts.cgroup))?;
+    let mut armed = run::arm(compiled, Bind::Existing(&opts.cgroup), &host)?;
     let mut ring = events(&mut armed)?;
     armed
         .orphans
@@ -111,8 +155,9 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         }
         debug("reload requested");
         let next = read_policy(opts.policy.as_deref(), &ctx).and_then(|p| {
+            fallback_check(&p, &host, opts.allow_degraded)?;
             let c = compile_policy(p, &audit, opts.policy.as_deref())?;
-            let mut new = run::arm(c, Bind::Existing(&armed.cgroup.path))?;
+            let mut new = run::arm(c, Bind::Existing(&armed.cgroup.path), &host)?;
             let new_ring = events(&mut new)?;
             Ok((new, new_ring))
         });

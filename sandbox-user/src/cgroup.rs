@@ -50,6 +50,40 @@ pub fn root() -> Result<PathBuf, CgroupError> {
     Err(CgroupError::NoCgroup2)
 }
 
+/// Where the fallback backend mounts a cgroup v2 hierarchy when the host has none (a
+/// host with only cgroup v1 controllers: v2 still works for BPF programs and membership).
+pub const FALLBACK_MOUNT: &str = "/run/sandbox/cgroup2";
+
+/// The cgroup v2 mount from the mount table or, when there is none, a new one at
+/// [`FALLBACK_MOUNT`]. `Ok((path, true))` when sandbox mounted it (it stays mounted for
+/// later runs).
+pub fn root_or_mount() -> Result<(PathBuf, bool), CgroupError> {
+    match root() {
+        Ok(p) => return Ok((p, false)),
+        Err(CgroupError::NoCgroup2) => {}
+        Err(e) => return Err(e),
+    }
+    let dir = Path::new(FALLBACK_MOUNT);
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    // SAFETY: NUL-terminated strings; no data argument.
+    let r = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            c"/run/sandbox/cgroup2".as_ptr(),
+            c"cgroup2".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(CgroupError::Io {
+            path: format!("mounting cgroup2 at {FALLBACK_MOUNT}"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok((root()?, true))
+}
+
 /// A cgroup directory with what the kernel knows it by.
 #[derive(Debug, Clone)]
 pub struct Cgroup {

@@ -37,6 +37,11 @@ pub struct EnforceArgs {
     /// No per-deny lines on stderr (the audit log still gets every record).
     #[arg(long, short)]
     pub quiet: bool,
+    /// On a host without BPF LSM (the fallback backend), run even when the policy has rules
+    /// the fallback cannot enforce; they are listed at the start. (Policy setting:
+    /// `fallback: {allow_degraded: true}`.)
+    #[arg(long)]
+    pub allow_degraded: bool,
 }
 
 /// Runs a daemon-style command on a single-threaded runtime. Its messages, the last one
@@ -95,8 +100,14 @@ pub enum Command {
     Check { file: PathBuf },
     /// Print the built-in default policy.
     DefaultPolicy,
-    /// Check that this host can enforce policies (privileges, BPF LSM, BTF, cgroup v2, loading).
-    Preflight,
+    /// Check that this host can enforce policies (privileges, BPF LSM, BTF, cgroup v2,
+    /// loading), say which backend would be used and, in the fallback, what it does not
+    /// enforce of the policy (the built-in one without --policy).
+    Preflight {
+        /// Policy whose coverage to report (default: the built-in policy).
+        #[arg(long, short)]
+        policy: Option<PathBuf>,
+    },
     /// Say what a policy decides for one operation, and which rule decides it.
     Explain {
         /// Policy file (default: the built-in policy).
@@ -134,6 +145,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             as_root,
             user,
             keep_caps,
+            allow_degraded: enforce.allow_degraded,
             command,
         })),
         Command::Attach { cgroup, enforce } => {
@@ -142,6 +154,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
                 policy: enforce.policy,
                 audit_log: enforce.audit_log,
                 quiet: enforce.quiet,
+                allow_degraded: enforce.allow_degraded,
             }))
         }
         Command::Check { file } => {
@@ -159,7 +172,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             print!("{}", policy::DEFAULT_POLICY);
             Ok(0)
         }
-        Command::Preflight => preflight_cmd(),
+        Command::Preflight { policy } => preflight_cmd(policy.as_deref()),
         Command::Explain { policy, what } => {
             let ctx = context()?;
             let p = run::load_policy(policy.as_deref(), &ctx)?;
@@ -181,45 +194,102 @@ fn context() -> anyhow::Result<policy::Context> {
     Ok(policy::Context::from_process(t.home)?)
 }
 
-fn preflight_cmd() -> anyhow::Result<i32> {
-    let mut ok = true;
+fn preflight_cmd(policy_file: Option<&std::path::Path>) -> anyhow::Result<i32> {
+    let mut hard_ok = true;
     for c in preflight::static_checks() {
+        let hard = preflight::hard_checks().iter().any(|h| h.name == c.name);
         println!(
             "{} {:<11} {}",
-            if c.ok { "ok  " } else { "FAIL" },
+            match (c.ok, hard) {
+                (true, _) => "ok  ",
+                (false, true) => "FAIL",
+                (false, false) => "no  ",
+            },
             c.name,
             c.detail
         );
-        ok &= c.ok;
+        hard_ok &= c.ok || !hard;
     }
-    if !ok {
-        println!(
-            "\nBPF-LSM enforcement is not possible here; `sandbox run` will refuse to start commands."
-        );
+    if !hard_ok {
+        println!("\nNo enforcement is possible here; `sandbox run` will refuse to start commands.");
         return Ok(1);
     }
     let ctx = context()?;
-    let p = run::load_policy(None, &ctx)?;
+    let p = run::load_policy(policy_file, &ctx)?;
     let c = compile::compile(&p, compile::FIXED_SEED)?;
-    let loaded = loader::kernel_fit().and_then(|k| {
-        loader::Enforcer::load(&c, &k, 1, None)?;
-        Ok(k)
-    });
-    match loaded {
-        Ok(k) => {
-            println!(
-                "ok   load        BPF-LSM programs load and attach ({})",
-                k.programs
-                    .iter()
-                    .map(|p| p.hook)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            Ok(0)
-        }
+    let host = match crate::backend::detect(&c) {
+        Ok(h) => h,
         Err(e) => {
-            println!("FAIL load        {}", preflight::explain_load_failure(&e));
-            Ok(1)
+            println!("FAIL load        {e:#}");
+            return Ok(1);
+        }
+    };
+    match &host.backend {
+        crate::backend::Backend::BpfLsm => {
+            match loader::Enforcer::load(&c, &host.kernel, 1, None) {
+                Ok(_) => println!(
+                    "ok   load        BPF-LSM programs load and attach ({})",
+                    host.kernel
+                        .programs
+                        .iter()
+                        .map(|p| p.hook)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Err(e) => {
+                    println!("FAIL load        {}", preflight::explain_load_failure(&e));
+                    return Ok(1);
+                }
+            }
+            println!("\n{}", host.backend.describe());
+        }
+        crate::backend::Backend::Fallback { landlock, .. } => {
+            println!(
+                "ok   load        cgroup socket-address programs load ({}); cgroup v2 at {}",
+                sandbox_common::programs::CGROUP_PROGRAMS
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                host.cgroup_root.display()
+            );
+            match landlock {
+                Ok(abi) => println!("ok   landlock    Landlock ABI {abi}"),
+                Err(e) => println!("no   landlock    {e}"),
+            }
+            println!("\n{}", host.backend.describe());
+            let t = Target::detect()?;
+            let facts = crate::fallback::HostFacts {
+                landlock: landlock.clone(),
+                cgroup_root: host.cgroup_root.clone(),
+                root_command: t.uid == 0,
+                attach: false,
+            };
+            let (_, cov) = crate::fallback::plan(&p, &facts);
+            println!(
+                "\nWith {} (`sandbox run` as {}):",
+                policy_file.map_or_else(
+                    || "the built-in policy".to_owned(),
+                    |f| f.display().to_string()
+                ),
+                t.name.as_deref().unwrap_or("this user")
+            );
+            for line in crate::fallback::report(&cov) {
+                println!("{line}");
+            }
+            let refused = cov.refused().count();
+            if refused > 0 {
+                println!(
+                    "\n`sandbox run` refuses this policy here unless it sets \
+                     `fallback: {{allow_degraded: true}}` or is given --allow-degraded{}",
+                    if p.allow_degraded {
+                        " (it sets it: it runs, with the rules above not enforced)"
+                    } else {
+                        ""
+                    }
+                );
+            }
         }
     }
+    Ok(0)
 }

@@ -7,6 +7,7 @@
 
 pub mod attach;
 pub mod audit;
+pub mod backend;
 pub mod btf;
 pub mod caps;
 pub mod cgroup;
@@ -14,7 +15,9 @@ pub mod cli;
 pub mod compile;
 pub mod dns;
 pub mod explain;
+pub mod fallback;
 pub mod hosts;
+pub mod landlock;
 pub mod loader;
 pub mod mounts;
 pub mod netif;

@@ -268,6 +268,61 @@ impl Enforcer {
         Ok(())
     }
 
+    /// The fallback backend (no BPF-LSM): the maps as [`Enforcer::load`] makes them, and no
+    /// program yet. The cgroup programs are attached to the run's cgroup by
+    /// [`Enforcer::attach_cgroup`] once it exists (after `apply` and `bind`).
+    pub fn load_fallback(
+        policy: &CompiledPolicy,
+        kernel: &KernelFit,
+        identity_count: usize,
+        pin_dir: Option<&Path>,
+    ) -> Result<Self, LoadError> {
+        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, &kernel.btf)?;
+        e.pin_dir = pin_dir.map(Path::to_path_buf);
+        Ok(e)
+    }
+
+    /// Loads the fallback backend's cgroup programs (`programs::CGROUP_PROGRAMS`) and
+    /// attaches them to `cgroup`, where they run for every task in it and below. Call after
+    /// `apply` and `bind` and before anything joins the cgroup.
+    pub fn attach_cgroup(&mut self, cgroup: &Cgroup) -> Result<(), LoadError> {
+        use aya::programs::{CgroupAttachMode, CgroupSockAddr};
+        let dir = std::fs::File::open(&cgroup.path).map_err(|e| LoadError::Attach {
+            hook: sandbox_common::programs::CGROUP_PROGRAMS[0].name.into(),
+            detail: format!("{}: {e}", cgroup.path.display()),
+        })?;
+        for p in sandbox_common::programs::CGROUP_PROGRAMS {
+            let err = |detail: String| LoadError::Attach {
+                hook: format!("cgroup/{}", p.name),
+                detail,
+            };
+            let prog: &mut CgroupSockAddr = self
+                .ebpf
+                .program_mut(p.name)
+                .ok_or_else(|| err("missing from the object".into()))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
+            prog.load().map_err(|e| err(error_chain(&e)))?;
+            // A BPF link (5.7+) coexists with other programs on the cgroup whatever the
+            // mode, and the kernel wants no flags for it: `Single` is that.
+            let link = prog
+                .attach(&dir, CgroupAttachMode::Single)
+                .map_err(|e| err(error_chain(&e)))?;
+            if let Some(pin) = &self.pin_dir {
+                let pin_err = |detail: String| {
+                    err(format!("pinning the link in {}: {detail}", pin.display()))
+                };
+                let link = prog.take_link(link).map_err(|e| pin_err(e.to_string()))?;
+                let pinned = aya::programs::links::FdLink::try_from(link)
+                    .map_err(|e| pin_err(e.to_string()))?
+                    .pin(pin.join(p.name))
+                    .map_err(|e| pin_err(e.to_string()))?;
+                self.pinned.push(pinned);
+            }
+        }
+        Ok(())
+    }
+
     /// Unpins the links (they detach with this object) and removes the pin directory. Call
     /// once the run's cgroup is gone, never before: until then the pins keep it confined.
     pub fn release(&mut self) {
@@ -785,7 +840,58 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Loads the offsets of the running kernel.
+/// For the fallback backend: the running kernel's offsets and BTF, without the LSM hook
+/// forms (a kernel without `CONFIG_BPF_LSM` has none).
+pub fn kernel_fit_without_lsm() -> Result<KernelFit, LoadError> {
+    let btf = crate::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
+        .map_err(|e| LoadError::Btf(e.to_string()))?;
+    let offsets = crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
+    Ok(KernelFit {
+        offsets,
+        programs: Vec::new(),
+        btf: Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?,
+    })
+}
+
+/// Whether BPF-LSM programs load here: maps for `policy` and the first program of
+/// `kernel.programs`, loaded (the kernel makes its trampoline then) and not attached.
+pub fn probe_lsm(policy: &CompiledPolicy, kernel: &KernelFit) -> Result<(), LoadError> {
+    let mut e = Enforcer::create_maps(policy, &kernel.offsets, 1, &kernel.btf)?;
+    let Some(p) = kernel.programs.first() else {
+        return Err(LoadError::Btf("no BPF-LSM hook fits this kernel".into()));
+    };
+    let prog: &mut Lsm = e
+        .ebpf
+        .program_mut(p.name)
+        .ok_or_else(|| LoadError::Load(format!("{} missing from the object", p.name)))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| LoadError::Load(e.to_string()))?;
+    prog.load(p.hook, &kernel.btf)
+        .map_err(|err| LoadError::Attach {
+            hook: p.hook.into(),
+            detail: error_chain(&err),
+        })
+}
+
+/// Whether the fallback backend's cgroup programs load here (loaded, not attached).
+pub fn probe_cgroup(policy: &CompiledPolicy, kernel: &KernelFit) -> Result<(), LoadError> {
+    let mut e = Enforcer::create_maps(policy, &kernel.offsets, 1, &kernel.btf)?;
+    for p in sandbox_common::programs::CGROUP_PROGRAMS {
+        let err = |detail: String| LoadError::Attach {
+            hook: format!("cgroup/{}", p.name),
+            detail,
+        };
+        let prog: &mut aya::programs::CgroupSockAddr = e
+            .ebpf
+            .program_mut(p.name)
+            .ok_or_else(|| err("missing from the object".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
+        prog.load().map_err(|e| err(error_chain(&e)))?;
+    }
+    Ok(())
+}
+
 /// Reads the running kernel's BTF: struct offsets, and the programs whose hook forms fit.
 /// Two parsers read the BTF (btf-rs for offsets and hook forms, aya for loading); they run
 /// side by side.

@@ -1,5 +1,7 @@
 //! Can BPF-LSM enforcement work on this host? Each check says what failed and how to fix it
-//! in plain words. `sandbox run` refuses to start the command when any check fails.
+//! in plain words. Privileges and BTF are needed by both backends (`sandbox run` refuses
+//! without them); the LSM list and the load decide between BPF-LSM and the fallback
+//! (`backend`).
 
 use std::path::Path;
 
@@ -17,6 +19,12 @@ const CAP_MAC_ADMIN: u32 = 33;
 /// The checks that need no BPF program: privileges, LSM list, BTF, cgroup v2.
 pub fn static_checks() -> Vec<Check> {
     vec![privileges(), bpf_lsm(), btf(), cgroup2()]
+}
+
+/// What both backends need: root's privileges and BTF. (The LSM list and the cgroup v2
+/// mount only decide the backend: see `backend`.)
+pub fn hard_checks() -> Vec<Check> {
+    vec![privileges(), btf()]
 }
 
 fn privileges() -> Check {

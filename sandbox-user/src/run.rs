@@ -21,6 +21,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::audit::{AuditFile, Event, Formatter};
+use crate::backend::{self, Host};
 use crate::caps::{self, CapSet};
 use crate::cgroup::{self, Cgroup};
 use crate::compile::{self, CompiledPolicy};
@@ -47,6 +48,8 @@ pub struct RunOptions {
     pub user: Option<String>,
     /// `--keep-cap`: capabilities a root command keeps beyond the default set.
     pub keep_caps: Vec<String>,
+    /// `--allow-degraded`: run in the fallback backend even with rules it cannot enforce.
+    pub allow_degraded: bool,
     pub command: Vec<OsString>,
 }
 
@@ -373,26 +376,20 @@ pub enum Bind<'a> {
     Existing(&'a Path),
 }
 
-/// Preflight, load, apply, create (or open) and bind the cgroup.
-pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
+/// Load, apply, create (or open) and bind the cgroup, with the backend `host` says
+/// (`backend::detect` ran the preflight checks).
+pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Result<Armed> {
     let mut t = Timer::new();
-    let failed: Vec<String> = preflight::static_checks()
-        .into_iter()
-        .filter(|c| !c.ok)
-        .map(|c| format!("  {}: {}", c.name, c.detail))
-        .collect();
-    if !failed.is_empty() {
-        bail!(
-            "cannot enforce the policy on this host; nothing was started:\n{}",
-            failed.join("\n")
-        );
-    }
-    t.lap("preflight");
-    let kernel = loader::kernel_fit()?;
-    t.lap("kernel BTF (offsets, hook forms, for loading)");
-    let ids = loader::identities(&compiled, 0);
+    let kernel = &host.kernel;
+    let fallback = host.backend.is_fallback();
+    // The fallback has no file programs: no identities to find.
+    let ids = if fallback {
+        loader::Identities::default()
+    } else {
+        loader::identities(&compiled, 0)
+    };
     t.lap("identities");
-    let root = cgroup::root()?;
+    let root = host.cgroup_root.clone();
     let swept = crate::pins::sweep(&root);
     for line in &swept.lines {
         term::line(&format!("sandbox: {line}"));
@@ -411,8 +408,12 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
     let pin_dir = crate::pins::own_dir(existing.as_ref().map(|c| c.id))
         .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
         .ok();
-    let enforcer = Enforcer::load(&compiled, &kernel, ids.entries.len(), pin_dir.as_deref())
-        .map_err(|e| anyhow!(preflight::explain_load_failure(&e)));
+    let enforcer = if fallback {
+        Enforcer::load_fallback(&compiled, kernel, ids.entries.len(), pin_dir.as_deref())
+    } else {
+        Enforcer::load(&compiled, kernel, ids.entries.len(), pin_dir.as_deref())
+    }
+    .map_err(|e| anyhow!(preflight::explain_load_failure(&e)));
     if enforcer.is_err()
         && let Some(d) = &pin_dir
     {
@@ -429,7 +430,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>) -> anyhow::Result<Armed> {
         &mut enforcer,
         &compiled,
         &ids,
-        &root,
+        (&root, fallback),
         bind,
         existing,
         &mut t,
@@ -459,7 +460,7 @@ fn arm_loaded(
     enforcer: &mut Enforcer,
     compiled: &CompiledPolicy,
     ids: &loader::Identities,
-    root: &Path,
+    (root, fallback): (&Path, bool),
     bind: Bind<'_>,
     existing: Option<Cgroup>,
     t: &mut Timer,
@@ -498,8 +499,71 @@ fn arm_loaded(
         }
         (None, Bind::Existing(p)) => bail!("cgroup {} was not opened", p.display()),
     };
+    // The fallback's programs run for the cgroup they are attached to: attached now,
+    // before anything joins it (the maps are complete and the cgroup bound).
+    if fallback && let Err(e) = enforcer.attach_cgroup(&cgroup) {
+        if matches!(bind, Bind::NewRun(_)) {
+            let _ = cgroup.destroy();
+        }
+        return Err(anyhow!(preflight::explain_load_failure(&e)));
+    }
     t.lap("cgroup bound");
     Ok((mounts, mount_watch, hosts, host_addrs, cgroup))
+}
+
+/// Says which backend is in force; in the fallback, lists what it does not enforce,
+/// refuses a policy with rules it cannot enforce unless the user accepted that
+/// (`--allow-degraded`, `fallback.allow_degraded`), and builds the Landlock ruleset
+/// (before the fork: the child only restricts itself).
+pub fn fallback_rules(
+    policy: &Policy,
+    host: &Host,
+    target: &Target,
+    allow_degraded: bool,
+) -> anyhow::Result<Option<crate::landlock::Ruleset>> {
+    term::line(&format!("sandbox: {}", host.backend.describe()));
+    let backend::Backend::Fallback { landlock, .. } = &host.backend else {
+        return Ok(None);
+    };
+    let facts = crate::fallback::HostFacts {
+        landlock: landlock.clone(),
+        cgroup_root: host.cgroup_root.clone(),
+        root_command: target.uid == 0,
+        attach: false,
+    };
+    let (plan, cov) = crate::fallback::plan(policy, &facts);
+    let refused: Vec<String> = cov
+        .refused()
+        .map(|g| format!("  {}: {}", g.rule, g.why))
+        .collect();
+    if !refused.is_empty() && !allow_degraded && !policy.allow_degraded {
+        bail!(
+            "the fallback backend cannot enforce {} rule(s) of this policy; nothing was \
+             started:\n{}\nTo run anyway with these rules not enforced, pass \
+             --allow-degraded or set `fallback: {{allow_degraded: true}}` in the policy. To \
+             enforce every rule, use a kernel with BPF LSM (see `sandbox preflight`)",
+            refused.len(),
+            refused.join("\n")
+        );
+    }
+    for line in crate::fallback::report(&cov) {
+        term::line(&format!("sandbox: {line}"));
+    }
+    let Some(plan) = plan else {
+        return Ok(None);
+    };
+    let rs = plan
+        .ruleset()
+        .map_err(|e| anyhow!("building the Landlock ruleset: {e}; nothing was started"))?;
+    if std::env::var_os("SANDBOX_DEBUG").is_some() {
+        term::line(&format!(
+            "sandbox: debug: Landlock ABI {}: {} rules, {} split directories",
+            plan.abi,
+            rs.rules,
+            plan.split.len()
+        ));
+    }
+    Ok(Some(rs))
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
@@ -542,6 +606,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let mut t = Timer::new();
     let compiled = compile::compile(&policy, compile::random_seed())?;
     t.lap("compile");
+    let host = backend::detect(&compiled)?;
+    t.lap("preflight and backend");
+    let landlock = fallback_rules(&policy, &host, &target, opts.allow_degraded)?;
 
     // The OOM killer should take the agent, not its supervisor (the command gets the
     // default back before exec). Pinned programs keep the agent confined even then.
@@ -559,7 +626,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         })
     });
     let name = format!("run-{}", std::process::id());
-    let mut armed = arm(compiled, Bind::NewRun(&name))?;
+    let mut armed = arm(compiled, Bind::NewRun(&name), &host)?;
     t.lap("arm (total)");
     let privileges = Privileges {
         drop_to: target
@@ -576,7 +643,16 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         parent: unsafe { libc::getpid() },
     };
     let result = supervise(
-        &mut armed, &mut audit, &target, privileges, prog, args, opts.quiet,
+        &mut armed,
+        &mut audit,
+        &target,
+        (
+            privileges,
+            landlock.as_ref().map(crate::landlock::Ruleset::raw_fd),
+        ),
+        prog,
+        args,
+        opts.quiet,
     )
     .await;
     t.lap("supervise");
@@ -669,6 +745,7 @@ fn command(
     target: &Target,
     procs: &std::fs::File,
     privileges: Privileges,
+    landlock: Option<i32>,
 ) -> tokio::process::Command {
     let procs_fd = procs.as_raw_fd();
     let mut cmd = tokio::process::Command::new(prog);
@@ -702,6 +779,11 @@ fn command(
             }
             // sandbox ignores SIGTTOU (see `term`); the command gets the default.
             libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            // The fallback's file and exec rules (built before the fork), while still root
+            // (CAP_SYS_ADMIN: no_new_privs is not needed, and stays the policy's choice).
+            if let Some(fd) = landlock {
+                crate::landlock::restrict(fd)?;
+            }
             privileges.apply()
         });
     }
@@ -738,7 +820,7 @@ async fn supervise(
     armed: &mut Armed,
     audit: &mut AuditFile,
     target: &Target,
-    privileges: Privileges,
+    (privileges, landlock): (Privileges, Option<i32>),
     prog: &OsString,
     args: &[OsString],
     quiet: bool,
@@ -752,7 +834,7 @@ async fn supervise(
         .write(true)
         .open(armed.cgroup.procs_path())
         .with_context(|| format!("opening {}", armed.cgroup.procs_path().display()))?;
-    let mut cmd = command(prog, args, target, &procs, privileges);
+    let mut cmd = command(prog, args, target, &procs, privileges, landlock);
     let mut t = Timer::new();
     let mut child = cmd
         .spawn()

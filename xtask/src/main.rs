@@ -160,6 +160,9 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
             .context("host tests failed")?;
     }
     let arts = build()?;
+    if !vm_only {
+        fallback_on_host(&root, &arts)?;
+    }
     let mut results = Vec::new();
     for k in &kernels {
         println!(
@@ -181,4 +184,32 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
         bail!("kernel tests failed (console logs in target/vmtest/)");
     }
     Ok(true)
+}
+
+/// The fallback backend (no BPF LSM) on this machine's own kernel, before the VMs: the
+/// tests in `tests/tests/fallback.rs` with real processes, loopback sockets and temporary
+/// directories. They need root (they are ignored by a plain `cargo test`), and fail rather
+/// than pass when the feature is broken.
+fn fallback_on_host(root: &std::path::Path, arts: &Artifacts) -> anyhow::Result<()> {
+    println!("==> fallback backend on this host's kernel (tests/tests/fallback.rs)");
+    let root_user = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root_user {
+        bail!("the fallback tests run on the host as root: run cargo xtask test as root");
+    }
+    let exe = sh::cargo_test_executable(root, "sandbox-tests", "fallback")?;
+    sh::run(
+        std::process::Command::new(exe)
+            .args(["--include-ignored", "--test-threads=1"])
+            .env("SANDBOX_BIN", &arts.sandbox)
+            .env("SANDBOX_PROBE", &arts.probe)
+            .current_dir(root),
+    )
+    .context("fallback tests failed")
 }

@@ -9,6 +9,7 @@ pub mod file;
 pub mod names;
 pub mod net;
 pub mod protect;
+pub mod sockaddr;
 
 use sandbox_common::decide::Deny;
 use sandbox_common::{decision, errno};

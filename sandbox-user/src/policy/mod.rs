@@ -28,6 +28,9 @@ pub struct Policy {
     pub exec: Exec,
     pub process: Process,
     pub audit: Audit,
+    /// `fallback.allow_degraded`: on a host without BPF LSM, run even when some rules
+    /// cannot be enforced (they are listed at every start).
+    pub allow_degraded: bool,
 }
 
 /// The privileges the command starts with (applied by `run` between fork and exec).
@@ -550,6 +553,7 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         exec,
         process,
         audit,
+        allow_degraded: raw.fallback.allow_degraded.unwrap_or(false),
     };
     let total = policy.rule_count();
     if total > MAX_RULES {

@@ -19,7 +19,7 @@ pub enum AuditFormat {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a policy: a mapping with version, name, mode, files, network, exec, process, audit"
+    expecting = "a policy: a mapping with version, name, mode, files, network, exec, process, audit, fallback"
 )]
 pub struct RawPolicy {
     pub version: Option<u32>,
@@ -35,6 +35,17 @@ pub struct RawPolicy {
     pub process: RawProcess,
     #[serde(default)]
     pub audit: RawAudit,
+    #[serde(default)]
+    pub fallback: RawFallback,
+}
+
+/// What to do on a host where only the fallback backend (cgroup socket-address programs
+/// and Landlock) can enforce.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a mapping of fallback settings")]
+pub struct RawFallback {
+    /// Run even when rules of the policy cannot be enforced there (they are listed).
+    pub allow_degraded: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
