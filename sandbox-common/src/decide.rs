@@ -106,17 +106,19 @@ pub fn file(flags: u32, f_mode: u32, is_dir: bool, m: &FileMatch) -> Option<Deny
 pub mod guard {
     /// Nothing more (mkdir, unlink, attribute changes; the source of a hard link).
     pub const NONE: u32 = 0;
-    /// The name is removed, replaced or re-pointed: rmdir, rename (either name), the new
-    /// name of a link, creating a file, device, fifo, socket or symlink.
-    pub const REPLACE: u32 = 1;
-    /// As `REPLACE`, and the name is the source of a rename into another directory.
-    pub const MOVE: u32 = 2;
+    /// Something new stands at the name: a file, device, fifo, socket or symlink made
+    /// there, the new name of a link or a rename.
+    pub const NEW: u32 = 1;
+    /// The name goes away: rmdir, the old name of a rename within its directory.
+    pub const OLD: u32 = 2;
+    /// As `OLD`, for the old name of a rename into another directory.
+    pub const MOVE: u32 = 3;
 }
 
 /// A change to a name (create, remove, rename, link, attributes), in order: the file
-/// rules for a write to the name; then, for `guard::REPLACE` and `guard::MOVE`, an
-/// ancestor of a protected path may not change; then, for `guard::MOVE` of a directory, a
-/// directory below a protected area may not leave its directory.
+/// rules for a write to the name; then nothing new at an ancestor of a protected path
+/// (`guard::NEW`); no removing or moving an ancestor of a denied path (`guard::OLD`,
+/// `guard::MOVE`); no moving a directory out from below a denied area (`guard::MOVE`).
 #[inline(always)]
 pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Option<Deny> {
     if let Some(d) = file(flags, fmode::WRITE, is_dir, m) {
@@ -130,10 +132,14 @@ pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Optio
         )]
         rule: slot as u16,
     };
-    if guard != guard::NONE && m.path & (1 << accept::ANCESTOR) != 0 {
+    let has = |slot: usize| m.path & (1 << slot) != 0;
+    if guard == guard::NEW && has(accept::ANCESTOR) {
         return Some(slot_deny(reason::ANCESTOR, accept::ANCESTOR));
     }
-    if guard == guard::MOVE && is_dir && m.path & (1 << accept::CONTAINED) != 0 {
+    if (guard == guard::OLD || guard == guard::MOVE) && has(accept::HOLDS_DENIED) {
+        return Some(slot_deny(reason::ANCESTOR, accept::HOLDS_DENIED));
+    }
+    if guard == guard::MOVE && is_dir && has(accept::CONTAINED) {
         return Some(slot_deny(reason::MOVES_PROTECTED, accept::CONTAINED));
     }
     None

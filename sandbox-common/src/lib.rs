@@ -86,15 +86,19 @@ pub mod accept {
     /// `network.unix`: a unix socket peer outside the scope that may be reached (matched
     /// against the socket's path, or `@name` for abstract sockets).
     pub const UNIX_ALLOW: usize = 6;
-    /// A name whose change would change the protection of paths below it: a directory
-    /// on the way to what a deny, read-only or exec-deny rule names (`~` and `~/.ssh` for
-    /// `~/.ssh/**`). Exact matches only. Removing it, renaming it or creating anything but a
-    /// directory at its name is denied (Landlock's `REFER` reasoning).
+    /// A name on the way to what a deny, read-only or exec-deny rule names (`~` and
+    /// `~/.ssh` for `~/.ssh/**`; `**/.vscode` for `**/.vscode/tasks.json`). Exact matches
+    /// only. Nothing but a directory may be made at such a name, and nothing renamed onto
+    /// it: whatever stood there would stand where a protected path is expected.
     pub const ANCESTOR: usize = 7;
-    /// Strictly below `L` of a protective rule `L/**/S`: a directory here keeps its
-    /// protected files only while it stays below `L`, so it may be renamed in place but
-    /// not moved to another directory.
+    /// Strictly below `L` of a deny or exec-deny rule `L/**/S`: a directory here keeps its
+    /// denied files only while it stays below `L`, so it may be renamed in place or moved
+    /// to another directory below such an `L`, not out.
     pub const CONTAINED: usize = 8;
+    /// An [`ANCESTOR`] of what a deny or exec-deny rule names: removing or renaming it
+    /// would carry the denied files away from their rule (for read-only rules, moving the
+    /// files away is harmless: they no longer stand where they would run).
+    pub const HOLDS_DENIED: usize = 9;
     pub const SLOTS: usize = 16;
 }
 

@@ -456,6 +456,13 @@ pub fn plan(policy: &Policy, host: &HostFacts) -> (Option<Plan>, Coverage) {
     let mut plan = Plan {
         abi,
         handled: rights.all(),
+        // ABI 6: no signals to, and no abstract unix sockets of, processes outside the
+        // Landlock domain (what the coverage report promises; attach cannot use Landlock).
+        scoped: if abi >= 6 && !host.attach {
+            landlock::scope::ABSTRACT_UNIX_SOCKET | landlock::scope::SIGNAL
+        } else {
+            0
+        },
         ..Plan::default()
     };
     for a in &areas {

@@ -536,6 +536,16 @@ pub fn fallback_rules(
         .refused()
         .map(|g| format!("  {}: {}", g.rule, g.why))
         .collect();
+    // Without Landlock no file rule holds at all: that is never accepted by the policy
+    // alone (the built-in policy accepts the fallback's gaps), only on the command line.
+    let no_landlock = landlock.is_err() && !refused.is_empty();
+    if no_landlock && !allow_degraded {
+        bail!(
+            "this kernel has neither BPF LSM nor Landlock ({}), so no file or exec rule of              this policy can be enforced; nothing was started:\n{}\nTo run with the network              rules only, pass --allow-degraded. To enforce the policy, use a kernel with BPF              LSM or Landlock (see `sandbox preflight`)",
+            landlock.as_ref().err().map_or("", String::as_str),
+            refused.join("\n")
+        );
+    }
     if !refused.is_empty() && !allow_degraded && !policy.allow_degraded {
         bail!(
             "the fallback backend cannot enforce {} rule(s) of this policy; nothing was \

@@ -366,6 +366,10 @@ fn files_and_exec_by_landlock() {
     let other = dir.path("bin/other-tool");
     std::fs::copy(&probe, &other).expect("copy probe");
     let d = dir.0.display();
+    let mut outsider = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep");
     let policy = dir.write(
         "p.yaml",
         &format!(
@@ -384,6 +388,8 @@ fn files_and_exec_by_landlock() {
         format!("exec {d}/bin/denied-tool"),
         format!("exec {d}/bin/other-tool"),
         format!("rename {d}/ro/conf {d}/ws/conf"),
+        // SIGCONT to a process outside (harmless to it): Landlock's signal scoping, ABI 6.
+        format!("kill {} 18", outsider.id()),
     ];
     let c = |i: usize| cases_text[i].as_str();
     let inside = [
@@ -399,10 +405,17 @@ fn files_and_exec_by_landlock() {
         // Moving a read-only file into the workspace would make it writable: its
         // directory is not writable, so the name cannot be removed from it.
         (c(9), "EACCES"),
+        (c(10), "EPERM"),
     ];
     // Outside: the same routes work (the rename last, so it does not disturb the rest;
     // run on copies).
-    let outside_cases = [(c(0), "OK"), (c(1), "OK"), (c(2), "OK"), (c(7), "OK")];
+    let outside_cases = [
+        (c(0), "OK"),
+        (c(1), "OK"),
+        (c(2), "OK"),
+        (c(7), "OK"),
+        (c(10), "OK"),
+    ];
     expect_outside(&outside_cases);
     let r = run(&dir, Some(&policy), &[], &ops(&inside));
     r.expect(&inside);
@@ -416,6 +429,8 @@ fn files_and_exec_by_landlock() {
         "a denied create left a file"
     );
     assert!(dir.path("ro/conf").exists(), "the read-only file was moved");
+    let _ = outsider.kill();
+    let _ = outsider.wait();
 }
 
 #[test]

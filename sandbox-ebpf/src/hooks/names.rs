@@ -66,19 +66,20 @@ macro_rules! name_hook {
 }
 
 const NONE: u32 = guard::NONE;
-const REPLACE: u32 = guard::REPLACE;
+const NEW: u32 = guard::NEW;
+const OLD: u32 = guard::OLD;
 
 // A directory may be made at an ancestor's name (the rules below it apply as before);
 // anything else made there would stand where a protected tree is expected.
-name_hook!(inode_create, "inode_create", hook::CREATE, dentry 1, REPLACE);
-name_hook!(inode_mknod, "inode_mknod", hook::CREATE, dentry 1, REPLACE);
+name_hook!(inode_create, "inode_create", hook::CREATE, dentry 1, NEW);
+name_hook!(inode_mknod, "inode_mknod", hook::CREATE, dentry 1, NEW);
 name_hook!(inode_mkdir, "inode_mkdir", hook::MKDIR, dentry 1, NONE);
-name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, dentry 1, REPLACE);
+name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, dentry 1, NEW);
 name_hook!(inode_unlink, "inode_unlink", hook::UNLINK, dentry 1, NONE);
-name_hook!(inode_rmdir, "inode_rmdir", hook::RMDIR, dentry 1, REPLACE);
+name_hook!(inode_rmdir, "inode_rmdir", hook::RMDIR, dentry 1, OLD);
 // link(old, new): the new name at inode_link, the file linked to at path_link (a new name
 // for a protected file is a way around its path rules).
-name_hook!(inode_link, "inode_link", hook::LINK, dentry 2, REPLACE);
+name_hook!(inode_link, "inode_link", hook::LINK, dentry 2, NEW);
 name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE);
 // rename(old, new): the old name at inode_rename, the new one at path_rename (both names
 // change). The kernel calls inode_rename a second time with the names swapped for
@@ -95,7 +96,7 @@ hook!(inode_rename, "inode_rename", |ctx, scope| {
     let stays =
         dest.is_some_and(|d| d.dentry == new as u64 && d.mask & (1 << accept::CONTAINED) != 0);
     let guard = if old_dir == new_dir || stays {
-        guard::REPLACE
+        guard::OLD
     } else {
         guard::MOVE
     };
@@ -103,7 +104,7 @@ hook!(inode_rename, "inode_rename", |ctx, scope| {
 });
 hook!(path_rename, "path_rename", |ctx, scope| {
     let new: *const u8 = ctx.arg(3);
-    check_name_noting(hook::RENAME, scope, new, guard::REPLACE, |m| {
+    check_name_noting(hook::RENAME, scope, new, guard::NEW, |m| {
         let v = RenameDest {
             dentry: new as u64,
             mask: m.path,

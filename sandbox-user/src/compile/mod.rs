@@ -279,9 +279,9 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     })
 }
 
-/// The names above protected paths (`accept::ANCESTOR`) and the areas protected files
-/// may not be moved out of (`accept::CONTAINED`), each attributed to the first rule that
-/// needs it.
+/// The names above protected paths (`accept::ANCESTOR`; `accept::HOLDS_DENIED` above
+/// denied ones) and the areas denied files may not be moved out of (`accept::CONTAINED`),
+/// each attributed to the first rule that needs it.
 fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
     let mut seen = std::collections::HashSet::new();
     let mut extra = Vec::new();
@@ -293,11 +293,27 @@ fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
             continue;
         }
         let (ancestors, areas) = matcher::protected_ancestors(&p.glob, p.literal);
-        let wanted = ancestors.into_iter().map(|g| (g, accept::ANCESTOR)).chain(
-            areas
-                .into_iter()
-                .map(|l| (format!("{l}/**"), accept::CONTAINED)),
-        );
+        // Moving read-only files away is harmless (they no longer stand where they would
+        // run); moving denied files away exposes them.
+        let denied = p.slot != accept::FILE_READ_ONLY;
+        let holds: Vec<(String, usize)> = if denied {
+            ancestors
+                .iter()
+                .map(|g| (g.clone(), accept::HOLDS_DENIED))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let areas = if denied { areas } else { Vec::new() };
+        let wanted = ancestors
+            .into_iter()
+            .map(|g| (g, accept::ANCESTOR))
+            .chain(holds)
+            .chain(
+                areas
+                    .into_iter()
+                    .map(|l| (format!("{l}/**"), accept::CONTAINED)),
+            );
         for (glob, slot) in wanted {
             if seen.insert((glob.clone(), slot)) {
                 extra.push((

@@ -425,6 +425,7 @@ fn compiled_policy_marks_ancestors_and_areas() {
     ] {
         assert!(!has(not, accept::ANCESTOR), "{not} is not an ancestor");
     }
+    assert!(has("/home/u/.ssh", accept::HOLDS_DENIED));
     assert!(has("/home/u/proj/src", accept::CONTAINED));
     assert!(has("/home/u/proj/a/b", accept::CONTAINED));
     assert!(!has("/home/u/proj", accept::CONTAINED));

@@ -108,6 +108,8 @@ fn ancestor_layout(d: &std::path::Path) {
     std::fs::create_dir_all(d.join("proj/b")).unwrap();
     std::fs::create_dir_all(d.join("empty")).unwrap();
     std::fs::create_dir_all(d.join("free/y")).unwrap();
+    std::fs::create_dir_all(d.join("cfg/hooks")).unwrap();
+    std::fs::create_dir_all(d.join("free/.vs")).unwrap();
     User::Agent.own(d);
 }
 
@@ -141,7 +143,7 @@ fn ancestors_of_protected_paths_stay_put() {
     let d = workdir_as(User::Agent, "ancestors");
     ancestor_layout(&d);
     let policy = format!(
-        "files:\n  deny:\n    - {0}/secrets/**\n    - {0}/docker/config.json\n    - {0}/proj/**/secret.json\n    - {0}/empty/**\n    - {0}/ghost/token\n",
+        "files:\n  deny:\n    - {0}/secrets/**\n    - {0}/docker/config.json\n    - {0}/proj/**/secret.json\n    - {0}/empty/**\n    - {0}/ghost/token\n  read_only:\n    - {0}/cfg/hooks/**\n    - {0}/**/.vs/tasks.json\n",
         d.display()
     );
     let r = check_as(
@@ -160,6 +162,12 @@ fn ancestors_of_protected_paths_stay_put() {
             ("rename proj/b proj/c/b", OK),
             ("rename free/y free/z", OK),
             ("open proj/c/secret.json r", EACCES),
+            // Above read-only paths only what is new counts: moving or removing the
+            // directory takes its files away from where they would run, harmlessly.
+            ("rename cfg cfg2", OK),
+            ("symlink /tmp cfg", EACCES),
+            ("rmdir free/.vs", OK),
+            ("rename free/z free/.vs", EACCES),
         ],
     );
     assert!(d.join("secrets/key").exists() && d.join("docker/config.json").exists());
