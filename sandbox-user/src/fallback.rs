@@ -139,9 +139,15 @@ const IMPLICIT_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/sys"
 
 /// Raw disks and memory: denied whatever the policy says (the devices present at start).
 const IMPLICIT_DENY_PREFIXES: &[&str] = &[
-    "sd", "hd", "vd", "xvd", "nvme", "mmcblk", "dm-", "md", "loop", "nbd", "sr",
+    "sd", "hd", "vd", "xvd", "nvme", "mmcblk", "dm-", "md", "loop", "nbd", "sr", "sg", "ng",
 ];
-const IMPLICIT_DENY: &[&str] = &["/dev/mapper", "/dev/mem", "/dev/kmem", "/dev/port"];
+const IMPLICIT_DENY: &[&str] = &[
+    "/dev/mapper",
+    "/dev/bsg",
+    "/dev/mem",
+    "/dev/kmem",
+    "/dev/port",
+];
 
 /// Devices every program writes to (as `compile::IMPLICIT_DEVICE_WRITES`).
 const DEVICE_WRITES: &[&str] = &[

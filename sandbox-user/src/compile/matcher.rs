@@ -114,6 +114,29 @@ fn components(g: &str) -> Vec<&str> {
 /// - `areas`: `L` of every `L/**/...` (`L` not the root): a directory strictly below `L`
 ///   carries protected files only while it stays below `L`.
 pub fn protected_ancestors(glob: &str, literal: bool) -> (Vec<String>, Vec<String>) {
+    // `{a/b,c}` names directories in its alternatives: each alternative on its own.
+    let alts = if !literal && glob.contains('{') {
+        expand_braces(glob, 256)
+    } else {
+        None
+    };
+    if let Some(alts) = alts.filter(|a| a.len() > 1) {
+        let (mut ancestors, mut areas) = (Vec::new(), Vec::new());
+        for a in alts {
+            let (an, ar) = protected_ancestors(&a, false);
+            for x in an {
+                if !ancestors.contains(&x) {
+                    ancestors.push(x);
+                }
+            }
+            for x in ar {
+                if !areas.contains(&x) {
+                    areas.push(x);
+                }
+            }
+        }
+        return (ancestors, areas);
+    }
     let (mut ancestors, mut areas) = (Vec::new(), Vec::new());
     let (body, below) = match strip_below(glob) {
         Some(x) if !literal => (x, true),
@@ -144,6 +167,66 @@ pub fn protected_ancestors(glob: &str, literal: bool) -> (Vec<String>, Vec<Strin
         ancestors.push(prefix);
     }
     (ancestors, areas)
+}
+
+/// The alternatives of the first outermost `{...}` of a glob, expanded recursively; `None`
+/// past `limit` results or on unbalanced braces. Escapes and `[...]` are kept as written.
+fn expand_braces(g: &str, limit: usize) -> Option<Vec<String>> {
+    let b = g.as_bytes();
+    let (mut i, mut esc, mut class) = (0, false, false);
+    let mut open = None;
+    while i < b.len() {
+        match b[i] {
+            _ if esc => esc = false,
+            b'\\' => esc = true,
+            b'[' if !class => class = true,
+            b']' if class => class = false,
+            b'{' if !class => {
+                open = Some(i);
+                break;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let Some(start) = open else {
+        return Some(vec![g.to_owned()]);
+    };
+    // The matching `}` and the top-level commas inside.
+    let (mut depth, mut commas, mut end) = (0i32, Vec::new(), None);
+    let (mut esc, mut class) = (false, false);
+    for (j, &c) in b.iter().enumerate().skip(start) {
+        match c {
+            _ if esc => esc = false,
+            b'\\' => esc = true,
+            b'[' if !class => class = true,
+            b']' if class => class = false,
+            b'{' if !class => depth += 1,
+            b'}' if !class => {
+                depth -= 1;
+                if depth == 0 {
+                    end = Some(j);
+                    break;
+                }
+            }
+            b',' if !class && depth == 1 => commas.push(j),
+            _ => {}
+        }
+    }
+    let end = end?;
+    let (head, tail) = (&g[..start], &g[end + 1..]);
+    let mut cuts = vec![start];
+    cuts.extend(commas);
+    cuts.push(end);
+    let mut out = Vec::new();
+    for w in cuts.windows(2) {
+        let alt = format!("{head}{}{tail}", &g[w[0] + 1..w[1]]);
+        out.extend(expand_braces(&alt, limit)?);
+        if out.len() > limit {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 fn is_floating(g: &str) -> bool {

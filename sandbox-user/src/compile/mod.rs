@@ -112,6 +112,10 @@ const IMPLICIT_DENY: &[&str] = &[
     "/dev/loop*",
     "/dev/nbd*",
     "/dev/sr*",
+    // SCSI generic, NVMe generic and block SCSI generic: raw commands, reads included.
+    "/dev/sg*",
+    "/dev/ng*",
+    "/dev/bsg/**",
     "/dev/mapper/**",
     "/dev/mem",
     "/dev/kmem",

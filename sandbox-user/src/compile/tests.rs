@@ -393,8 +393,15 @@ fn ancestors_of_protected_paths() {
     // Nothing above a leading `**`: every directory leads there, and moves keep the tail.
     assert_eq!(a("/**/*.pem", false), (s(&[]), s(&[])));
     assert_eq!(a("/**/.ssh/**", false), (s(&["/**/.ssh"]), s(&[])));
-    // Braces with a `/` inside stay one component.
-    assert_eq!(a("/a/{b/c,d}/e", false), (s(&["/a", "/a/{b/c,d}"]), s(&[])));
+    // Braces are expanded first: each alternative has its own ancestors.
+    assert_eq!(
+        a("/a/{b/c,d}/e", false),
+        (s(&["/a", "/a/b", "/a/b/c", "/a/d"]), s(&[]))
+    );
+    assert_eq!(
+        a("/h/{.ssh/id_rsa,.aws}", false),
+        (s(&["/h", "/h/.ssh"]), s(&[]))
+    );
 }
 
 #[test]
