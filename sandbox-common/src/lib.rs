@@ -21,6 +21,7 @@ pub mod map_names {
     pub const DFA_TRANS: &str = "DFA_TRANS";
     pub const DFA_ACCEPT: &str = "DFA_ACCEPT";
     pub const SB_START: &str = "SB_START";
+    pub const SB_ROOTS: &str = "SB_ROOTS";
     pub const INODE_RULES: &str = "INODE_RULES";
     pub const LITERALS: &str = "LITERALS";
     pub const NET_V4: &str = "NET_V4";
@@ -186,6 +187,15 @@ pub struct ScanStart {
 /// Ceph, 9p mount server directories as separate roots), so a walk ending at a root that is
 /// not `s_root` is not by itself a disconnected dentry there.
 pub const SB_F_MULTI_ROOT: u32 = 1;
+/// `ScanStart::flags`: the superblock's root is not mounted, only directories below it (a
+/// btrfs subvolume, a bind mount of a subdirectory whose parent was unmounted). The other
+/// fields mean nothing: a path is placed by the first of its leading directories found in
+/// `SB_ROOTS`, and a path below none of them is denied ([`EVENT_F_OUTSIDE_MOUNTS`]).
+pub const SB_F_SUBDIRS: u32 = 2;
+/// `ScanStart::flags`: the superblock's root is mounted, and so are some of its btrfs
+/// subvolumes: a path below a subvolume's mount (`SB_ROOTS`) is placed there (`/home/u`,
+/// not `/mnt/top/@home/u` while the top level is mounted too, as snapshot tools do).
+pub const SB_F_SUBVOLS: u32 = 4;
 const _: () = assert!(size_of::<ScanStart>() == 24);
 
 /// `DFA_CLASSES[policy_id]`: byte to byte-class map of the policy's DFA.
@@ -204,6 +214,18 @@ pub struct SbKey {
     pub dev: u32,
 }
 const _: () = assert!(size_of::<SbKey>() == 8);
+
+/// `SB_ROOTS` key: a mounted directory of a superblock whose root is not mounted
+/// ([`SB_F_SUBDIRS`]), by the policy's seeded FNV-1a hash of its path within the superblock
+/// (`/@home`). The value is the [`ScanStart`] of the place it is mounted at (`/home`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SbRootKey {
+    pub hash: u64,
+    pub policy_id: u32,
+    pub dev: u32,
+}
+const _: () = assert!(size_of::<SbRootKey>() == 16);
 
 /// `INODE_RULES` key: a file that existed when the policy loaded, by identity. The value is
 /// the `u32` kind mask that applies to it.
@@ -453,6 +475,9 @@ pub const EVENT_F_PATH_TRUNCATED: u32 = 1;
 /// The dentry walk ended at a dentry that is not its file system's root: a disconnected
 /// dentry (`open_by_handle_at` after the dentry cache dropped its parents). Denied.
 pub const EVENT_F_DISCONNECTED: u32 = 2;
+/// The file is on a file system whose root is not mounted, and below none of its mounted
+/// directories (reached by handle or through a mount sandbox does not know). Denied.
+pub const EVENT_F_OUTSIDE_MOUNTS: u32 = 4;
 
 /// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
 /// path (relative to the superblock root of `dev`) follow the header; then `exe_len` bytes
@@ -505,6 +530,7 @@ mod pod {
     unsafe impl aya::Pod for super::LiteralKey {}
     unsafe impl aya::Pod for super::ScanStart {}
     unsafe impl aya::Pod for super::SbKey {}
+    unsafe impl aya::Pod for super::SbRootKey {}
     unsafe impl aya::Pod for super::InodeKey {}
     unsafe impl aya::Pod for super::NetRules {}
     unsafe impl aya::Pod for super::NetKeyV4 {}

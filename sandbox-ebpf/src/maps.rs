@@ -5,7 +5,7 @@ use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
 use sandbox_common::{
     BPF_F_MMAPABLE, ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES,
-    NetKeyV4, NetKeyV6, NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, ScanStart,
+    NetKeyV4, NetKeyV6, NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, SbRootKey, ScanStart,
 };
 
 /// Bit `n` set: some bound cgroup sits at level `n`. Written by the loader, read by every hook
@@ -40,6 +40,12 @@ pub static DFA_ACCEPT: Array<DfaAccept> = Array::with_max_entries(1, BPF_F_MMAPA
 /// point. Written by the loader from /proc/self/mountinfo; read by file/exec hooks.
 #[map]
 pub static SB_START: HashMap<SbKey, ScanStart> = HashMap::with_max_entries(4096, 0);
+
+/// (policy, superblock, hash of a directory's path in it) -> scan state after feeding the
+/// place that directory is mounted at, for superblocks whose root is not mounted
+/// (`SB_F_SUBDIRS`). Written by the loader from /proc/self/mountinfo; read by file/exec hooks.
+#[map]
+pub static SB_ROOTS: HashMap<SbRootKey, ScanStart> = HashMap::with_max_entries(4096, 0);
 
 /// (hash of a literal path, policy) -> kinds of rule covering that path and everything
 /// below it (sized by the loader). Read by file/exec hooks.

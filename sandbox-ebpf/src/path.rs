@@ -7,6 +7,9 @@
 //! bytes are then scanned (see `sandbox-user/src/compile/matcher.rs` for the layout): two
 //! DFAs and a rolling hash advance per byte; at each `/` the "everything below" matches of
 //! the prefix are collected; at the end the exact matches. The result is a mask of kinds.
+//! Where only directories of a superblock are mounted (`SB_F_SUBDIRS`, `SB_F_SUBVOLS`), the
+//! scan starts over from a mounted directory's place (`SB_ROOTS`) at the first `/` whose
+//! prefix is one.
 
 use core::ffi::c_void;
 
@@ -14,11 +17,14 @@ use aya_ebpf::helpers::generated::bpf_loop;
 use sandbox_common::decide::FileMatch;
 use sandbox_common::{
     DFA_ANCHORED, DFA_FLOATING, DfaAccept, DfaInfo, InodeKey, KernelOffsets, LITERAL_FNV_PRIME,
-    LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SB_F_MULTI_ROOT, SbKey, ScanStart,
+    LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SB_F_MULTI_ROOT, SB_F_SUBDIRS,
+    SB_F_SUBVOLS, SbKey, SbRootKey, ScanStart,
 };
 
 use crate::kread::{self, offsets};
-use crate::maps::{DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, SB_START, scratch};
+use crate::maps::{
+    DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, SB_ROOTS, SB_START, scratch,
+};
 
 /// Path bytes live in `SCRATCH.path[start..PATH_END]`.
 pub const PATH_END: u32 = PATH_MAX as u32 - 1;
@@ -32,6 +38,8 @@ pub struct FileFacts {
     pub mode: u16,
     /// Start of the path in `SCRATCH.path` once resolved.
     pub start: u32,
+    /// `EVENT_F_*` of a path that could not be resolved ([`Resolved::Unresolved`]).
+    pub flags: u32,
 }
 
 #[inline(always)]
@@ -97,13 +105,16 @@ fn facts(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> FileFacts 
         ino: kread::read(inode, off.inode_i_ino).unwrap_or(0),
         mode: kread::read(inode, off.inode_i_mode).unwrap_or(0),
         start: PATH_END,
+        flags: 0,
     }
 }
 
 pub enum Resolved {
     Matched(FileMatch),
-    /// Could not resolve within the limits: fail closed. Carries event flags.
-    Unresolved(u32),
+    /// Could not resolve within the limits: fail closed. `FileFacts::flags` says why. (No
+    /// payload: a variant's field left undefined on the other paths compiles to a read of
+    /// an uninitialised register, which the verifier rejects.)
+    Unresolved,
     /// On a file system mounted after load that userspace has not placed yet: fail closed.
     Unplaced,
     /// Another task's decision took the working memory meanwhile (see `maps::claim`).
@@ -132,11 +143,19 @@ pub struct Walk {
 #[repr(C)]
 pub struct Scan {
     hash: u64,
+    /// Hash of the path within the superblock so far, while `seeking`.
+    sb_hash: u64,
     pos: u32,
     anchored: u32,
     floating: u32,
     mask: u32,
     policy_id: u32,
+    /// Superblock (`s_dev`) of the path.
+    dev: u32,
+    /// While the path has not yet passed a mounted directory that places it (`SB_ROOTS`):
+    /// [`SEEK_ONLY`] (`SB_F_SUBDIRS`: nothing is matched until it has) or
+    /// [`SEEK_MATCHING`] (`SB_F_SUBVOLS`: matched as below the root's mount meanwhile).
+    seeking: u32,
     _pad: u32,
     dfa: [DfaInfo; 2],
 }
@@ -235,6 +254,20 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
     }
     let byte = s.path[(kread::opaque(pos) & MASK) as usize];
     let pid = s.scan.policy_id;
+    if s.scan.seeking != 0 {
+        // Above every mounted directory so far: at each `/`, is the prefix one of them?
+        if byte == b'/'
+            && let Some(v) = mounted_dir(pid, s.scan.dev, s.scan.sb_hash)
+        {
+            set_start(&mut s.scan, &v);
+        } else {
+            s.scan.sb_hash = (s.scan.sb_hash ^ u64::from(byte)).wrapping_mul(LITERAL_FNV_PRIME);
+            if s.scan.seeking == SEEK_ONLY {
+                s.scan.pos = pos + 1;
+                return 0;
+            }
+        }
+    }
     let (a, f) = (s.scan.dfa[DFA_ANCHORED], s.scan.dfa[DFA_FLOATING]);
     if byte == b'/' {
         let below = u32::from(accept_of(&a, s.scan.anchored).below)
@@ -246,6 +279,33 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
     s.scan.hash = (s.scan.hash ^ u64::from(byte)).wrapping_mul(LITERAL_FNV_PRIME);
     s.scan.pos = pos + 1;
     0
+}
+
+/// `Scan::seeking` values.
+const SEEK_MATCHING: u32 = 1;
+const SEEK_ONLY: u32 = 2;
+
+/// The place a directory of a superblock whose root is not mounted is mounted at, by the
+/// hash of its path within the superblock.
+#[inline(always)]
+fn mounted_dir(policy_id: u32, dev: u32, hash: u64) -> Option<ScanStart> {
+    let key = SbRootKey {
+        hash,
+        policy_id,
+        dev,
+    };
+    // SAFETY: the value is plain data copied out immediately.
+    unsafe { SB_ROOTS.get(&key) }.copied()
+}
+
+/// Continues the scan as if the path so far were the place `v` was fed for.
+#[inline(always)]
+fn set_start(scan: &mut Scan, v: &ScanStart) {
+    scan.anchored = v.anchored;
+    scan.floating = v.floating;
+    scan.hash = v.hash;
+    scan.mask = v.mask;
+    scan.seeking = 0;
 }
 
 /// Builds the path of `dentry` within its superblock into `SCRATCH.path[start..PATH_END]`
@@ -287,7 +347,8 @@ pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
 #[inline(always)]
 pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
     let Ok(start_off) = build_path(facts.dentry) else {
-        return Resolved::Unresolved(sandbox_common::EVENT_F_PATH_TRUNCATED);
+        facts.flags = sandbox_common::EVENT_F_PATH_TRUNCATED;
+        return Resolved::Unresolved;
     };
     // The path is SCRATCH.path[start_off..PATH_END]; the event copies it from there.
     facts.start = start_off;
@@ -305,7 +366,8 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
     {
         // A disconnected dentry (open_by_handle_at of a file whose parents are not in the
         // dentry cache): its path would read as `/name` or `/`. Fail closed.
-        return Resolved::Unresolved(sandbox_common::EVENT_F_DISCONNECTED);
+        facts.flags = sandbox_common::EVENT_F_DISCONNECTED;
+        return Resolved::Unresolved;
     }
     if !sb_known {
         let off = offsets();
@@ -315,7 +377,12 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
             return Resolved::Unplaced;
         }
     }
-    let path = scan(policy_id, info, start_off, sb);
+    let path = scan(policy_id, info, start_off, sb, facts.dev);
+    if scratch().is_none_or(|s| s.scan.seeking == SEEK_ONLY) {
+        // Below none of the mounted directories of a superblock whose root is not mounted.
+        facts.flags = sandbox_common::EVENT_F_OUTSIDE_MOUNTS;
+        return Resolved::Unresolved;
+    }
     let ikey = InodeKey {
         ino: facts.ino,
         dev: facts.dev,
@@ -334,11 +401,21 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
 }
 
 /// Runs the policy's matcher over `SCRATCH.path[start_off..PATH_END]`, from the scan state
-/// after a superblock's mount point (`sb`) or from the very start. Returns the kind mask.
+/// after a superblock's mount point (`sb`) or from the very start. Returns the kind mask;
+/// `Scan::seeking` is left at `SEEK_ONLY` for a path of an `SB_F_SUBDIRS` superblock below
+/// none of its mounted directories (the mask is then 0).
 #[inline(always)]
-fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>) -> u32 {
+fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>, dev: u32) -> u32 {
     let Some(s) = scratch() else {
         return 0;
+    };
+    let flags = sb.map_or(0, |v| v.flags);
+    let seeking = if flags & SB_F_SUBDIRS != 0 {
+        SEEK_ONLY
+    } else if flags & SB_F_SUBVOLS != 0 {
+        SEEK_MATCHING
+    } else {
+        0
     };
     let (a0, f0, h0, m0) = match sb {
         Some(v) => (v.anchored, v.floating, v.hash, v.mask),
@@ -351,11 +428,14 @@ fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>
     };
     s.scan = Scan {
         hash: h0,
+        sb_hash: info.seed,
         pos: start_off,
         anchored: a0,
         floating: f0,
         mask: m0,
         policy_id,
+        dev,
+        seeking,
         _pad: 0,
         dfa: info.dfa,
     };
@@ -367,6 +447,14 @@ fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>
             core::ptr::null_mut(),
             0,
         );
+    }
+    if s.scan.seeking != 0 {
+        // The whole path may be a mounted directory itself.
+        match mounted_dir(policy_id, dev, s.scan.sb_hash) {
+            Some(v) => set_start(&mut s.scan, &v),
+            None if s.scan.seeking == SEEK_ONLY => return 0,
+            None => {}
+        }
     }
     let (a, f) = (info.dfa[DFA_ANCHORED], info.dfa[DFA_FLOATING]);
     s.scan.mask
@@ -401,7 +489,7 @@ pub fn place_name(src: *const u8, len: u32) -> Result<u32, ()> {
 #[inline(always)]
 pub fn match_name(policy_id: u32, info: &PolicyInfo, start_off: u32) -> FileMatch {
     FileMatch {
-        path: scan(policy_id, info, start_off, None),
+        path: scan(policy_id, info, start_off, None, 0),
         inode: 0,
         sb_known: false,
     }

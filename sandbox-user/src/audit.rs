@@ -146,14 +146,9 @@ impl Formatter<'_> {
             return e.sb_path.clone();
         }
         match self.mounts.iter().find(|m| m.dev == dev) {
-            Some(m) => {
-                let p = crate::mounts::prefix(&m.mount_point);
-                if e.sb_path == b"/" && !p.is_empty() {
-                    p.as_bytes().to_vec()
-                } else {
-                    [p.as_bytes(), &e.sb_path].concat()
-                }
-            }
+            Some(m) => m
+                .place(&e.sb_path)
+                .unwrap_or_else(|| self.full_path(e).into_bytes()),
             None => self.full_path(e).into_bytes(),
         }
     }
@@ -168,6 +163,9 @@ impl Formatter<'_> {
         });
         if h.flags & sandbox_common::EVENT_F_DISCONNECTED != 0 {
             f["disconnected"] = json!(true);
+        }
+        if h.flags & sandbox_common::EVENT_F_OUTSIDE_MOUNTS != 0 {
+            f["outside_mounts"] = json!(true);
         }
         let bytes = self.path_bytes(e);
         if std::str::from_utf8(&bytes).is_err() {
@@ -195,15 +193,14 @@ impl Formatter<'_> {
             // An abstract unix socket name: no file system.
             return inner.into_owned();
         }
-        match self.mounts.iter().find(|m| m.dev == dev) {
-            Some(m) => {
-                let p = crate::mounts::prefix(&m.mount_point);
-                if inner == "/" && !p.is_empty() {
-                    p.to_owned()
-                } else {
-                    format!("{p}{inner}")
-                }
-            }
+        match self
+            .mounts
+            .iter()
+            .find(|m| m.dev == dev)
+            .and_then(|m| m.place(sb_path))
+        {
+            Some(p) => String::from_utf8_lossy(&p).into_owned(),
+            // Unknown, or outside every mounted directory of its file system.
             None => format!("dev{}:{}:{inner}", dev >> 20, dev & 0xfffff),
         }
     }

@@ -14,7 +14,7 @@ use aya::programs::Lsm;
 use aya::{Btf, Ebpf, EbpfLoader};
 use sandbox_common::{
     ByteClasses, DfaAccept, InodeKey, KernelOffsets, LISTEN_ID_BASE, LiteralKey, NetKeyV4,
-    NetKeyV6, OFFSETS_GLOBAL, SbKey, ScanStart, map_names as m,
+    NetKeyV6, OFFSETS_GLOBAL, SbKey, SbRootKey, ScanStart, map_names as m,
 };
 
 use crate::cgroup::Cgroup;
@@ -400,43 +400,73 @@ impl Enforcer {
         policy: &CompiledPolicy,
         sbs: &[Superblock],
     ) -> Result<(), LoadError> {
+        use std::collections::HashSet;
         let pid = self.policy_id;
-        let mut h: HashMap<_, SbKey, ScanStart> =
-            HashMap::try_from(self.map(m::SB_START)?).map_err(map_err(m::SB_START))?;
         let mt = &policy.matcher;
-        // Superblocks gone from the mount table first: their device numbers are reused by
-        // the next file system mounted, which must not inherit their place.
-        let live: std::collections::HashSet<u32> = sbs.iter().map(|sb| sb.dev).collect();
-        let stale: Vec<SbKey> = h
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| k.policy_id == pid && !live.contains(&k.dev))
-            .collect();
-        for k in &stale {
-            let _ = h.remove(k);
-        }
-        for sb in sbs {
-            let s = mt.feed(mt.start(), mounts::prefix(&sb.mount_point).as_bytes());
-            let v = ScanStart {
+        let start = |place: &str, flags: u32| {
+            let s = mt.feed(mt.start(), mounts::prefix(place).as_bytes());
+            ScanStart {
                 anchored: s.anchored,
                 floating: s.floating,
                 hash: s.hash,
                 mask: s.mask,
-                flags: if mounts::multi_root(&sb.fstype) {
-                    sandbox_common::SB_F_MULTI_ROOT
-                } else {
-                    0
-                },
-            };
-            h.insert(
-                SbKey {
-                    policy_id: pid,
-                    dev: sb.dev,
-                },
-                v,
-                0,
-            )
-            .map_err(map_err(m::SB_START))?;
+                flags,
+            }
+        };
+        // Mounted directories first: a superblock flagged as placed by them must find them.
+        let mut dirs: HashSet<SbRootKey> = HashSet::new();
+        {
+            let mut r: HashMap<_, SbRootKey, ScanStart> =
+                HashMap::try_from(self.map(m::SB_ROOTS)?).map_err(map_err(m::SB_ROOTS))?;
+            for sb in sbs {
+                for d in &sb.dirs {
+                    let key = SbRootKey {
+                        hash: crate::compile::matcher::fnv(mt.seed, d.root.as_bytes()),
+                        policy_id: pid,
+                        dev: sb.dev,
+                    };
+                    r.insert(key, start(&d.mount_point, 0), 0)
+                        .map_err(map_err(m::SB_ROOTS))?;
+                    dirs.insert(key);
+                }
+            }
+        }
+        {
+            let mut h: HashMap<_, SbKey, ScanStart> =
+                HashMap::try_from(self.map(m::SB_START)?).map_err(map_err(m::SB_START))?;
+            // Superblocks gone from the mount table: their device numbers are reused by the
+            // next file system mounted, which must not inherit their place.
+            let live: HashSet<u32> = sbs.iter().map(|sb| sb.dev).collect();
+            let stale: Vec<SbKey> = h
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.policy_id == pid && !live.contains(&k.dev))
+                .collect();
+            for k in &stale {
+                let _ = h.remove(k);
+            }
+            for sb in sbs {
+                h.insert(
+                    SbKey {
+                        policy_id: pid,
+                        dev: sb.dev,
+                    },
+                    start(&sb.mount_point, sb.flags()),
+                    0,
+                )
+                .map_err(map_err(m::SB_START))?;
+            }
+        }
+        // Mounted directories no longer mounted (after their superblocks stopped using them).
+        let mut r: HashMap<_, SbRootKey, ScanStart> =
+            HashMap::try_from(self.map(m::SB_ROOTS)?).map_err(map_err(m::SB_ROOTS))?;
+        let stale: Vec<SbRootKey> = r
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.policy_id == pid && !dirs.contains(k))
+            .collect();
+        for k in &stale {
+            let _ = r.remove(k);
         }
         Ok(())
     }

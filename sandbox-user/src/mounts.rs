@@ -1,5 +1,7 @@
 //! The mount table: which canonical path each superblock is mounted at. The kernel rebuilds
-//! paths only up to a superblock's root; the loader supplies where that root is.
+//! paths only up to a superblock's root; the loader supplies where that root is, or, when
+//! only directories below the root are mounted (btrfs subvolumes, a bind mount of a
+//! subdirectory whose parent was unmounted), where each of those is.
 
 use std::collections::BTreeMap;
 
@@ -7,8 +9,68 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
     pub dev: u32,
+    /// Where the superblock's root is mounted ("" when it is not: see `dirs`).
     pub mount_point: String,
     pub fstype: String,
+    /// Mounted directories that place the paths below them: every mounted directory when
+    /// the root is not mounted; btrfs subvolume mounts when it is. Shallowest first.
+    pub dirs: Vec<MountedDir>,
+}
+
+/// A directory of a superblock (`root`, its path within the superblock: `/@home`) mounted
+/// at `mount_point` (`/home`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedDir {
+    pub root: String,
+    pub mount_point: String,
+}
+
+impl Superblock {
+    pub fn root_mounted(&self) -> bool {
+        !self.mount_point.is_empty()
+    }
+
+    /// `ScanStart::flags` of this superblock.
+    pub fn flags(&self) -> u32 {
+        let mut f = 0;
+        if multi_root(&self.fstype) {
+            f |= sandbox_common::SB_F_MULTI_ROOT;
+        }
+        if !self.root_mounted() {
+            f |= sandbox_common::SB_F_SUBDIRS;
+        } else if !self.dirs.is_empty() {
+            f |= sandbox_common::SB_F_SUBVOLS;
+        }
+        f
+    }
+
+    /// The full path of `sb_path` (a path within the superblock), placed as the programs
+    /// place it: below the first mounted directory it is in, else below the root's mount
+    /// point. `None`: the root is not mounted and the path is below no mounted directory.
+    pub fn place(&self, sb_path: &[u8]) -> Option<Vec<u8>> {
+        for d in &self.dirs {
+            let r = d.root.as_bytes();
+            if let Some(rest) = sb_path.strip_prefix(r)
+                && (rest.is_empty() || rest[0] == b'/')
+            {
+                return Some(join(&d.mount_point, rest));
+            }
+        }
+        self.root_mounted().then(|| {
+            join(
+                &self.mount_point,
+                if sb_path == b"/" { b"" } else { sb_path },
+            )
+        })
+    }
+}
+
+/// `mount_point` + `rest` (empty or starting with `/`).
+fn join(mount_point: &str, rest: &[u8]) -> Vec<u8> {
+    if rest.is_empty() {
+        return mount_point.as_bytes().to_vec();
+    }
+    [prefix(mount_point).as_bytes(), rest].concat()
 }
 
 /// Kernel `s_dev` encoding: `(major << 20) | minor` (stat's `st_dev` is encoded differently).
@@ -48,11 +110,15 @@ pub fn read() -> std::io::Result<Vec<Superblock>> {
     Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
 }
 
-/// One entry per superblock. Where a superblock is mounted several times, the mount of its
-/// root (`root == "/"`) with the shortest mount point wins; bind mounts of subdirectories
-/// never define it (their paths are aliases).
+/// One entry per superblock. Where its root (`root == "/"`) is mounted several times, the
+/// shortest mount point wins, and bind mounts of subdirectories are aliases, except btrfs
+/// subvolume mounts (`subvol=` is the mount's root), which place their own paths. Where the
+/// root is not mounted, every mounted directory places the paths below it (for a directory
+/// mounted several times, at its shortest mount point).
 pub fn parse(text: &str) -> Vec<Superblock> {
-    let mut best: BTreeMap<u32, (bool, Superblock)> = BTreeMap::new();
+    // dev -> (fstype, root mount points, (root, mount point, is a subvolume))
+    type Mounts = (String, Vec<String>, Vec<(String, String, bool)>);
+    let mut by_dev: BTreeMap<u32, Mounts> = BTreeMap::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         let Some(sep) = f.iter().position(|x| *x == "-") else {
@@ -68,25 +134,55 @@ pub fn parse(text: &str) -> Vec<Superblock> {
             continue;
         };
         let dev = kernel_dev(maj, min);
-        let root_is_sb_root = f[3] == "/";
-        let sb = Superblock {
-            dev,
-            mount_point: unescape(f[4]),
-            fstype: f[sep + 1].to_owned(),
-        };
-        let better = match best.get(&dev) {
-            None => true,
-            Some((had_root, old)) => {
-                (root_is_sb_root && !had_root)
-                    || (root_is_sb_root == *had_root
-                        && sb.mount_point.len() < old.mount_point.len())
-            }
-        };
-        if better {
-            best.insert(dev, (root_is_sb_root, sb));
+        let fstype = f[sep + 1];
+        let (root, mount_point) = (unescape(f[3]), unescape(f[4]));
+        let e = by_dev
+            .entry(dev)
+            .or_insert_with(|| (fstype.to_owned(), Vec::new(), Vec::new()));
+        if root == "/" {
+            e.1.push(mount_point);
+        } else {
+            let subvol = fstype == "btrfs"
+                && f.get(sep + 3).is_some_and(|o| {
+                    o.split(',').any(|o| {
+                        o.strip_prefix("subvol=")
+                            .is_some_and(|v| unescape(v) == root)
+                    })
+                });
+            e.2.push((root, mount_point, subvol));
         }
     }
-    best.into_values().map(|(_, sb)| sb).collect()
+    let shortest = |a: &String, b: &String| (a.len(), a).cmp(&(b.len(), b));
+    by_dev
+        .into_iter()
+        .map(|(dev, (fstype, roots, subdirs))| {
+            let mount_point = roots.into_iter().min_by(shortest).unwrap_or_default();
+            let mut dirs: BTreeMap<String, String> = BTreeMap::new();
+            for (root, mp, subvol) in subdirs {
+                if !mount_point.is_empty() && !subvol {
+                    continue;
+                }
+                let root = root.trim_end_matches('/').to_owned();
+                match dirs.get(&root) {
+                    Some(old) if shortest(old, &mp).is_le() => {}
+                    _ => {
+                        dirs.insert(root, mp);
+                    }
+                }
+            }
+            let mut dirs: Vec<MountedDir> = dirs
+                .into_iter()
+                .map(|(root, mount_point)| MountedDir { root, mount_point })
+                .collect();
+            dirs.sort_by(|a, b| shortest(&a.root, &b.root));
+            Superblock {
+                dev,
+                mount_point,
+                fstype,
+                dirs,
+            }
+        })
+        .collect()
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
@@ -149,12 +245,84 @@ mod tests {
             Superblock {
                 dev: kernel_dev(0, 21),
                 mount_point: "/".into(),
-                fstype: "ext4".into()
+                fstype: "ext4".into(),
+                dirs: vec![],
             }
         );
         assert_eq!(sbs[1].mount_point, "/a");
         assert_eq!(prefix("/"), "");
         assert_eq!(prefix("/a"), "/a");
         assert_eq!(unescape("/data/my\\040dir"), "/data/my dir");
+    }
+
+    #[test]
+    fn places_paths_of_superblocks_mounted_by_subdirectory() {
+        // Ubuntu on btrfs: the top level is not mounted, two subvolumes are. A bind mount of
+        // a subdirectory of an ext4 file system whose root was unmounted.
+        let text = "\
+25 1 0:33 /@ / rw - btrfs /dev/sda2 rw,subvolid=256,subvol=/@
+26 25 0:33 /@home /home rw - btrfs /dev/sda2 rw,subvolid=257,subvol=/@home
+27 25 0:33 /@home/u/data /data rw - btrfs /dev/sda2 rw,subvolid=257,subvol=/@home
+28 25 0:33 /@home /mnt/h rw - btrfs /dev/sda2 rw,subvolid=257,subvol=/@home
+40 25 7:0 /vol /srv/my\\040vol rw - ext4 /dev/loop0 rw
+";
+        let sbs = parse(text);
+        let btrfs = &sbs[0];
+        assert!(!btrfs.root_mounted());
+        assert_eq!(btrfs.flags(), sandbox_common::SB_F_SUBDIRS);
+        let roots: Vec<(&str, &str)> = btrfs
+            .dirs
+            .iter()
+            .map(|d| (d.root.as_str(), d.mount_point.as_str()))
+            .collect();
+        assert_eq!(
+            roots,
+            [("/@", "/"), ("/@home", "/home"), ("/@home/u/data", "/data")]
+        );
+        let place = |p: &str| {
+            btrfs
+                .place(p.as_bytes())
+                .map(|v| String::from_utf8(v).unwrap())
+        };
+        assert_eq!(
+            place("/@home/u/.ssh/id").as_deref(),
+            Some("/home/u/.ssh/id")
+        );
+        assert_eq!(place("/@home").as_deref(), Some("/home"));
+        assert_eq!(place("/@/etc/shadow").as_deref(), Some("/etc/shadow"));
+        assert_eq!(place("/@").as_deref(), Some("/"));
+        // The shallowest mounted directory places a path (as the programs do).
+        assert_eq!(place("/@home/u/data/x").as_deref(), Some("/home/u/data/x"));
+        // Below no mounted directory: not placed (the programs deny it).
+        assert_eq!(place("/@snapshots/1/etc/shadow"), None);
+        assert_eq!(place("/@homer/x"), None);
+        assert_eq!(place("/"), None);
+        let ext4 = &sbs[1];
+        assert_eq!(ext4.flags(), sandbox_common::SB_F_SUBDIRS);
+        assert_eq!(
+            ext4.place(b"/vol/secret/key").as_deref(),
+            Some(&b"/srv/my vol/secret/key"[..])
+        );
+    }
+
+    #[test]
+    fn subvolumes_place_their_paths_while_the_top_level_is_mounted_too() {
+        // A snapshot tool mounts the top level; a bind mount of a plain directory stays an
+        // alias.
+        let text = "\
+25 1 0:33 /@ / rw - btrfs /dev/sda2 rw,subvolid=256,subvol=/@
+26 25 0:33 /@home /home rw - btrfs /dev/sda2 rw,subvolid=257,subvol=/@home
+29 25 0:33 / /run/timeshift/backup rw - btrfs /dev/sda2 rw,subvolid=5,subvol=/
+30 25 0:33 /@home/u/proj /work rw - btrfs /dev/sda2 rw,subvolid=257,subvol=/@home
+";
+        let sbs = parse(text);
+        let b = &sbs[0];
+        assert_eq!(b.mount_point, "/run/timeshift/backup");
+        assert_eq!(b.flags(), sandbox_common::SB_F_SUBVOLS);
+        assert_eq!(b.dirs.len(), 2);
+        let place = |p: &str| String::from_utf8(b.place(p.as_bytes()).unwrap()).unwrap();
+        assert_eq!(place("/@home/u/proj/x"), "/home/u/proj/x");
+        assert_eq!(place("/@snapshots/1"), "/run/timeshift/backup/@snapshots/1");
+        assert_eq!(place("/"), "/run/timeshift/backup");
     }
 }

@@ -248,6 +248,7 @@ pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Op
             source: glob.clone(),
             glob,
             literal,
+            written: None,
         });
     };
     if let Some(file) = audit.regular_file() {

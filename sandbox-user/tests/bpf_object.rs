@@ -12,7 +12,7 @@ use aya_obj::generated::bpf_map_type::{
 };
 use sandbox_common::{
     ByteClasses, DfaAccept, InodeKey, LiteralKey, LpmKey, NetKeyV4, NetKeyV6, NetRules, PolicyInfo,
-    SbKey, ScanStart, map_names,
+    SbKey, SbRootKey, ScanStart, map_names,
 };
 
 /// What the userspace side expects of a map: its type, key size and value size.
@@ -59,6 +59,10 @@ fn expected() -> BTreeMap<&'static str, Shape> {
         (
             map_names::SB_START,
             shape::<SbKey, ScanStart>(BPF_MAP_TYPE_HASH),
+        ),
+        (
+            map_names::SB_ROOTS,
+            shape::<SbRootKey, ScanStart>(BPF_MAP_TYPE_HASH),
         ),
         (
             map_names::LITERALS,

@@ -34,6 +34,35 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Bind-mounts `src` on `dst`; unmounted when the guard goes.
+pub struct Bind(std::ffi::CString);
+
+impl Bind {
+    pub fn mount(src: &Path, dst: &Path) -> Self {
+        let s = std::ffi::CString::new(src.display().to_string()).unwrap();
+        let d = std::ffi::CString::new(dst.display().to_string()).unwrap();
+        // SAFETY: plain mount(2) with MS_BIND and NUL-terminated strings that outlive it.
+        let r = unsafe {
+            libc::mount(
+                s.as_ptr(),
+                d.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "bind {} on {}", src.display(), dst.display());
+        Self(d)
+    }
+}
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        // SAFETY: plain umount(2) of the path we mounted.
+        unsafe { libc::umount(self.0.as_ptr()) };
+    }
+}
+
 /// /etc/hosts, /etc/nsswitch.conf (files only: libc asks no DNS server) and
 /// /etc/resolv.conf for one test; the old files come back when it ends, panic or not.
 pub struct Resolution(Vec<(&'static str, Option<String>)>);
@@ -228,6 +257,15 @@ impl DiskFs {
 
     fn detach(&self) {
         let _ = std::process::Command::new("umount").arg(&self.dir).status();
+    }
+
+    /// Unmounts the file system's root (mounts of its directories elsewhere stay).
+    pub fn unmount_root(&self) {
+        let st = std::process::Command::new("umount")
+            .arg(&self.dir)
+            .status()
+            .expect("umount");
+        assert!(st.success(), "umount {}", self.dir.display());
     }
 
     /// Unmounts and mounts again: nothing of the file system is cached any more.

@@ -24,7 +24,7 @@ pub use std::time::{Duration, Instant};
 
 pub use serde_json::{Value, json};
 
-pub use crate::fixtures::{Attached, DiskFs, DnsServer, Resolution, Tmpfs};
+pub use crate::fixtures::{Attached, Bind, DiskFs, DnsServer, Resolution, Tmpfs};
 pub use crate::run::{
     ANY, Case, EACCES, ENETUNREACH, EPERM, OK, Rec, Run, as_user, check, check_as, probe, probe_as,
     probe_in_cgroup, probe_outside, probe_outside_as, read_audit, rec, run_as, run_in, start_probe,

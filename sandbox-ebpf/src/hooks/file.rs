@@ -64,7 +64,7 @@ pub fn check(
             Some(v) => (v, 0),
             None => return 0,
         },
-        Resolved::Unresolved(flags) => (Deny::because(reason::PATH_UNRESOLVED), flags),
+        Resolved::Unresolved => (Deny::because(reason::PATH_UNRESOLVED), facts.flags),
         Resolved::Unplaced => (Deny::because(reason::UNPLACED_MOUNT), 0),
         Resolved::Preempted => (Deny::because(reason::PREEMPTED), 0),
     };

@@ -130,6 +130,7 @@ fn implicit(field: &str, globs: &[&str]) -> Vec<PathRule> {
             source: (*d).to_owned(),
             glob: (*d).to_owned(),
             literal: None,
+            written: None,
         })
         .collect()
 }
@@ -142,6 +143,7 @@ fn implicit_device_writes() -> Vec<PathRule> {
             source: (*d).to_owned(),
             glob: (*d).to_owned(),
             literal: None,
+            written: None,
         })
         .collect()
 }
@@ -185,6 +187,23 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
                 },
                 id,
             ));
+            // `~/.bashrc -> dotfiles/bashrc`: the link (and whatever replaces it) too. Not
+            // for rules that grant: their aliases would widen them.
+            if let Some(w) = &r.written
+                && matches!(
+                    slot,
+                    accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY
+                )
+            {
+                patterns.push((
+                    matcher::Pattern {
+                        glob: w.clone(),
+                        literal: r.literal.is_some(),
+                        slot,
+                    },
+                    id,
+                ));
+            }
             if let Some(p) = &r.literal
                 && matches!(
                     slot,
@@ -220,6 +239,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
         source: f.workspace.display().to_string(),
         glob: crate::policy::expand::escape_glob(&f.workspace.display().to_string()),
         literal: Some(f.workspace.clone()),
+        written: None,
     };
     if !f.write.is_empty() {
         add_paths(&f.write, accept::FILE_WRITE, &mut rules);

@@ -443,3 +443,44 @@ fn compiled_policy_marks_ancestors_and_areas() {
     let r = c.rule_for(accept::CONTAINED, b"/home/u/proj/x").unwrap();
     assert_eq!(r.source, "/home/u/proj/**/secret.json");
 }
+
+#[test]
+fn protective_rules_through_symlinks_cover_the_link_too() {
+    // ~/.bashrc -> dotfiles/bashrc: unlinking the link and creating a file in its place
+    // must stay as denied as writing the target. Grants are not widened to the link.
+    let d = std::env::temp_dir().join(format!("sandbox-written-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("dotfiles/config")).unwrap();
+    std::fs::write(d.join("dotfiles/bashrc"), "").unwrap();
+    std::os::unix::fs::symlink("dotfiles/bashrc", d.join(".bashrc")).unwrap();
+    std::os::unix::fs::symlink("dotfiles/config", d.join(".config")).unwrap();
+    let ctx = Context {
+        home: d.clone(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+    };
+    let yaml = "files:\n  read_only: [~/.bashrc, ~/.config/git/**]\n  write: [~/.config/app]\n";
+    let c = super::compile(&load_str(yaml, "t.yaml", &ctx).unwrap(), SEED).unwrap();
+    let has = |path: std::path::PathBuf, slot: usize| {
+        dfa::has(c.match_path(path.as_os_str().as_encoded_bytes()), slot)
+    };
+    for p in [
+        "dotfiles/bashrc",
+        ".bashrc",
+        "dotfiles/config/git/config",
+        ".config/git/config",
+    ] {
+        assert!(has(d.join(p), accept::FILE_READ_ONLY), "{p} is read-only");
+    }
+    assert!(has(d.join("dotfiles/config/app"), accept::FILE_WRITE));
+    assert!(!has(d.join(".config/app"), accept::FILE_WRITE));
+    // Records name the rule for the link's path too.
+    let r = c.rule_for(
+        accept::FILE_READ_ONLY,
+        d.join(".bashrc").as_os_str().as_encoded_bytes(),
+    );
+    assert_eq!(r.unwrap().source, "~/.bashrc");
+    let _ = std::fs::remove_dir_all(&d);
+}

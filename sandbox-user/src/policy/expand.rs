@@ -107,8 +107,9 @@ pub struct Canonicalizer {
 
 impl Canonicalizer {
     /// The glob with its literal head canonicalised and, when the whole pattern is literal,
-    /// the canonical path.
-    pub fn pattern(&mut self, s: &str) -> (String, Option<PathBuf>) {
+    /// the canonical path; then the glob as written (head not canonicalised) when a symlink
+    /// made them differ.
+    pub fn pattern(&mut self, s: &str) -> (String, Option<PathBuf>, Option<String>) {
         let comps: Vec<&str> = s.split('/').filter(|c| !c.is_empty()).collect();
         let literal_len = comps.iter().take_while(|c| !c.contains(GLOB_CHARS)).count();
         let canonical = self.existing_prefix(&comps[..literal_len], 0);
@@ -120,7 +121,15 @@ impl Canonicalizer {
             glob.push_str(c);
         }
         let whole_literal = literal_len == comps.len();
-        (glob, whole_literal.then_some(canonical))
+        let mut written = escape_glob(&format!("/{}", comps[..literal_len].join("/")));
+        for c in &comps[literal_len..] {
+            if !written.ends_with('/') {
+                written.push('/');
+            }
+            written.push_str(c);
+        }
+        let written = (written != glob).then_some(written);
+        (glob, whole_literal.then_some(canonical), written)
     }
 
     /// Canonicalises the longest existing prefix of `/comps...` and appends the rest unchanged.

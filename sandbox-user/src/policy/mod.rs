@@ -175,6 +175,10 @@ pub struct PathRule {
     pub glob: String,
     /// The canonical path when the pattern has no glob characters.
     pub literal: Option<PathBuf>,
+    /// The glob as written (expanded, normalised, symlinks not followed) when a symlink
+    /// makes it differ from `glob`. Protective rules match it too: the link itself (and
+    /// whatever replaces it) is protected, not only its target.
+    pub written: Option<String>,
 }
 
 /// One network rule: a prefix and a port range.
@@ -332,11 +336,12 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
             .filter_map(|(i, s)| {
                 let field = format!("{section}[{i}]");
                 match path_rule(s, ctx, &workspace, exec, &mut canon) {
-                    Ok((glob, literal)) => Some(PathRule {
+                    Ok((glob, literal, written)) => Some(PathRule {
                         field,
                         source: s.clone(),
                         glob,
                         literal,
+                        written,
                     }),
                     Err(message) => {
                         errs.push(FieldError {
@@ -381,15 +386,17 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
                 source: u.clone(),
                 glob: u.clone(),
                 literal: literal.then(|| PathBuf::from(u)),
+                written: None,
             });
             continue;
         }
         match path_rule(u, ctx, &workspace, false, &mut canon) {
-            Ok((glob, literal)) => unix.push(PathRule {
+            Ok((glob, literal, written)) => unix.push(PathRule {
                 field,
                 source: u.clone(),
                 glob,
                 literal,
+                written,
             }),
             Err(message) => errs.push(FieldError {
                 field,
@@ -601,15 +608,15 @@ fn process(raw: &raw::RawProcess, errs: &mut Vec<FieldError>) -> Process {
     }
 }
 
-/// Expands and checks one path pattern. Returns the absolute glob and, when there are no
-/// glob characters, the literal path.
+/// Expands and checks one path pattern. Returns the absolute glob, when there are no glob
+/// characters the literal path, and the glob as written when a symlink changed it.
 fn path_rule(
     s: &str,
     ctx: &Context,
     workspace: &Path,
     exec: bool,
     canon: &mut expand::Canonicalizer,
-) -> Result<(String, Option<PathBuf>), String> {
+) -> Result<(String, Option<PathBuf>, Option<String>), String> {
     if s.is_empty() {
         return Err("empty pattern".into());
     }
@@ -624,9 +631,12 @@ fn path_rule(
     };
     let expanded = expand::expand(&s, ctx, workspace)?;
     let normalized = expand::normalize(&expanded);
-    let (glob, literal) = canon.pattern(&normalized);
+    let (glob, literal, written) = canon.pattern(&normalized);
     crate::compile::matcher::glob(&glob).map_err(|e| format!("invalid glob: {}", e.kind()))?;
-    Ok((glob, literal))
+    if let Some(w) = &written {
+        crate::compile::matcher::glob(w).map_err(|e| format!("invalid glob: {}", e.kind()))?;
+    }
+    Ok((glob, literal, written))
 }
 
 fn canonical_or_self(p: &Path) -> PathBuf {

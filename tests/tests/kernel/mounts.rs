@@ -1,5 +1,6 @@
 //! File systems mounted while a policy is in force: matched at their real place once
-//! sandbox has placed them, denied (fail closed) until then.
+//! sandbox has placed them, denied (fail closed) until then. File systems whose root is not
+//! mounted: matched at the place their mounted directories are.
 
 use sandbox_tests::*;
 
@@ -99,4 +100,61 @@ fn disconnected_dentries_fail_closed() {
     );
     drop(fs);
     r.check_records(&[rec("/policy/reason", "path_unresolved").has("/file/disconnected", true)]);
+}
+
+/// Only a directory of a file system is mounted (its parent mount went away, as with a
+/// btrfs subvolume, a container volume or a bind mount of a subdirectory): its files are
+/// matched where that directory is mounted, not by their path within the file system
+/// (which would be `/vol/secret/key` here and miss every rule). A file of that file system
+/// below no mounted directory (reached by handle) is denied. The agent user for the rules,
+/// root (`CAP_DAC_READ_SEARCH`) for the handle; every route shown working outside first.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn subdirectory_mounts_place_their_files() {
+    let d = workdir("subdir_mount");
+    let (mnt, srv) = (d.join("mnt"), d.join("srv"));
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::create_dir_all(&srv).unwrap();
+    let fs = DiskFs::mount(&d.join("disk.img"), &mnt, 8);
+    write(&mnt.join("vol/secret/key"), "k");
+    write(&mnt.join("vol/other"), "o");
+    write(&mnt.join("hidden/x"), "h");
+    let handle = path_str(&d, "handle");
+    assert_eq!(
+        probe_outside(&["handle-save", &path_str(&mnt, "hidden/x"), &handle]),
+        "OK"
+    );
+    let inside = path_str(&d, "inside");
+    assert_eq!(
+        probe_outside(&["handle-save", &path_str(&mnt, "vol/other"), &inside]),
+        "OK"
+    );
+    let bind = Bind::mount(&mnt.join("vol"), &srv);
+    fs.unmount_root();
+    let srv_s = srv.display().to_string();
+    let key = path_str(&srv, "secret/key");
+    assert_eq!(probe_outside_as(User::Agent, &["open", &key, "r"]), "OK");
+    assert_eq!(probe_outside(&["handle-open", &handle, &srv_s]), "OK");
+    assert_eq!(probe_outside(&["handle-open", &inside, &srv_s]), "OK");
+
+    // A glob: a literal rule would also protect the file by identity, whatever its path.
+    let policy = format!("files:\n  deny: [{}/secret/**]\n", srv.display());
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[("open srv/secret/key r", EACCES), ("open srv/other r", OK)],
+    );
+    r.check_records(&[rec("/file/path", key.as_str()).has("/policy/rule", "files.deny[0]")]);
+    let r = check(
+        &d,
+        Some(&policy),
+        &[
+            (&format!("handle-open {handle} {srv_s}"), EACCES),
+            (&format!("handle-open {inside} {srv_s}"), OK),
+        ],
+    );
+    drop(bind);
+    drop(fs);
+    r.check_records(&[rec("/policy/reason", "path_unresolved").has("/file/outside_mounts", true)]);
 }

@@ -186,3 +186,81 @@ fn ancestors_of_protected_paths_stay_put() {
             .has("/policy/rule", "files.deny[2]"),
     ]);
 }
+
+/// Dotfiles kept elsewhere: `.bashrc -> dotfiles/bashrc`, `.config -> dotfiles/config`.
+fn symlinked_layout(d: &std::path::Path) {
+    write(&d.join("dotfiles/bashrc"), "# rc");
+    write(&d.join("dotfiles/config/git/config"), "[user]");
+    std::fs::create_dir_all(d.join("free")).unwrap();
+    std::os::unix::fs::symlink("dotfiles/bashrc", d.join(".bashrc")).unwrap();
+    std::os::unix::fs::symlink("dotfiles/config", d.join(".config")).unwrap();
+    User::Agent.own(d);
+}
+
+/// A protected name that is a symlink: the rule resolves to the target, and the link is
+/// protected too. Otherwise `rm .bashrc; echo evil > .bashrc` (or a fresh `.config`
+/// directory with a `git/config` of the agent's) would replace what the user's next shell
+/// or `git` outside runs, while writing the target stays denied. Works outside as the same
+/// non-root owner.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn protected_symlinks_cannot_be_replaced() {
+    std::fs::create_dir_all(User::Agent.home()).unwrap();
+    let out = workdir_as(User::Agent, "symlinked_outside");
+    symlinked_layout(&out);
+    let o = |rel: &str| path_str(&out, rel);
+    for op in [
+        vec!["unlink".to_owned(), o(".bashrc")],
+        vec!["open".to_owned(), o(".bashrc"), "creat".to_owned()],
+        vec!["unlink".to_owned(), o(".config")],
+        vec!["mkdir".to_owned(), o(".config")],
+        vec!["mkdir".to_owned(), o(".config/git")],
+        vec![
+            "open".to_owned(),
+            o(".config/git/config"),
+            "creat".to_owned(),
+        ],
+    ] {
+        let ops: Vec<&str> = op.iter().map(String::as_str).collect();
+        assert_eq!(
+            probe_outside_as(User::Agent, &ops),
+            "OK",
+            "outside: {ops:?}"
+        );
+    }
+
+    let d = workdir_as(User::Agent, "symlinked");
+    symlinked_layout(&d);
+    let policy = format!(
+        "files:\n  read_only: [{0}/.bashrc, {0}/.config/git/**]\n",
+        d.display()
+    );
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[
+            ("open .bashrc w", EACCES),
+            ("unlink .bashrc", EACCES),
+            ("rename .bashrc free/rc", EACCES),
+            // Removing the directory link is allowed (it takes the files away from where
+            // they are read); what is made at its name is judged by the rule as written.
+            ("unlink .config", OK),
+            ("mkdir .config", OK),
+            ("mkdir .config/git", OK),
+            ("open .config/git/config creat", EACCES),
+            ("open free/x creat", OK),
+        ],
+    );
+    assert!(d.join(".bashrc").is_symlink());
+    r.check_records(&[
+        rec("/activity", "unlink")
+            .has("/file/path", path_str(&d, ".bashrc"))
+            .has("/policy/rule", "files.read_only[0]"),
+        rec("/activity", "rename")
+            .has("/file/path", path_str(&d, ".bashrc"))
+            .has("/policy/rule", "files.read_only[0]"),
+        rec("/file/path", path_str(&d, ".config/git/config"))
+            .has("/policy/rule", "files.read_only[1]"),
+    ]);
+}
