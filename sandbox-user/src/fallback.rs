@@ -366,6 +366,32 @@ pub fn plan(policy: &Policy, host: &HostFacts) -> (Option<Plan>, Coverage) {
                      cov: &mut Coverage| {
         for rule in rules {
             let name = describe(&rule.field, &rule.source);
+            // Written through a symlink: the hole is at the target. The link's own name is
+            // as removable as anything else in its directory.
+            if let Some(w) = &rule.written {
+                let (link, _) = glob_head(w);
+                let parent = link.parent().unwrap_or(Path::new("/"));
+                // Unless the target is below the link's directory: nothing is removed in a
+                // directory on the way to a hole.
+                let (target, _) = glob_head(&rule.glob);
+                if !within(&target, parent)
+                    && areas
+                        .iter()
+                        .any(|a| a.rights & removed != 0 && within(parent, &a.path))
+                {
+                    let why = format!(
+                        "{what} for the file the symlink {} leads to, not for the link: the \
+                         command may remove or replace it (Landlock protects files by \
+                         location, not names)",
+                        link.display()
+                    );
+                    if rule.field.contains("(implicit") {
+                        cov.implicit(name.clone(), why);
+                    } else {
+                        cov.gap(name.clone(), why);
+                    }
+                }
+            }
             if let Some(l) = &rule.literal {
                 holes.push(Hole {
                     path: l.clone(),
@@ -760,6 +786,31 @@ mod tests {
             plan.grants
         );
         drop(std::fs::remove_dir_all(&dir));
+    }
+
+    #[test]
+    fn a_protective_rule_through_a_symlink_names_the_unprotected_link() {
+        let dir = std::env::temp_dir().join(format!("fallback-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("ws/dotfiles")).unwrap();
+        std::fs::create_dir_all(dir.join("other")).unwrap();
+        std::fs::write(dir.join("ws/dotfiles/rc"), "").unwrap();
+        std::fs::write(dir.join("other/rc2"), "").unwrap();
+        std::os::unix::fs::symlink("dotfiles/rc", dir.join("ws/.rc")).unwrap();
+        std::os::unix::fs::symlink("../other/rc2", dir.join("ws/.rc2")).unwrap();
+        let d = dir.display();
+        let p = policy(
+            &format!("files:\n  workspace: {d}/ws\n  read_only: [{d}/ws/.rc, {d}/ws/.rc2]\n"),
+            &dir,
+        );
+        let (_, cov) = plan(&p, &host(7));
+        // `.rc` leads into its own directory, where nothing is removed (on the way to a
+        // hole); `.rc2` leads elsewhere, and its directory is the command's to change.
+        assert_eq!(
+            explicit(&cov),
+            vec![format!("files.read_only[1] '{d}/ws/.rc2'")]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

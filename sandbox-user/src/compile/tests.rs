@@ -484,3 +484,31 @@ fn protective_rules_through_symlinks_cover_the_link_too() {
     assert_eq!(r.unwrap().source, "~/.bashrc");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_grant_a_symlink_widens_to_the_home_directory_is_refused() {
+    // `ln -s ~ ~/.claude`, made by an earlier command: `files.write: [~/.claude]` would
+    // grant the whole home directory.
+    let d = std::env::temp_dir().join(format!("sandbox-widen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("real")).unwrap();
+    std::os::unix::fs::symlink(&d, d.join(".claude")).unwrap();
+    std::os::unix::fs::symlink("real", d.join(".cache")).unwrap();
+    let ctx = Context {
+        home: d.clone(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+    };
+    let err = load_str("files:\n  write: [~/.claude]\n", "t.yaml", &ctx)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("files.write[0]") && err.contains("whole home"),
+        "{err}"
+    );
+    // A link to a directory inside the home directory is fine.
+    load_str("files:\n  write: [~/.cache]\n", "t.yaml", &ctx).unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -368,6 +368,26 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         allow: paths("exec.allow", &raw.exec.allow, true),
         allow_privileged: raw.exec.allow_privileged.unwrap_or(true),
     };
+    // A grant that a symlink turned into the home directory or above: `ln -s ~ ~/.claude`,
+    // made by the command in an earlier run, would make this run's `~/.claude` grant all
+    // of the home directory.
+    let home = canonical_or_self(&ctx.home);
+    for r in &files.write {
+        if let (Some(_), Some(target)) = (&r.written, &r.literal)
+            && home.starts_with(target)
+        {
+            errs.push(FieldError {
+                field: r.field.clone(),
+                message: format!(
+                    "'{}' leads through a symlink to {}, which holds the whole home \
+                     directory: refused (a link made by an earlier command would widen this \
+                     grant). Remove the link, or name the directory itself",
+                    r.source,
+                    target.display()
+                ),
+            });
+        }
+    }
     let mut unix = Vec::new();
     for (i, u) in raw.network.unix.iter().enumerate() {
         let field = format!("network.unix[{i}]");
