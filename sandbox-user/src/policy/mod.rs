@@ -4,6 +4,7 @@
 
 pub mod expand;
 pub mod lint;
+pub mod locate;
 pub mod raw;
 
 use std::fmt;
@@ -200,10 +201,11 @@ pub enum PolicyError {
         column: usize,
         message: String,
     },
-    /// One or more semantic errors: field path, value, reason.
+    /// One or more semantic errors: field path, value, reason, and where the field is
+    /// written (line, column), when it could be found in the text.
     Invalid {
         file: String,
-        errors: Vec<FieldError>,
+        errors: Vec<(FieldError, Option<(usize, usize)>)>,
     },
     Io {
         file: String,
@@ -227,11 +229,16 @@ impl fmt::Display for PolicyError {
                 message,
             } => write!(f, "{file}:{line}:{column}: {message}"),
             Self::Invalid { file, errors } => {
-                for (i, e) in errors.iter().enumerate() {
+                for (i, (e, at)) in errors.iter().enumerate() {
                     if i > 0 {
                         writeln!(f)?;
                     }
-                    write!(f, "{file}: {}: {}", e.field, e.message)?;
+                    match at {
+                        Some((line, column)) => {
+                            write!(f, "{file}:{line}:{column}: {}: {}", e.field, e.message)?;
+                        }
+                        None => write!(f, "{file}: {}: {}", e.field, e.message)?,
+                    }
                 }
                 Ok(())
             }
@@ -296,7 +303,13 @@ pub fn load_str(text: &str, file: &str, ctx: &Context) -> Result<Policy, PolicyE
     })?;
     validate(raw, ctx).map_err(|errors| PolicyError::Invalid {
         file: file.to_owned(),
-        errors,
+        errors: errors
+            .into_iter()
+            .map(|e| {
+                let at = locate::locate(text, &e.field);
+                (e, at)
+            })
+            .collect(),
     })
 }
 

@@ -95,15 +95,15 @@ fn syntax_and_type_errors_have_positions() {
 fn boundary_rules_are_checked() {
     check(
         "network: {sockets: [unix, inet, vsok]}",
-        Err("p.yaml: network.sockets[2]: 'vsok': not a socket family; known: unix, inet"),
+        Err("p.yaml:1:10: network.sockets[2]: 'vsok': not a socket family; known: unix, inet"),
     );
     check(
         "network: {listen: ['127.0.0.1/8']}",
-        Err("p.yaml: network.listen[0]: '127.0.0.1/8': "),
+        Err("p.yaml:1:10: network.listen[0]: '127.0.0.1/8': "),
     );
     check(
         "network: {unix: ['@agent[', 'run/x.sock']}",
-        Err("p.yaml: network.unix[0]: '@agent[': "),
+        Err("p.yaml:1:10: network.unix[0]: '@agent[': "),
     );
     let p = load_str(
         "network: {unix: ['@agent-*', /run/a.sock]}",
@@ -123,9 +123,14 @@ fn boundary_rules_are_checked() {
 
 #[test]
 fn semantic_errors_name_field_and_value() {
+    // Block style: the item itself (line:column of its value).
+    check(
+        "files:\n  deny:\n    - /ok\n    - '/a/[b-'\n",
+        Err("p.yaml:4:7: files.deny[1]: '/a/[b-': invalid glob"),
+    );
     check(
         "files: {deny: ['/a/[b-']}",
-        Err("p.yaml: files.deny[0]: '/a/[b-': invalid glob"),
+        Err("p.yaml:1:8: files.deny[0]: '/a/[b-': invalid glob"),
     );
     check(
         "files: {deny: ['/ok', '$NOPE/x']}",
