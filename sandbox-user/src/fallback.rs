@@ -543,14 +543,21 @@ pub fn plan(policy: &Policy, host: &HostFacts) -> (Option<Plan>, Coverage) {
          Landlock; contents and names are"
             .into(),
     );
-    if abi < 3 && (!f.read_only.is_empty() || !f.write.is_empty() || !f.deny.is_empty()) {
-        cov.gap(
-            "files (truncate)",
-            format!(
-                "truncate(2) by path of a file that may not be written is not judged (Landlock \
-                 ABI {abi}; TRUNCATE needs ABI 3, Linux 6.2)"
-            ),
+    if abi < 3 {
+        let why = format!(
+            "truncate(2) by path of a file that may not be written is not judged (Landlock \
+             ABI {abi}; TRUNCATE needs ABI 3, Linux 6.2)"
         );
+        // The policy's own rules need consent; sandbox's own (the audit log's protection)
+        // are listed with the other missing protections.
+        let explicit = |rules: &[crate::policy::PathRule]| {
+            rules.iter().any(|r| !r.field.contains("(implicit"))
+        };
+        if explicit(&f.read_only) || explicit(&f.write) || explicit(&f.deny) {
+            cov.gap("files (truncate)", why);
+        } else if !f.read_only.is_empty() || !f.deny.is_empty() {
+            cov.implicit("files (truncate)", why);
+        }
     }
     if abi < 2 {
         cov.notes.push(

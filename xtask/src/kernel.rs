@@ -52,10 +52,10 @@ pub struct Kernel {
     pub modules: PathBuf,
 }
 
-/// Modules the tests need that Debian builds as modules: loop devices and ext4 (for file
-/// systems on a disk image: evictable dentries, file handles, subdirectory mounts). Their
-/// dependencies come along.
-const GUEST_MODULES: &[&str] = &["loop", "ext4"];
+/// Modules the tests need that Debian builds as modules: loop devices, ext4 (for file
+/// systems on a disk image: evictable dentries, file handles, subdirectory mounts) and
+/// btrfs (subvolumes). Their dependencies come along.
+const GUEST_MODULES: &[&str] = &["loop", "ext4", "btrfs"];
 /// Loaded first where the package has them: what the modules above ask the crypto API
 /// for at run time (ext4's checksums before 7.x), which `depends=` does not list.
 const GUEST_SOFT_MODULES: &[&str] = &["crc32c_generic"];
@@ -160,7 +160,9 @@ pub fn ensure(label: Label) -> anyhow::Result<Kernel> {
         std::fs::write(kdir.join("suite"), suite)?;
         std::fs::write(&marker, "")?;
     }
-    if !kdir.join("modules/.complete").exists() {
+    // The marker names the modules extracted: a list that grew is extracted again.
+    if std::fs::read_to_string(kdir.join("modules/.complete")).ok() != Some(GUEST_MODULES.join(","))
+    {
         println!(
             "==> extracting modules {} for {version}",
             GUEST_MODULES.join(", ")
@@ -242,7 +244,7 @@ fn extract_modules(deb: &Path, into: &Path) -> anyhow::Result<()> {
         visit_module(m, &files, into, &mut order)?;
     }
     std::fs::write(into.join("order"), order.join("\n") + "\n")?;
-    std::fs::write(into.join(".complete"), "")?;
+    std::fs::write(into.join(".complete"), GUEST_MODULES.join(","))?;
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

@@ -122,6 +122,8 @@ pub struct Artifacts {
     pub sandbox: PathBuf,
     pub probe: PathBuf,
     pub kernel_tests: PathBuf,
+    /// `tests/tests/fallback.rs`, run on the host and in a guest without BPF LSM.
+    pub fallback_tests: PathBuf,
     pub bench: PathBuf,
 }
 
@@ -141,11 +143,13 @@ fn build() -> anyhow::Result<Artifacts> {
             .current_dir(&root),
     )?;
     let tests = sh::cargo_test_executable(&root, "sandbox-tests", "kernel")?;
+    let fallback_tests = sh::cargo_test_executable(&root, "sandbox-tests", "fallback")?;
     let rel = root.join("target/release");
     Ok(Artifacts {
         sandbox: rel.join("sandbox"),
         probe: rel.join("sandbox-probe"),
         kernel_tests: tests,
+        fallback_tests,
         bench: rel.join("sandbox-bench"),
     })
 }
@@ -173,6 +177,17 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
         let outcome = vm::run_tests(k, &arts, filter)?;
         println!("==> {}: {}", k.version, outcome);
         results.push((k.version.clone(), outcome));
+        // The fallback on the oldest kernel too (Landlock ABI 2 there), booted without BPF
+        // LSM; with a filter, only when asked for by name.
+        if k.label == kernel::Label::V6_1 && filter.is_none_or(|f| f == "fallback") {
+            println!(
+                "==> fallback tests in a VM booting {} without BPF LSM",
+                k.version
+            );
+            let outcome = vm::run_fallback_tests(k, &arts)?;
+            println!("==> {} (fallback): {}", k.version, outcome);
+            results.push((format!("{} (fallback, no BPF LSM)", k.version), outcome));
+        }
     }
     println!("==> summary");
     let mut ok = true;

@@ -1,7 +1,7 @@
 //! Set-up from nothing: pinned toolchains, bpf-linker built against the eBPF nightly's own
 //! libLLVM (into `.tools/`, rebuilt only when missing), Debian packages for the VM, kernels.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, anyhow, bail};
@@ -186,6 +186,10 @@ pub fn packages() -> anyhow::Result<()> {
     if !sh::have("zstd") {
         need.push("zstd");
     }
+    // mkfs.btrfs and btrfs, copied into the guest for the subvolume tests.
+    if guest_tool("mkfs.btrfs").is_none() || guest_tool("btrfs").is_none() {
+        need.push("btrfs-progs");
+    }
     if !sh::have("dpkg-deb") || !sh::have("apt-get") {
         bail!("xtask needs a Debian-based machine (apt-get, dpkg-deb) to fetch kernels and QEMU");
     }
@@ -208,6 +212,14 @@ pub fn packages() -> anyhow::Result<()> {
             .args(&need)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
+}
+
+/// A host tool the guest gets a copy of (with its libraries), from the usual places.
+pub fn guest_tool(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
 }
 
 pub fn busybox() -> PathBuf {

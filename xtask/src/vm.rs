@@ -42,7 +42,7 @@ mkdir -p /root/.ssh /root/.aws && echo 'demo private key' > /root/.ssh/id_rsa &&
 chmod 700 /root/.ssh
 # agent (uid 1000, see /etc/passwd) is the non-root user, who types `sudo sandbox run`.
 mkdir -p /home/agent && chown 1000:1000 /home/agent && chmod 755 /home/agent
-echo "VMTEST: kernel $(uname -r), lsm $(cat /sys/kernel/security/lsm), uptime $(cut -d' ' -f1 /proc/uptime)s"
+echo "VMTEST: kernel $(uname -r), lsm $(cat /sys/kernel/security/lsm), uptime $(cut -d' ' -f1 /proc/uptime)s, $(dmesg | grep -o 'Dynamic Preempt: [a-z]*' || echo 'preemption: built in')"
 echo VMTEST-BEGIN
 cd /root
 @PAYLOAD@
@@ -129,12 +129,18 @@ fn initramfs(arts: &Artifacts, modules: &Path, payload: &str, out: &Path) -> any
         b"root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/sh\n",
     );
     c.file("/etc/group", 0o644, b"root:x:0:\nagent:x:1000:\n");
-    let bins: [(&Path, &str); 4] = [
+    let btrfs_tools: Vec<(PathBuf, String)> = ["mkfs.btrfs", "btrfs"]
+        .iter()
+        .filter_map(|t| setup::guest_tool(t).map(|p| (p, format!("/usr/sbin/{t}"))))
+        .collect();
+    let mut bins: Vec<(&Path, &str)> = vec![
         (&arts.sandbox, "/usr/bin/sandbox"),
         (&arts.probe, "/usr/bin/sandbox-probe"),
         (&arts.kernel_tests, "/kernel-tests"),
+        (&arts.fallback_tests, "/fallback-tests"),
         (&arts.bench, "/usr/bin/sandbox-bench"),
     ];
+    bins.extend(btrfs_tools.iter().map(|(h, g)| (h.as_path(), g.as_str())));
     let mut libs = std::collections::BTreeSet::new();
     for (host, guest) in bins {
         if !host.exists() {
@@ -178,14 +184,21 @@ fn accel() -> Vec<&'static str> {
     }
 }
 
+/// The guest's LSM list, with and without BPF LSM.
+const LSM: &str = "lockdown,capability,landlock,yama,bpf";
+const LSM_NO_BPF: &str = "lockdown,capability,landlock,yama";
+
 /// Boots `kernel` with `payload` as the guest's job; streams the payload's output.
+/// `bpf_lsm: false` boots without BPF LSM (a host where only the fallback can work).
 pub fn boot(
     kernel: &Kernel,
     arts: &Artifacts,
     payload: &str,
     timeout: Duration,
     tag: &str,
+    bpf_lsm: bool,
 ) -> anyhow::Result<Outcome> {
+    let lsm = if bpf_lsm { LSM } else { LSM_NO_BPF };
     let dir = root().join("target/vmtest");
     std::fs::create_dir_all(&dir)?;
     let initrd = dir.join(format!("{tag}-{}.cpio", kernel.version));
@@ -200,10 +213,12 @@ pub fn boot(
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
         .arg(&initrd)
-        .args([
-            "-append",
-            "console=ttyS0 lsm=lockdown,capability,landlock,yama,bpf panic=-1 oops=panic quiet",
-        ])
+        // preempt=full: Debian's 6.x kernels default to voluntary preemption; the tests
+        // run where a BPF-LSM program can be preempted mid-decision (as on 7.x, always).
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 lsm={lsm} preempt=full panic=-1 oops=panic quiet"
+        ))
         .args([
             "-display",
             "none",
@@ -297,7 +312,15 @@ pub fn run_tests(
     let payload = format!(
         "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe /kernel-tests --include-ignored --test-threads=1{filter}"
     );
-    boot(kernel, arts, &payload, Duration::from_mins(30), "tests")
+    boot(kernel, arts, &payload, Duration::from_mins(45), "tests", true)
+}
+
+/// The fallback tests (`tests/tests/fallback.rs`) in a guest booted without BPF LSM: the
+/// per-ABI behaviour of an older Landlock (6.1: ABI 2).
+pub fn run_fallback_tests(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<Outcome> {
+    let payload = "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
+                   /fallback-tests --include-ignored --test-threads=1";
+    boot(kernel, arts, payload, Duration::from_mins(10), "fallback", false)
 }
 
 /// Runs one command in the guest (words are quoted for the guest shell).
@@ -312,6 +335,7 @@ pub fn run_command(kernel: &Kernel, arts: &Artifacts, words: &[String]) -> anyho
         &quoted.join(" "),
         Duration::from_mins(10),
         "vm",
+        std::env::var("SANDBOX_VM_LSM").map_or(true, |v| v != "no-bpf"),
     )?;
     println!(
         "==> guest exit status: {}",
@@ -328,6 +352,7 @@ pub fn bench(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<bool> {
         "/usr/bin/sandbox-bench",
         Duration::from_mins(30),
         "bench",
+        true,
     )?;
     println!("==> bench: {o}");
     Ok(o.passed())

@@ -158,3 +158,105 @@ fn subdirectory_mounts_place_their_files() {
     drop(fs);
     r.check_records(&[rec("/policy/reason", "path_unresolved").has("/file/outside_mounts", true)]);
 }
+
+/// Unmounts the mount points it holds when the test ends, panic or not.
+struct Unmount(Vec<String>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for m in &self.0 {
+            let _ = std::process::Command::new("umount").arg(m).status();
+        }
+    }
+}
+
+/// Runs a command that sets up a test (outside the sandbox), which must succeed.
+fn sh(cmd: &str, args: &[&str]) {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e} (is btrfs-progs in the guest?)"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// btrfs as Ubuntu, Fedora and openSUSE install it: the top level is not mounted, the
+/// subvolumes are (`@home` at `home`). A file's path within the file system is
+/// `/@home/u/.ssh/key`; rules are written for `home/u/.ssh`, and hold. Then a snapshot
+/// tool mounts the top level too (`top`, as timeshift does): the same files reached
+/// through `top/@home/...` are still matched as `home/...`, and the record says so. The
+/// agent user; the routes shown working outside first.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn btrfs_subvolumes_place_their_files() {
+    let d = workdir("btrfs");
+    let (top, home) = (d.join("top"), d.join("home"));
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let img = d.join("btrfs.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(128 << 20)
+        .unwrap();
+    sh("mkfs.btrfs", &["-q", "-f", &img.display().to_string()]);
+    let (img_s, top_s, home_s) = (
+        img.display().to_string(),
+        top.display().to_string(),
+        home.display().to_string(),
+    );
+    sh("mount", &["-t", "btrfs", "-o", "loop", &img_s, &top_s]);
+    sh("btrfs", &["subvolume", "create", &path_str(&top, "@home")]);
+    write(&top.join("@home/u/.ssh/key"), "k");
+    write(&top.join("@home/u/notes"), "n");
+    User::Agent.own(&top.join("@home/u"));
+    // The loop device of the first mount, for the subvolume mount.
+    let dev = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(top_s.as_str()))
+        .and_then(|l| l.split(" - ").nth(1))
+        .and_then(|r| r.split(' ').nth(1))
+        .map(str::to_owned)
+        .expect("the btrfs mount in mountinfo");
+    sh(
+        "mount",
+        &["-t", "btrfs", "-o", "subvol=@home", &dev, &home_s],
+    );
+    sh("umount", &[&top_s]);
+    let _guard = Unmount(vec![top_s.clone(), home_s.clone()]);
+
+    let key = path_str(&home, "u/.ssh/key");
+    assert_eq!(probe_outside_as(User::Agent, &["open", &key, "r"]), "OK");
+    let policy = format!("files:\n  deny: [\"{}/u/.ssh/**\"]\n", home.display());
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[
+            ("open home/u/.ssh/key r", EACCES),
+            ("open home/u/notes r", OK),
+        ],
+    );
+    r.check_records(&[rec("/file/path", key.as_str()).has("/policy/rule", "files.deny[0]")]);
+
+    // The snapshot tool's view: the top level mounted as well.
+    sh("mount", &["-t", "btrfs", "-o", "subvolid=5", &dev, &top_s]);
+    let via_top = path_str(&top, "@home/u/.ssh/key");
+    assert_eq!(
+        probe_outside_as(User::Agent, &["open", &via_top, "r"]),
+        "OK"
+    );
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[
+            ("open top/@home/u/.ssh/key r", EACCES),
+            ("open top/@home/u/notes r", OK),
+        ],
+    );
+    r.check_records(&[rec("/file/path", key.as_str()).has("/policy/rule", "files.deny[0]")]);
+}
