@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use sandbox_user::compile::compile;
-use sandbox_user::loader::{Enforcer, Identities};
+use sandbox_user::kernel::loader::{Enforcer, Identities};
 use sandbox_user::policy::{Context, load_str};
 
 /// A policy of `n` rules in the proportions real policies have: mostly literal paths, then

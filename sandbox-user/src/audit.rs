@@ -11,8 +11,8 @@ use sandbox_common::{EventHeader, NO_RULE, decision, hook, reason};
 use serde_json::{Value, json};
 
 use crate::compile::CompiledPolicy;
-use crate::mounts::Superblock;
-use crate::safepath;
+use crate::host::mounts::Superblock;
+use crate::host::safepath;
 
 /// Version of the JSON record layout; bumped on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -126,10 +126,10 @@ pub struct Formatter<'a> {
     pub policy: &'a CompiledPolicy,
     /// Updated when the mount table changes (see `mounts::MountWatch`).
     pub mounts: Vec<Superblock>,
-    pub identities: &'a crate::loader::Identities,
+    pub identities: &'a crate::kernel::loader::Identities,
     /// cgroup id -> path, resolved from the cgroup tree (not from /proc, which races with
     /// the process exiting).
-    pub cgroups: crate::cgroup::Names,
+    pub cgroups: crate::host::cgroup::Names,
 }
 
 impl Formatter<'_> {

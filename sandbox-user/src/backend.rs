@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail};
 
 use crate::compile::CompiledPolicy;
-use crate::loader::{self, KernelFit};
+use crate::kernel::loader::{self, KernelFit};
 use crate::preflight;
 
 /// The backend in force.
@@ -82,7 +82,7 @@ pub fn detect(probe_policy: &CompiledPolicy) -> anyhow::Result<Host> {
     };
     match lsm {
         Ok(kernel) => {
-            let cgroup_root = crate::cgroup::root()?;
+            let cgroup_root = crate::host::cgroup::root()?;
             Ok(Host {
                 backend: Backend::BpfLsm,
                 kernel,
@@ -100,7 +100,7 @@ pub fn detect(probe_policy: &CompiledPolicy) -> anyhow::Result<Host> {
                      Nothing was started. Run `sandbox preflight` for each check"
                 )
             })?;
-            let (cgroup_root, mounted) = crate::cgroup::root_or_mount()?;
+            let (cgroup_root, mounted) = crate::host::cgroup::root_or_mount()?;
             if mounted {
                 crate::term::line(&format!(
                     "sandbox: no cgroup v2 hierarchy was mounted: mounted one at {} (it stays \

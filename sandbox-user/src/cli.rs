@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::run::{RunOptions, Target};
-use crate::{compile, explain, loader, policy, preflight, run};
+use crate::runtime::run::{RunOptions, Target};
+use crate::{compile, explain, kernel::loader, policy, preflight, runtime::run};
 
 /// Exit status when sandbox itself fails (as `env` and `timeout` do): the command did not run.
 pub const EXIT_SANDBOX_FAILED: u8 = 125;
@@ -148,15 +148,15 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             allow_degraded: enforce.allow_degraded,
             command,
         })),
-        Command::Attach { cgroup, enforce } => {
-            block_on(crate::attach::attach(crate::attach::AttachOptions {
+        Command::Attach { cgroup, enforce } => block_on(crate::runtime::attach::attach(
+            crate::runtime::attach::AttachOptions {
                 cgroup,
                 policy: enforce.policy,
                 audit_log: enforce.audit_log,
                 quiet: enforce.quiet,
                 allow_degraded: enforce.allow_degraded,
-            }))
-        }
+            },
+        )),
         Command::Check { file } => {
             let ctx = context()?;
             let p = policy::load_file(&file, &ctx)?;

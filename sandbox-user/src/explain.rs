@@ -70,8 +70,8 @@ fn kinds(c: &CompiledPolicy, p: &Path) -> (u32, u32) {
     let by_path = c.match_path(p.as_os_str().as_encoded_bytes());
     let by_inode = std::fs::metadata(p).map_or(0, |m| {
         use std::os::unix::fs::MetadataExt;
-        let ids = crate::loader::identities(c, 0);
-        let dev = crate::mounts::kernel_dev_of(m.dev());
+        let ids = crate::kernel::loader::identities(c, 0);
+        let dev = crate::host::mounts::kernel_dev_of(m.dev());
         ids.entries
             .iter()
             .find(|(k, _)| k.dev == dev && k.ino == m.ino())

@@ -5,27 +5,18 @@
 //! [`compile`] (`CompiledPolicy`, pure) -> [`loader`] (maps, programs, cgroup binding) ->
 //! kernel hooks -> ring buffer -> [`audit`] sinks.
 
-pub mod attach;
 pub mod audit;
 pub mod backend;
-pub mod btf;
-pub mod caps;
-pub mod cgroup;
 pub mod cli;
 pub mod compile;
-pub mod dns;
 pub mod explain;
 pub mod fallback;
-pub mod hosts;
+pub mod host;
+pub mod kernel;
 pub mod landlock;
-pub mod loader;
-pub mod mounts;
-pub mod netif;
-pub mod pins;
 pub mod policy;
 pub mod preflight;
-pub mod run;
-pub mod safepath;
+pub mod runtime;
 pub mod term;
 
 /// The BPF object built from `sandbox-ebpf` by build.rs, embedded so that kernel and user

@@ -112,7 +112,7 @@ fn btf() -> Check {
 }
 
 fn cgroup2() -> Check {
-    match crate::cgroup::root() {
+    match crate::host::cgroup::root() {
         Ok(p) => Check {
             name: "cgroup2",
             ok: true,
@@ -127,7 +127,7 @@ fn cgroup2() -> Check {
 }
 
 /// Explains a load/attach failure in plain words.
-pub fn explain_load_failure(e: &crate::loader::LoadError) -> String {
+pub fn explain_load_failure(e: &crate::kernel::loader::LoadError) -> String {
     let text = e.to_string();
     let refused = text.contains("Operation not permitted")
         || text.contains("EPERM")

@@ -312,7 +312,14 @@ pub fn run_tests(
     let payload = format!(
         "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe /kernel-tests --include-ignored --test-threads=1{filter}"
     );
-    boot(kernel, arts, &payload, Duration::from_mins(45), "tests", true)
+    boot(
+        kernel,
+        arts,
+        &payload,
+        Duration::from_mins(45),
+        "tests",
+        true,
+    )
 }
 
 /// The fallback tests (`tests/tests/fallback.rs`) in a guest booted without BPF LSM: the
@@ -320,7 +327,14 @@ pub fn run_tests(
 pub fn run_fallback_tests(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<Outcome> {
     let payload = "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
                    /fallback-tests --include-ignored --test-threads=1";
-    boot(kernel, arts, payload, Duration::from_mins(10), "fallback", false)
+    boot(
+        kernel,
+        arts,
+        payload,
+        Duration::from_mins(10),
+        "fallback",
+        false,
+    )
 }
 
 /// Runs one command in the guest (words are quoted for the guest shell).

@@ -39,9 +39,9 @@ pub struct Policy {
 pub struct Process {
     /// `PR_SET_NO_NEW_PRIVS`: setuid/setgid and file capabilities do not elevate (default).
     pub no_new_privs: bool,
-    /// Capabilities kept beyond [`crate::caps::CapSet::default_kept`] when the command runs
+    /// Capabilities kept beyond [`crate::host::caps::CapSet::default_kept`] when the command runs
     /// as root (`process.keep_capabilities`; `--keep-cap` adds to it).
-    pub keep_caps: crate::caps::CapSet,
+    pub keep_caps: crate::host::caps::CapSet,
 }
 
 #[derive(Debug, Clone)]
@@ -270,7 +270,7 @@ impl Context {
             cwd: std::env::current_dir()?,
             env: std::env::vars().collect(),
             resolvers: resolvers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
-            host_addrs: crate::netif::addresses(),
+            host_addrs: crate::host::netif::addresses(),
         })
     }
 }
@@ -625,9 +625,9 @@ impl Policy {
 
 /// The `process` section: capability names checked.
 fn process(raw: &raw::RawProcess, errs: &mut Vec<FieldError>) -> Process {
-    let mut keep_caps = crate::caps::CapSet::default();
+    let mut keep_caps = crate::host::caps::CapSet::default();
     for (i, c) in raw.keep_capabilities.iter().enumerate() {
-        match crate::caps::parse(c) {
+        match crate::host::caps::parse(c) {
             Ok(set) => keep_caps = keep_caps.union(set),
             Err(message) => errs.push(FieldError {
                 field: format!("process.keep_capabilities[{i}]"),

@@ -21,10 +21,10 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use crate::audit::{AuditFile, Formatter};
 use crate::backend::Host;
 use crate::compile::{self, CompiledPolicy};
-use crate::hosts::HostState;
+use crate::host::safepath::Agent;
 use crate::policy::{self, Context, Policy};
-use crate::run::{self, Armed, Bind, Pump};
-use crate::safepath::Agent;
+use crate::runtime::hosts::HostState;
+use crate::runtime::run::{self, Armed, Bind, Pump};
 use crate::term;
 
 pub struct AttachOptions {
@@ -135,7 +135,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     let mut ring = events(&mut armed)?;
     armed
         .orphans
-        .extend(crate::pins::remove_stale_attach(armed.cgroup.id));
+        .extend(crate::kernel::pins::remove_stale_attach(armed.cgroup.id));
     term::line(&format!(
         "sandbox: enforcing policy '{}' on {} (SIGHUP reloads {}, SIGTERM stops)",
         armed.compiled.name,
@@ -178,7 +178,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
             }
             Err(e) => term::line(&format!(
                 "sandbox: reload refused, the policy in force stays: {}",
-                crate::loader::error_chain(e.as_ref())
+                crate::kernel::loader::error_chain(e.as_ref())
             )),
         }
     }
@@ -204,7 +204,7 @@ async fn serve(
         policy: &armed.compiled,
         mounts: armed.mounts.clone(),
         identities: &armed.identities,
-        cgroups: crate::cgroup::Names::new(crate::cgroup::root()?),
+        cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::root()?),
     };
     let mut pump = Pump {
         fmt,
@@ -217,7 +217,7 @@ async fn serve(
     let has_hosts = !armed.compiled.net.hosts.is_empty();
     let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
     tokio::pin!(lookup);
-    let mut resolving: Option<tokio::task::JoinHandle<crate::hosts::Round>> = None;
+    let mut resolving: Option<tokio::task::JoinHandle<crate::runtime::hosts::Round>> = None;
     let reload = loop {
         tokio::select! {
             guard = ring.readable_mut() => {
@@ -274,7 +274,7 @@ fn finish(
             policy: &armed.compiled,
             mounts: armed.mounts.clone(),
             identities: &armed.identities,
-            cgroups: crate::cgroup::Names::new(crate::cgroup::root()?),
+            cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::root()?),
         },
         audit,
         quiet,

@@ -261,16 +261,17 @@ mod arity_tests {
     fn every_hook_has_a_program_for_this_kernel() {
         let btf = load(Path::new("/sys/kernel/btf/vmlinux")).unwrap();
         let fit =
-            crate::loader::fitting(|h| lsm_hook_arity(&btf, h).map_err(|e| e.to_string())).unwrap();
+            crate::kernel::loader::fitting(|h| lsm_hook_arity(&btf, h).map_err(|e| e.to_string()))
+                .unwrap();
         let mut hooks: Vec<&str> = Vec::new();
-        for p in crate::loader::PROGRAMS {
+        for p in crate::kernel::loader::PROGRAMS {
             if !hooks.contains(&p.hook) {
                 hooks.push(p.hook);
             }
         }
         // Every hook has its program, except newer ones this kernel may lack.
         for h in &hooks {
-            let optional = crate::loader::PROGRAMS
+            let optional = crate::kernel::loader::PROGRAMS
                 .iter()
                 .any(|p| p.hook == *h && p.optional);
             assert!(
@@ -283,7 +284,7 @@ mod arity_tests {
         }
         assert!(lsm_hook_arity(&btf, "no_such_hook").is_err());
         // A hook whose form no program has is refused with its name.
-        let e = crate::loader::fitting(|h| match h {
+        let e = crate::kernel::loader::fitting(|h| match h {
             "bpf" => Ok(9),
             _ => lsm_hook_arity(&btf, h).map_err(|e| e.to_string()),
         })
@@ -291,7 +292,7 @@ mod arity_tests {
         assert!(e.to_string().contains("bpf"), "{e}");
         // A kernel without the newer ACL hooks (6.1) loads without those programs; a kernel
         // without a required hook is refused.
-        let no_acl = crate::loader::fitting(|h| {
+        let no_acl = crate::kernel::loader::fitting(|h| {
             if h.contains("acl") {
                 Err("absent".into())
             } else {
@@ -300,7 +301,7 @@ mod arity_tests {
         })
         .unwrap();
         assert!(no_acl.iter().all(|p| !p.hook.contains("acl")));
-        let e = crate::loader::fitting(|h| {
+        let e = crate::kernel::loader::fitting(|h| {
             if h == "file_open" {
                 Err("absent".into())
             } else {

@@ -17,9 +17,9 @@ use sandbox_common::{
     NetKeyV6, OFFSETS_GLOBAL, SbKey, SbRootKey, ScanStart, map_names as m,
 };
 
-use crate::cgroup::Cgroup;
 use crate::compile::CompiledPolicy;
-use crate::mounts::{self, Superblock};
+use crate::host::cgroup::Cgroup;
+use crate::host::mounts::{self, Superblock};
 
 pub use sandbox_common::programs::{PROGRAMS, Program};
 
@@ -330,7 +330,7 @@ impl Enforcer {
             drop(p.unpin());
         }
         if let Some(dir) = self.pin_dir.take() {
-            drop(crate::pins::remove_dir(&dir));
+            drop(crate::kernel::pins::remove_dir(&dir));
         }
     }
 
@@ -873,9 +873,9 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 /// For the fallback backend: the running kernel's offsets and BTF, without the LSM hook
 /// forms (a kernel without `CONFIG_BPF_LSM` has none).
 pub fn kernel_fit_without_lsm() -> Result<KernelFit, LoadError> {
-    let btf = crate::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
+    let btf = crate::kernel::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
         .map_err(|e| LoadError::Btf(e.to_string()))?;
-    let offsets = crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
+    let offsets = crate::kernel::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
     Ok(KernelFit {
         offsets,
         programs: Vec::new(),
@@ -929,11 +929,13 @@ pub fn kernel_fit() -> Result<KernelFit, LoadError> {
     let (ours, aya_btf) = std::thread::scope(|s| {
         let aya_btf = s.spawn(|| Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string())));
         let ours = (|| {
-            let btf = crate::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
+            let btf = crate::kernel::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
                 .map_err(|e| LoadError::Btf(e.to_string()))?;
-            let programs =
-                fitting(|hook| crate::btf::lsm_hook_arity(&btf, hook).map_err(|e| e.to_string()))?;
-            let offsets = crate::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
+            let programs = fitting(|hook| {
+                crate::kernel::btf::lsm_hook_arity(&btf, hook).map_err(|e| e.to_string())
+            })?;
+            let offsets =
+                crate::kernel::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
             Ok::<_, LoadError>((offsets, programs))
         })();
         let aya_btf = aya_btf

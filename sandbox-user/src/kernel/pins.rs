@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use aya::maps::{Array, Map, MapData, PerCpuArray, RingBuf};
 use sandbox_common::map_names;
 
-use crate::cgroup::Cgroup;
+use crate::host::cgroup::Cgroup;
 
 /// Where runs pin their links.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/sandbox";
@@ -181,7 +181,7 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
                 let mut ring = RingBuf::try_from(map).map_err(|e| e.to_string())?;
                 while let Some(item) = ring.next() {
                     out.records.push(item.to_vec());
-                    if out.records.len() >= crate::run::FINAL_DRAIN {
+                    if out.records.len() >= crate::runtime::run::FINAL_DRAIN {
                         break;
                     }
                 }

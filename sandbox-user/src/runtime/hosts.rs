@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use sandbox_common::{PortRule, net_action};
 
 use crate::compile::{self, CompiledPolicy};
-use crate::dns;
+use crate::runtime::dns;
 
 /// Shortest time an answer is used (TTL 0 would mean asking in a loop).
 pub const TTL_FLOOR: Duration = Duration::from_secs(1);
@@ -152,9 +152,9 @@ impl HostState {
     pub fn install(
         &mut self,
         round: &Round,
-        enforcer: &mut crate::loader::Enforcer,
+        enforcer: &mut crate::kernel::loader::Enforcer,
         c: &CompiledPolicy,
-    ) -> Result<(), crate::loader::LoadError> {
+    ) -> Result<(), crate::kernel::loader::LoadError> {
         self.table.update(round, Instant::now());
         let want = self.table.want(c);
         enforcer.set_hosts(c, &want, &mut self.installed)
@@ -165,9 +165,9 @@ impl HostState {
     pub fn take_round(
         &mut self,
         done: Result<Round, tokio::task::JoinError>,
-        enforcer: &mut crate::loader::Enforcer,
+        enforcer: &mut crate::kernel::loader::Enforcer,
         c: &CompiledPolicy,
-    ) -> Result<tokio::time::Instant, crate::loader::LoadError> {
+    ) -> Result<tokio::time::Instant, crate::kernel::loader::LoadError> {
         let round = done.unwrap_or_else(|_| Round {
             failed: true,
             ..Round::default()

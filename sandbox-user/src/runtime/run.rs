@@ -22,14 +22,14 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::audit::{AuditFile, Event, Formatter};
 use crate::backend::{self, Host};
-use crate::caps::{self, CapSet};
-use crate::cgroup::{self, Cgroup};
 use crate::compile::{self, CompiledPolicy};
-use crate::hosts::HostState;
-use crate::loader::{self, Enforcer};
-use crate::mounts::{self, Superblock};
+use crate::host::caps::{self, CapSet};
+use crate::host::cgroup::{self, Cgroup};
+use crate::host::mounts::{self, Superblock};
+use crate::host::safepath::{self, Agent};
+use crate::kernel::loader::{self, Enforcer};
 use crate::policy::{self, Context, PathRule, Policy};
-use crate::safepath::{self, Agent};
+use crate::runtime::hosts::HostState;
 use crate::{preflight, term};
 
 /// Where the audit log goes when neither `--audit-log` nor `audit.path` says.
@@ -288,7 +288,7 @@ pub struct Armed {
     /// if this sandbox dies (see `pins`).
     pub reported_map: Option<Array<MapData, u64>>,
     /// What runs whose sandbox died left in their ring buffers, for the audit log.
-    pub orphans: Vec<crate::pins::Orphans>,
+    pub orphans: Vec<crate::kernel::pins::Orphans>,
     pub cgroup: Cgroup,
     /// Addresses this host gained while sandbox runs, denied as its own (`block_private`).
     pub host_addrs: HostAddrs,
@@ -297,7 +297,7 @@ pub struct Armed {
 /// The host's own addresses, followed while sandbox runs (with `block_private`).
 pub struct HostAddrs {
     /// Opened before the addresses are read again, so no change goes unnoticed.
-    pub watch: Option<crate::netif::AddrWatch>,
+    pub watch: Option<crate::host::netif::AddrWatch>,
     /// Added after compilation (the compiled ones are in the policy).
     pub added: std::collections::BTreeSet<std::net::IpAddr>,
 }
@@ -312,7 +312,7 @@ impl HostAddrs {
         };
         if compiled.net.host_rule.is_some() {
             me.watch = Some(
-                crate::netif::AddrWatch::new()
+                crate::host::netif::AddrWatch::new()
                     .context("watching this host's network addresses (netlink)")?,
             );
             me.refresh(enforcer, compiled)?;
@@ -326,7 +326,7 @@ impl HostAddrs {
         enforcer: &mut Enforcer,
         compiled: &CompiledPolicy,
     ) -> anyhow::Result<()> {
-        let now = crate::netif::addresses();
+        let now = crate::host::netif::addresses();
         match enforcer.deny_host_addrs(compiled, &now, &mut self.added) {
             Ok(new) if !new.is_empty() && std::env::var_os("SANDBOX_DEBUG").is_some() => {
                 term::line(&format!("sandbox: debug: this host gained {new:?}: denied"));
@@ -391,7 +391,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Res
     };
     t.lap("identities");
     let root = host.cgroup_root.clone();
-    let swept = crate::pins::sweep(&root);
+    let swept = crate::kernel::pins::sweep(&root);
     for line in &swept.lines {
         term::line(&format!("sandbox: {line}"));
     }
@@ -406,7 +406,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Res
         }
         Bind::NewRun(_) => None,
     };
-    let pin_dir = crate::pins::own_dir(existing.as_ref().map(|c| c.id))
+    let pin_dir = crate::kernel::pins::own_dir(existing.as_ref().map(|c| c.id))
         .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
         .ok();
     let enforcer = if fallback {
@@ -418,11 +418,11 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Res
     if enforcer.is_err()
         && let Some(d) = &pin_dir
     {
-        drop(crate::pins::remove_dir(d));
+        drop(crate::kernel::pins::remove_dir(d));
     }
     let mut enforcer = enforcer?;
     let reported_map = pin_dir.as_deref().and_then(|d| {
-        crate::pins::reported_drops(d)
+        crate::kernel::pins::reported_drops(d)
             .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
             .ok()
     });
@@ -477,7 +477,7 @@ fn arm_loaded(
     enforcer.apply(compiled, &mounts, ids)?;
     let mut hosts = HostState::default();
     if !compiled.net.hosts.is_empty() {
-        let round = crate::hosts::resolve(compiled);
+        let round = crate::runtime::hosts::resolve(compiled);
         for w in &round.warnings {
             term::line(&format!("sandbox: warning: {w}"));
         }
@@ -877,7 +877,7 @@ async fn supervise(
     let has_hosts = !armed.compiled.net.hosts.is_empty();
     let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
     tokio::pin!(lookup);
-    let mut resolving: Option<tokio::task::JoinHandle<crate::hosts::Round>> = None;
+    let mut resolving: Option<tokio::task::JoinHandle<crate::runtime::hosts::Round>> = None;
     // Set by a request to stop: when it passes, everything in the cgroup is killed.
     let grace = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(grace);
@@ -1064,7 +1064,10 @@ impl Pump<'_> {
     }
 
     /// Writes what runs whose sandbox died left in their ring buffers (see `pins`).
-    pub fn write_orphans(&mut self, orphans: Vec<crate::pins::Orphans>) -> anyhow::Result<()> {
+    pub fn write_orphans(
+        &mut self,
+        orphans: Vec<crate::kernel::pins::Orphans>,
+    ) -> anyhow::Result<()> {
         for o in orphans {
             let mut n = 0u64;
             for bytes in &o.records {

@@ -1,0 +1,6 @@
+//! What talks to the kernel's BPF side: the loader (programs, maps, the policy written
+//! into them), kernel BTF (struct offsets), and the pins that outlive a run.
+
+pub mod btf;
+pub mod loader;
+pub mod pins;
