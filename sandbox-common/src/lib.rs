@@ -468,6 +468,9 @@ pub mod reason {
     /// A directory below a protected area moved to another directory
     /// (`accept::CONTAINED`): the protected files in it would leave the rule.
     pub const MOVES_PROTECTED: u32 = 18;
+    /// A btrfs subvolume or snapshot created or destroyed by ioctl: names made that way
+    /// pass no name hook, and a snapshot copies protected files to a new path.
+    pub const SUBVOLUME: u32 = 19;
 }
 
 /// `EventHeader::flags`.

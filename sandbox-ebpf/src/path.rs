@@ -255,17 +255,17 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
     let byte = s.path[(kread::opaque(pos) & MASK) as usize];
     let pid = s.scan.policy_id;
     if s.scan.seeking != 0 {
-        // Above every mounted directory so far: at each `/`, is the prefix one of them?
+        // At each `/`: is the prefix a mounted directory that places the path?
         if byte == b'/'
             && let Some(v) = mounted_dir(pid, s.scan.dev, s.scan.sb_hash)
+            && places(s.scan.seeking, &v)
         {
             set_start(&mut s.scan, &v);
-        } else {
-            s.scan.sb_hash = (s.scan.sb_hash ^ u64::from(byte)).wrapping_mul(LITERAL_FNV_PRIME);
-            if s.scan.seeking == SEEK_ONLY {
-                s.scan.pos = pos + 1;
-                return 0;
-            }
+        }
+        s.scan.sb_hash = (s.scan.sb_hash ^ u64::from(byte)).wrapping_mul(LITERAL_FNV_PRIME);
+        if s.scan.seeking == SEEK_ONLY {
+            s.scan.pos = pos + 1;
+            return 0;
         }
     }
     let (a, f) = (s.scan.dfa[DFA_ANCHORED], s.scan.dfa[DFA_FLOATING]);
@@ -298,14 +298,23 @@ fn mounted_dir(policy_id: u32, dev: u32, hash: u64) -> Option<ScanStart> {
     unsafe { SB_ROOTS.get(&key) }.copied()
 }
 
-/// Continues the scan as if the path so far were the place `v` was fed for.
+/// Whether mounted directory `v` places the path: the first one found does; after that
+/// (or below a mounted root) only a btrfs subvolume mount deeper down (openSUSE mounts
+/// `/@/.snapshots/1/snapshot` at `/` and `/@/.snapshots` at `/.snapshots`).
+#[inline(always)]
+fn places(seeking: u32, v: &ScanStart) -> bool {
+    seeking == SEEK_ONLY || v.flags & SB_F_SUBVOLS != 0
+}
+
+/// Continues the scan as if the path so far were the place `v` was fed for; deeper
+/// subvolume mounts are still looked for.
 #[inline(always)]
 fn set_start(scan: &mut Scan, v: &ScanStart) {
     scan.anchored = v.anchored;
     scan.floating = v.floating;
     scan.hash = v.hash;
     scan.mask = v.mask;
-    scan.seeking = 0;
+    scan.seeking = SEEK_MATCHING;
 }
 
 /// Builds the path of `dentry` within its superblock into `SCRATCH.path[start..PATH_END]`
@@ -450,10 +459,13 @@ fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>
     }
     if s.scan.seeking != 0 {
         // The whole path may be a mounted directory itself.
-        match mounted_dir(policy_id, dev, s.scan.sb_hash) {
-            Some(v) => set_start(&mut s.scan, &v),
-            None if s.scan.seeking == SEEK_ONLY => return 0,
-            None => {}
+        if let Some(v) = mounted_dir(policy_id, dev, s.scan.sb_hash)
+            && places(s.scan.seeking, &v)
+        {
+            set_start(&mut s.scan, &v);
+        }
+        if s.scan.seeking == SEEK_ONLY {
+            return 0;
         }
     }
     let (a, f) = (info.dfa[DFA_ANCHORED], info.dfa[DFA_FLOATING]);

@@ -247,6 +247,7 @@ impl Formatter<'_> {
             reason::SOCKET_KIND => "network.sockets",
             reason::NOT_IN_LISTEN_ALLOWLIST => "network.listen",
             reason::TTY_INJECTION => "(terminal input injection)",
+            reason::SUBVOLUME => "(btrfs subvolume or snapshot made or removed by ioctl)",
             reason::PREEMPTED => "(decision interrupted by another task, fail closed)",
             _ => "(unknown)",
         };
@@ -273,6 +274,7 @@ impl Formatter<'_> {
             reason::PREEMPTED => "preempted",
             reason::ANCESTOR => "ancestor_of_protected_path",
             reason::MOVES_PROTECTED => "moves_protected_files",
+            reason::SUBVOLUME => "btrfs_subvolume",
             _ => "unknown",
         }
     }

@@ -7,6 +7,7 @@
 //!   signals other than 0, no changes to scheduling, I/O priority or memory placement of a
 //!   process outside the sandbox.
 //! - The terminal: no ioctl that injects input (`TIOCSTI`, `TIOCLINUX`).
+//! - btrfs: no subvolume or snapshot made or removed by ioctl (they bypass the name hooks).
 //! - The kernel (the second layer under the capabilities a root command loses): no
 //!   unmounting, no child started into a cgroup of its choice (`clone3(CLONE_INTO_CGROUP)`),
 //!   no kernel modules or kexec images, no operation on the kernel's lockdown list (one hook:
@@ -96,17 +97,41 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
     )
 }
 
+/// btrfs subvolume and snapshot ioctls (include/uapi/linux/btrfs.h: `_IOW(0x94, nr, 4096
+/// bytes)`): `SNAP_CREATE` 1, `SUBVOL_CREATE` 14, `SNAP_DESTROY` 15, `SNAP_CREATE_V2` 23,
+/// `SUBVOL_CREATE_V2` 24, `SNAP_DESTROY_V2` 63. They make and remove directories without
+/// the name hooks (`btrfs_mksubvol` checks only permissions), and a snapshot is a readable
+/// copy of everything below its source at a new path.
+const BTRFS_SUBVOL_IOCTLS: [u32; 6] = [
+    0x5000_9401,
+    0x5000_940e,
+    0x5000_940f,
+    0x5000_9417,
+    0x5000_9418,
+    0x5000_943f,
+];
+
 /// Checked before the scope lookup: every ioctl of the host runs this hook.
 #[inline(always)]
-fn injects(cmd: u32) -> bool {
-    cmd == TIOCSTI || cmd == TIOCLINUX
+fn refused_ioctl(cmd: u32) -> bool {
+    cmd == TIOCSTI || cmd == TIOCLINUX || cmd & 0xffff_ff00 == 0x5000_9400 && subvolume(cmd)
+}
+
+#[inline(always)]
+fn subvolume(cmd: u32) -> bool {
+    BTRFS_SUBVOL_IOCTLS.contains(&cmd)
 }
 
 #[inline(always)]
 fn ioctl(cmd: u32, scope: Scope) -> i32 {
     let mut rep = Report::bare(hook::IOCTL, scope.policy_id);
     rep.access = cmd;
-    deny(rep, reason::TTY_INJECTION, scope)
+    let why = if subvolume(cmd) {
+        reason::SUBVOLUME
+    } else {
+        reason::TTY_INJECTION
+    };
+    deny(rep, why, scope)
 }
 
 /// Loading code into the kernel (`how`: 1 from a file, 2 from memory; `id` the kind) or
@@ -143,13 +168,13 @@ hook!(
     file_ioctl,
     "file_ioctl",
     |ctx, scope| ioctl(ctx.arg(1), scope),
-    if injects(ctx.arg(1))
+    if refused_ioctl(ctx.arg(1))
 );
 hook!(
     file_ioctl_compat,
     "file_ioctl_compat",
     |ctx, scope| ioctl(ctx.arg(1), scope),
-    if injects(ctx.arg(1))
+    if refused_ioctl(ctx.arg(1))
 );
 hook!(sb_mount, "sb_mount", |_ctx, scope| {
     deny(

@@ -23,6 +23,9 @@ pub struct Superblock {
 pub struct MountedDir {
     pub root: String,
     pub mount_point: String,
+    /// A btrfs subvolume mount (`subvol=` is its root): places its paths even below another
+    /// mounted directory.
+    pub subvol: bool,
 }
 
 impl Superblock {
@@ -48,19 +51,24 @@ impl Superblock {
     /// place it: below the first mounted directory it is in, else below the root's mount
     /// point. `None`: the root is not mounted and the path is below no mounted directory.
     pub fn place(&self, sb_path: &[u8]) -> Option<Vec<u8>> {
+        // As the programs: the shallowest mounted directory, then deeper subvolume mounts.
+        let mut placed = None;
         for d in &self.dirs {
             let r = d.root.as_bytes();
             if let Some(rest) = sb_path.strip_prefix(r)
                 && (rest.is_empty() || rest[0] == b'/')
+                && (d.subvol || (placed.is_none() && !self.root_mounted()))
             {
-                return Some(join(&d.mount_point, rest));
+                placed = Some(join(&d.mount_point, rest));
             }
         }
-        self.root_mounted().then(|| {
-            join(
-                &self.mount_point,
-                if sb_path == b"/" { b"" } else { sb_path },
-            )
+        placed.or_else(|| {
+            self.root_mounted().then(|| {
+                join(
+                    &self.mount_point,
+                    if sb_path == b"/" { b"" } else { sb_path },
+                )
+            })
         })
     }
 }
@@ -119,6 +127,8 @@ pub fn parse(text: &str) -> Vec<Superblock> {
     // dev -> (fstype, root mount points, (root, mount point, is a subvolume))
     type Mounts = (String, Vec<String>, Vec<(String, String, bool)>);
     let mut by_dev: BTreeMap<u32, Mounts> = BTreeMap::new();
+    // A file bind-mounted and then replaced shows as `...//deleted`.
+    let live_root = |r: String| r.strip_suffix("//deleted").map_or(r.clone(), str::to_owned);
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         let Some(sep) = f.iter().position(|x| *x == "-") else {
@@ -135,7 +145,7 @@ pub fn parse(text: &str) -> Vec<Superblock> {
         };
         let dev = kernel_dev(maj, min);
         let fstype = f[sep + 1];
-        let (root, mount_point) = (unescape(f[3]), unescape(f[4]));
+        let (root, mount_point) = (live_root(unescape(f[3])), unescape(f[4]));
         let e = by_dev
             .entry(dev)
             .or_insert_with(|| (fstype.to_owned(), Vec::new(), Vec::new()));
@@ -157,22 +167,26 @@ pub fn parse(text: &str) -> Vec<Superblock> {
         .into_iter()
         .map(|(dev, (fstype, roots, subdirs))| {
             let mount_point = roots.into_iter().min_by(shortest).unwrap_or_default();
-            let mut dirs: BTreeMap<String, String> = BTreeMap::new();
+            let mut dirs: BTreeMap<String, (String, bool)> = BTreeMap::new();
             for (root, mp, subvol) in subdirs {
                 if !mount_point.is_empty() && !subvol {
                     continue;
                 }
                 let root = root.trim_end_matches('/').to_owned();
                 match dirs.get(&root) {
-                    Some(old) if shortest(old, &mp).is_le() => {}
+                    Some((old, _)) if shortest(old, &mp).is_le() => {}
                     _ => {
-                        dirs.insert(root, mp);
+                        dirs.insert(root, (mp, subvol));
                     }
                 }
             }
             let mut dirs: Vec<MountedDir> = dirs
                 .into_iter()
-                .map(|(root, mount_point)| MountedDir { root, mount_point })
+                .map(|(root, (mount_point, subvol))| MountedDir {
+                    root,
+                    mount_point,
+                    subvol,
+                })
                 .collect();
             dirs.sort_by(|a, b| shortest(&a.root, &b.root));
             Superblock {
@@ -324,5 +338,36 @@ mod tests {
         assert_eq!(place("/@home/u/proj/x"), "/home/u/proj/x");
         assert_eq!(place("/@snapshots/1"), "/run/timeshift/backup/@snapshots/1");
         assert_eq!(place("/"), "/run/timeshift/backup");
+    }
+
+    #[test]
+    fn nested_subvolume_mounts_place_their_paths() {
+        // openSUSE with snapper: the root file system is a snapshot below `.snapshots`,
+        // which is mounted too; a plain bind mount below a subvolume stays an alias.
+        let text = "\
+25 1 0:33 /@/.snapshots/1/snapshot / rw - btrfs /dev/sda2 rw,subvolid=268,subvol=/@/.snapshots/1/snapshot
+26 25 0:33 /@/.snapshots /.snapshots rw - btrfs /dev/sda2 rw,subvolid=267,subvol=/@/.snapshots
+27 25 0:33 /@/home /home rw - btrfs /dev/sda2 rw,subvolid=264,subvol=/@/home
+28 25 0:33 /@/home/u/.ssh /mnt/keys rw - btrfs /dev/sda2 rw,subvolid=264,subvol=/@/home
+29 25 0:33 /@/srv/conf.yaml//deleted /etc/conf.yaml rw - btrfs /dev/sda2 rw,subvolid=256,subvol=/@
+";
+        let sbs = parse(text);
+        let b = &sbs[0];
+        let place = |p: &str| b.place(p.as_bytes()).map(|v| String::from_utf8(v).unwrap());
+        assert_eq!(
+            place("/@/.snapshots/1/snapshot/etc/shadow").as_deref(),
+            Some("/etc/shadow")
+        );
+        assert_eq!(place("/@/.snapshots/1/snapshot").as_deref(), Some("/"));
+        assert_eq!(
+            place("/@/.snapshots/2/snapshot/etc/shadow").as_deref(),
+            Some("/.snapshots/2/snapshot/etc/shadow")
+        );
+        assert_eq!(
+            place("/@/home/u/.ssh/id").as_deref(),
+            Some("/home/u/.ssh/id")
+        );
+        assert_eq!(place("/@/srv/conf.yaml").as_deref(), Some("/etc/conf.yaml"));
+        assert!(b.dirs.iter().any(|d| d.root == "/@/srv/conf.yaml"));
     }
 }

@@ -425,7 +425,12 @@ impl Enforcer {
                         policy_id: pid,
                         dev: sb.dev,
                     };
-                    r.insert(key, start(&d.mount_point, 0), 0)
+                    let flags = if d.subvol {
+                        sandbox_common::SB_F_SUBVOLS
+                    } else {
+                        0
+                    };
+                    r.insert(key, start(&d.mount_point, flags), 0)
                         .map_err(map_err(m::SB_ROOTS))?;
                     dirs.insert(key);
                 }

@@ -769,6 +769,27 @@ fn io(r: std::io::Result<()>) -> String {
     }
 }
 
+/// `btrfs-subvol DIR NAME`: `BTRFS_IOC_SUBVOL_CREATE` of `DIR/NAME`.
+fn op_btrfs_subvol(dir: &str, name: &str) -> String {
+    // struct btrfs_ioctl_vol_args { __s64 fd; char name[4088]; }
+    let mut args = vec![0u8; 4096];
+    if name.len() >= 4088 {
+        return "BADARGS".into();
+    }
+    args[8..8 + name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: plain syscalls; `args` outlives the ioctl and has the size it encodes.
+    unsafe {
+        let fd = libc::open(cstr(dir).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+        if fd < 0 {
+            return errno_name(*libc::__errno_location());
+        }
+        let r = libc::ioctl(fd, 0x5000_940e, args.as_mut_ptr());
+        let e = *libc::__errno_location();
+        libc::close(fd);
+        if r == 0 { "OK".into() } else { errno_name(e) }
+    }
+}
+
 fn op_symlink(target: &str, link: &str) -> String {
     match std::os::unix::fs::symlink(target, link) {
         Ok(()) => "OK".into(),
@@ -903,6 +924,7 @@ fn run_op(words: &[String]) -> String {
         | "chroot-open" | "deep-open" => op_open_alias(a(0), a(1), a(2), a(3)),
         "bpf" | "kill-parent" | "ptrace-parent" | "mount" => op_protect(a(0), a(1)),
         "symlink" => op_symlink(a(1), a(2)),
+        "btrfs-subvol" => op_btrfs_subvol(a(1), a(2)),
         "mkdir" => io(std::fs::create_dir(a(1))),
         "rmdir" => io(std::fs::remove_dir(a(1))),
         "unlink" => io(std::fs::remove_file(a(1))),

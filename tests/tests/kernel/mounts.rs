@@ -242,6 +242,22 @@ fn btrfs_subvolumes_place_their_files() {
     );
     r.check_records(&[rec("/file/path", key.as_str()).has("/policy/rule", "files.deny[0]")]);
 
+    // Subvolumes and snapshots made by ioctl pass no name hook (and a snapshot copies
+    // protected files to a new path): refused inside, as the agent can outside.
+    let u = path_str(&home, "u");
+    assert_eq!(
+        probe_outside_as(User::Agent, &["btrfs-subvol", &u, "sv-outside"]),
+        "OK"
+    );
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[(&format!("btrfs-subvol {u} sv-inside"), EPERM)],
+    );
+    r.check_records(&[rec("/policy/reason", "btrfs_subvolume")]);
+    assert!(!home.join("u/sv-inside").exists());
+
     // The snapshot tool's view: the top level mounted as well.
     sh("mount", &["-t", "btrfs", "-o", "subvolid=5", &dev, &top_s]);
     let via_top = path_str(&top, "@home/u/.ssh/key");
