@@ -387,11 +387,6 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
         }
     }
     let path = scan(policy_id, info, start_off, sb, facts.dev);
-    if scratch().is_none_or(|s| s.scan.seeking == SEEK_ONLY) {
-        // Below none of the mounted directories of a superblock whose root is not mounted.
-        facts.flags = sandbox_common::EVENT_F_OUTSIDE_MOUNTS;
-        return Resolved::Unresolved;
-    }
     let ikey = InodeKey {
         ino: facts.ino,
         dev: facts.dev,
@@ -401,6 +396,13 @@ pub fn resolve(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Reso
     let inode = unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0);
     if !crate::maps::still_mine() {
         return Resolved::Preempted;
+    }
+    // Read after the slot is known to be this decision's (another task's scan state would
+    // deny for no reason, without the retry a preemption gets).
+    if scratch().is_none_or(|s| s.scan.seeking == SEEK_ONLY) {
+        // Below none of the mounted directories of a superblock whose root is not mounted.
+        facts.flags = sandbox_common::EVENT_F_OUTSIDE_MOUNTS;
+        return Resolved::Unresolved;
     }
     Resolved::Matched(FileMatch {
         path,

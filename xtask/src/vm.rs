@@ -210,13 +210,33 @@ pub fn boot(
     let log_path = dir.join(format!("{tag}-{}.log", kernel.version));
     let mut log = std::fs::File::create(&log_path)?;
     let start = Instant::now();
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(["-nodefaults", "-machine", "pc"])
+    let mut child = qemu(&kernel.vmlinuz, &initrd, lsm)
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let seen = watch(&mut child, &mut log, start, timeout)?;
+    let status = child.wait()?;
+    let _ = std::fs::remove_file(&initrd);
+    // isa-debug-exit: qemu's status is (guest << 1) | 1.
+    let guest_rc = status.code().filter(|c| c % 2 == 1).map(|c| c >> 1);
+    Ok(Outcome {
+        guest_rc,
+        verdict: seen.verdict,
+        timed_out: seen.timed_out,
+        panicked: seen.panicked,
+        tcg_text_poke: seen.tcg_text_poke,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The qemu command line of one guest boot.
+fn qemu(vmlinuz: &Path, initrd: &Path, lsm: &str) -> Command {
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-nodefaults", "-machine", "pc"])
         .args(accel())
         .args(["-smp", "2", "-m", "2G", "-kernel"])
-        .arg(&kernel.vmlinuz)
+        .arg(vmlinuz)
         .arg("-initrd")
-        .arg(&initrd)
+        .arg(initrd)
         // preempt=full: Debian's 6.x kernels default to voluntary preemption; the tests
         // run where a BPF-LSM program can be preempted mid-decision (as on 7.x, always).
         .arg("-append")
@@ -237,9 +257,27 @@ pub fn boot(
         .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting qemu-system-x86_64")?;
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// What the guest's console said.
+#[derive(Default)]
+struct Seen {
+    verdict: Option<bool>,
+    panicked: bool,
+    tcg_text_poke: bool,
+    timed_out: bool,
+}
+
+/// Streams the guest's console into `log` (and the payload's part to stdout) until qemu
+/// exits or `timeout` passes (then kills it).
+fn watch(
+    child: &mut std::process::Child,
+    log: &mut std::fs::File,
+    start: Instant,
+    timeout: Duration,
+) -> anyhow::Result<Seen> {
     let stdout = child
         .stdout
         .take()
@@ -260,27 +298,24 @@ pub fn boot(
         }
     });
     let mut inside = false;
-    let mut verdict = None;
-    let mut panicked = false;
-    let mut tcg_text_poke = false;
-    let mut timed_out = false;
+    let mut seen = Seen::default();
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(line) => {
                 writeln!(log, "{:8.3} {line}", start.elapsed().as_secs_f64())?;
                 if line.contains("Kernel panic") {
-                    panicked = true;
+                    seen.panicked = true;
                 }
                 if line.contains("Oops: int3") {
-                    tcg_text_poke = true;
+                    seen.tcg_text_poke = true;
                 }
                 if line.starts_with("VMTEST-RESULT: ") {
-                    verdict = Some(line.ends_with("PASS"));
+                    seen.verdict = Some(line.ends_with("PASS"));
                 }
                 if line == "VMTEST-END" {
                     inside = false;
                 }
-                if inside || line.starts_with("VMTEST: ") || panicked {
+                if inside || line.starts_with("VMTEST: ") || seen.panicked {
                     println!("{line}");
                 }
                 if line == "VMTEST-BEGIN" {
@@ -289,7 +324,7 @@ pub fn boot(
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if start.elapsed() > timeout {
-                    timed_out = true;
+                    seen.timed_out = true;
                     let _ = child.kill();
                     break;
                 }
@@ -297,19 +332,8 @@ pub fn boot(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    let status = child.wait()?;
     let _ = reader.join();
-    let _ = std::fs::remove_file(&initrd);
-    // isa-debug-exit: qemu's status is (guest << 1) | 1.
-    let guest_rc = status.code().filter(|c| c % 2 == 1).map(|c| c >> 1);
-    Ok(Outcome {
-        guest_rc,
-        verdict,
-        timed_out,
-        panicked,
-        tcg_text_poke,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+    Ok(seen)
 }
 
 pub fn run_tests(
@@ -321,14 +345,17 @@ pub fn run_tests(
     let payload = format!(
         "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe /kernel-tests --include-ignored --test-threads=1{filter}"
     );
-    let o = boot(
-        kernel,
-        arts,
-        &payload,
-        Duration::from_mins(45),
-        "tests",
-        true,
-    )?;
+    let run = || {
+        boot(
+            kernel,
+            arts,
+            &payload,
+            Duration::from_mins(45),
+            "tests",
+            true,
+        )
+    };
+    let o = run()?;
     if o.panicked && o.tcg_text_poke {
         // An emulator fault, not a test failure (see `Outcome::tcg_text_poke`): once more,
         // and that run's result counts.
@@ -336,14 +363,7 @@ pub fn run_tests(
             "==> {}: {o} (int3 oops under TCG); running again",
             kernel.version
         );
-        return boot(
-            kernel,
-            arts,
-            &payload,
-            Duration::from_mins(45),
-            "tests",
-            true,
-        );
+        return run();
     }
     Ok(o)
 }

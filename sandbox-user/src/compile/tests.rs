@@ -454,13 +454,7 @@ fn protective_rules_through_symlinks_cover_the_link_too() {
     std::fs::write(d.join("dotfiles/bashrc"), "").unwrap();
     std::os::unix::fs::symlink("dotfiles/bashrc", d.join(".bashrc")).unwrap();
     std::os::unix::fs::symlink("dotfiles/config", d.join(".config")).unwrap();
-    let ctx = Context {
-        home: d.clone(),
-        cwd: "/work".into(),
-        env: Default::default(),
-        resolvers: Vec::new(),
-        host_addrs: Vec::new(),
-    };
+    let ctx = home_ctx(&d);
     let yaml = "files:\n  read_only: [~/.bashrc, ~/.config/git/**]\n  write: [~/.config/app]\n";
     let c = super::compile(&load_str(yaml, "t.yaml", &ctx).unwrap(), SEED).unwrap();
     let has = |path: std::path::PathBuf, slot: usize| {
@@ -494,13 +488,7 @@ fn a_grant_a_symlink_widens_to_the_home_directory_is_refused() {
     std::fs::create_dir_all(d.join("real")).unwrap();
     std::os::unix::fs::symlink(&d, d.join(".claude")).unwrap();
     std::os::unix::fs::symlink("real", d.join(".cache")).unwrap();
-    let ctx = Context {
-        home: d.clone(),
-        cwd: "/work".into(),
-        env: Default::default(),
-        resolvers: Vec::new(),
-        host_addrs: Vec::new(),
-    };
+    let ctx = home_ctx(&d);
     let err = load_str("files:\n  write: [~/.claude]\n", "t.yaml", &ctx)
         .unwrap_err()
         .to_string();
@@ -511,4 +499,15 @@ fn a_grant_a_symlink_widens_to_the_home_directory_is_refused() {
     // A link to a directory inside the home directory is fine.
     load_str("files:\n  write: [~/.cache]\n", "t.yaml", &ctx).unwrap();
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A context whose home is `home` (the workspace elsewhere, so it grants nothing there).
+fn home_ctx(home: &std::path::Path) -> Context {
+    Context {
+        home: home.to_path_buf(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+    }
 }
