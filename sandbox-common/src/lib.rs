@@ -481,6 +481,9 @@ pub const EVENT_F_DISCONNECTED: u32 = 2;
 /// The file is on a file system whose root is not mounted, and below none of its mounted
 /// directories (reached by handle or through a mount sandbox does not know). Denied.
 pub const EVENT_F_OUTSIDE_MOUNTS: u32 = 4;
+/// The operation failed (or, in audit mode, would have failed) with `EPERM`; else
+/// `EACCES`.
+pub const EVENT_F_EPERM: u32 = 8;
 
 /// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
 /// path (relative to the superblock root of `dev`) follow the header; then `exe_len` bytes
@@ -519,8 +522,12 @@ pub struct EventHeader {
     pub exe_len: u32,
     /// Self-protection events: the target process (tgid) or the `bpf()` command.
     pub target: u32,
+    /// When the hook ran: `CLOCK_BOOTTIME` nanoseconds (`bpf_ktime_get_boot_ns`), which
+    /// userspace turns into wall-clock time (records carry the kernel's time, not the time
+    /// they were formatted).
+    pub time_ns: u64,
 }
-const _: () = assert!(size_of::<EventHeader>() == 120);
+const _: () = assert!(size_of::<EventHeader>() == 128);
 
 #[cfg(feature = "user")]
 mod pod {

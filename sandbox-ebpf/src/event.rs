@@ -6,7 +6,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::helpers::generated::{
     bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-    bpf_get_current_task, bpf_get_current_uid_gid, bpf_ringbuf_output,
+    bpf_get_current_task, bpf_get_current_uid_gid, bpf_ktime_get_boot_ns, bpf_ringbuf_output,
 };
 use sandbox_common::{EventHeader, NO_RULE, PATH_MAX};
 
@@ -101,6 +101,7 @@ pub fn send(rep: &Report) {
     e.gid = (uid_gid >> 32) as u32;
     e.policy_id = rep.policy_id;
     e.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    e.time_ns = unsafe { bpf_ktime_get_boot_ns() };
     // SAFETY: the helper writes at most 16 bytes into the 16-byte array.
     unsafe { bpf_get_current_comm(e.comm.as_mut_ptr().cast(), 16) };
     e.rule = u32::from(rep.rule);

@@ -96,8 +96,15 @@ pub enum Command {
         #[command(flatten)]
         enforce: EnforceArgs,
     },
-    /// Validate a policy file and summarise what it enforces.
-    Check { file: PathBuf },
+    /// Validate a policy file and summarise what it enforces. Exit status 1 when it is not
+    /// valid.
+    Check {
+        file: PathBuf,
+        /// One JSON object: `ok`, `errors` (each with `message`, and `file`, `line`,
+        /// `column`, `field` where known), `warnings`, `summary`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the built-in default policy.
     DefaultPolicy,
     /// Check that this host can enforce policies (privileges, BPF LSM, BTF, cgroup v2,
@@ -108,11 +115,44 @@ pub enum Command {
         #[arg(long, short)]
         policy: Option<PathBuf>,
     },
+    /// Show the audit log: one line per record (coloured on a terminal; NO_COLOR turns that
+    /// off) or the records as JSON; rotated files first. Exit with ctrl-C when following.
+    Events {
+        /// The audit log (default /var/log/sandbox/audit.jsonl).
+        #[arg(long, value_name = "PATH")]
+        audit_log: Option<PathBuf>,
+        /// Keep printing records as they are written, across rotations.
+        #[arg(long, short)]
+        follow: bool,
+        /// `text`: one line per record; `json`: the records as they are.
+        #[arg(long, short, value_enum, default_value = "text")]
+        output: crate::events::Output,
+        /// Only records of this class.
+        #[arg(long, value_enum)]
+        class: Option<crate::events::ClassFilter>,
+        /// Only denied or only audit-mode records.
+        #[arg(long, value_enum)]
+        decision: Option<crate::events::DecisionFilter>,
+        /// Only records of rules whose name starts with this (`files.deny`,
+        /// `network.block_private`).
+        #[arg(long)]
+        rule: Option<String>,
+        /// Only records of this process id.
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Only records since: a duration ago (30s, 10m, 2h, 1d) or a UTC time
+        /// (2026-11-23T01:02:03Z).
+        #[arg(long)]
+        since: Option<String>,
+    },
     /// Say what a policy decides for one operation, and which rule decides it.
     Explain {
         /// Policy file (default: the built-in policy).
         #[arg(long, short)]
         policy: Option<PathBuf>,
+        /// One JSON object: `decision` (`allow`, `deny`, `audit`), `what`, `because`.
+        #[arg(long)]
+        json: bool,
         #[command(subcommand)]
         what: ExplainWhat,
     },
@@ -157,23 +197,101 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
                 allow_degraded: enforce.allow_degraded,
             },
         )),
-        Command::Check { file } => {
+        Command::Check { file, json } => {
             let ctx = context()?;
-            let p = policy::load_file(&file, &ctx)?;
-            let c = compile::compile(&p, compile::FIXED_SEED)?;
-            println!("{}: ok", file.display());
-            for w in policy::lint::lint(&p) {
-                println!("warning: {w}");
+            // A policy that does not load is the answer `check` gives, not a failure of
+            // sandbox: exit 1 (125 stays for sandbox's own failures).
+            let loaded = policy::load_file(&file, &ctx)
+                .map_err(|e| (check_error_json(&e), anyhow::Error::from(e)))
+                .and_then(|p| match compile::compile(&p, compile::FIXED_SEED) {
+                    Ok(c) => Ok((c, p)),
+                    Err(e) => Err((serde_json::json!([{ "message": e.to_string() }]), e.into())),
+                });
+            let (c, p) = match loaded {
+                Ok(x) => x,
+                Err((error, e)) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({ "file": file, "ok": false, "errors": error })
+                        );
+                    } else {
+                        eprintln!("sandbox: {e:#}");
+                    }
+                    return Ok(1);
+                }
+            };
+            let warnings: Vec<String> = policy::lint::lint(&p)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let summary = explain::summary(&p, &c);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "file": file, "ok": true, "name": p.name, "warnings": warnings,
+                        "summary": summary,
+                    })
+                );
+            } else {
+                println!("{}: ok", file.display());
+                for w in warnings {
+                    println!("warning: {w}");
+                }
+                println!("{summary}");
             }
-            println!("{}", explain::summary(&p, &c));
             Ok(0)
+        }
+        Command::Events {
+            audit_log,
+            follow,
+            output,
+            class,
+            decision,
+            rule,
+            pid,
+            since,
+        } => {
+            let now = crate::audit::wall_ms(0);
+            let filter = crate::events::Filter {
+                class,
+                decision,
+                rule,
+                pid,
+                since: since
+                    .map(|s| crate::events::parse_since(&s, now))
+                    .transpose()?,
+            };
+            let color = output == crate::events::Output::Text
+                && std::io::IsTerminal::is_terminal(&std::io::stdout())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            let mut printer = crate::events::Printer {
+                out: std::io::stdout().lock(),
+                output,
+                color,
+            };
+            let path = audit_log.unwrap_or_else(|| run::DEFAULT_AUDIT_LOG.into());
+            let never = || false;
+            let follow: Option<&dyn Fn() -> bool> = if follow { Some(&never) } else { None };
+            match crate::events::show(&path, &filter, &mut printer, follow) {
+                Ok(()) => Ok(0),
+                // `sandbox events | head`: the reader is gone.
+                Err(e)
+                    if e.downcast_ref::<std::io::Error>()
+                        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+                {
+                    Ok(0)
+                }
+                Err(e) => Err(e),
+            }
         }
         Command::DefaultPolicy => {
             print!("{}", policy::DEFAULT_POLICY);
             Ok(0)
         }
         Command::Preflight { policy } => preflight_cmd(policy.as_deref()),
-        Command::Explain { policy, what } => {
+        Command::Explain { policy, json, what } => {
             let ctx = context()?;
             let p = run::load_policy(policy.as_deref(), &ctx)?;
             let c = compile::compile(&p, compile::FIXED_SEED)?;
@@ -183,9 +301,38 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
                 ExplainWhat::Exec { path } => explain::exec(&c, &path)?,
                 ExplainWhat::Connect { addr, port } => explain::connect(&c, addr, port),
             };
-            println!("{d}");
+            if json {
+                println!("{}", d.json());
+            } else {
+                println!("{d}");
+            }
             Ok(if d.allowed { 0 } else { 1 })
         }
+    }
+}
+
+/// A policy error for `check --json`: each problem with its position where known.
+fn check_error_json(e: &policy::PolicyError) -> serde_json::Value {
+    use serde_json::json;
+    match e {
+        policy::PolicyError::Syntax {
+            file,
+            line,
+            column,
+            message,
+        } => json!([{ "file": file, "line": line, "column": column, "message": message }]),
+        policy::PolicyError::Invalid { file, errors } => errors
+            .iter()
+            .map(|(fe, at)| {
+                let mut v = json!({ "file": file, "field": fe.field, "message": fe.message });
+                if let Some((line, column)) = at {
+                    v["line"] = (*line).into();
+                    v["column"] = (*column).into();
+                }
+                v
+            })
+            .collect(),
+        policy::PolicyError::Io { file, message } => json!([{ "file": file, "message": message }]),
     }
 }
 

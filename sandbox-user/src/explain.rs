@@ -18,13 +18,32 @@ pub enum Access {
     Write,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Decision {
     pub allowed: bool,
     pub what: String,
     /// The rule that decides (`files.deny[0] '~/.ssh'`), or why nothing does.
     pub because: String,
     pub audit_only: bool,
+}
+
+impl Decision {
+    /// `allow`, `deny` or `audit`.
+    pub fn verdict(&self) -> &'static str {
+        match (self.allowed, self.audit_only) {
+            (true, _) => "allow",
+            (false, false) => "deny",
+            (false, true) => "audit",
+        }
+    }
+
+    /// `--json`: the decision as one object.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "decision": self.verdict(), "allowed": self.allowed, "audit_only": self.audit_only,
+            "what": self.what, "because": self.because,
+        })
+    }
 }
 
 impl fmt::Display for Decision {

@@ -70,6 +70,9 @@ pub fn finish(mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
     };
     rep.reason = v.reason;
     rep.rule = v.rule;
+    if err == errno::EPERM {
+        rep.flags |= sandbox_common::EVENT_F_EPERM;
+    }
     event::send(&rep);
     match (audit, err) {
         (true, _) => 0,

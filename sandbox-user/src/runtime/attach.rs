@@ -200,17 +200,13 @@ async fn serve(
     quiet: bool,
     (sighup, sigterm, sigint): (&mut Signal, &mut Signal, &mut Signal),
 ) -> anyhow::Result<bool> {
-    let fmt = Formatter {
-        policy: &armed.compiled,
-        mounts: armed.mounts.clone(),
-        identities: &armed.identities,
-        cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::root()?),
-    };
+    let fmt = Formatter::new(&armed.compiled, armed.mounts.clone(), &armed.identities)?;
     let mut pump = Pump {
         fmt,
         audit,
         quiet,
         reported_drops: armed.reported_drops,
+        exec_denials: 0,
     };
     pump.write_orphans(std::mem::take(&mut armed.orphans))?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -270,15 +266,11 @@ fn finish(
     quiet: bool,
 ) -> anyhow::Result<()> {
     let mut pump = Pump {
-        fmt: Formatter {
-            policy: &armed.compiled,
-            mounts: armed.mounts.clone(),
-            identities: &armed.identities,
-            cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::root()?),
-        },
+        fmt: Formatter::new(&armed.compiled, armed.mounts.clone(), &armed.identities)?,
         audit,
         quiet,
         reported_drops: armed.reported_drops,
+        exec_denials: 0,
     };
     pump.drain(ring.get_mut(), run::FINAL_DRAIN)?;
     pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;

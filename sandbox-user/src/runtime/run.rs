@@ -20,11 +20,11 @@ use aya::maps::{Array, MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::audit::{AuditFile, Event, Formatter};
+use crate::audit::{AuditFile, Event, Formatter, Record};
 use crate::backend::{self, Host};
 use crate::compile::{self, CompiledPolicy};
 use crate::host::caps::{self, CapSet};
-use crate::host::cgroup::{self, Cgroup};
+use crate::host::cgroup::Cgroup;
 use crate::host::mounts::{self, Superblock};
 use crate::host::safepath::{self, Agent};
 use crate::kernel::loader::{self, Enforcer};
@@ -847,27 +847,31 @@ async fn supervise(
         .with_context(|| format!("opening {}", armed.cgroup.procs_path().display()))?;
     let mut cmd = command(prog, args, target, &procs, privileges, landlock);
     let mut t = Timer::new();
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
-    t.lap("spawn");
-    drop(procs);
-    let child_pid = child.id();
-
     let orphans = std::mem::take(&mut armed.orphans);
-    let fmt = Formatter {
-        policy: &armed.compiled,
-        mounts: armed.mounts.clone(),
-        identities: &armed.identities,
-        cgroups: cgroup::Names::new(cgroup::root()?),
-    };
+    let fmt = Formatter::new(&armed.compiled, armed.mounts.clone(), &armed.identities)?;
     let mut pump = Pump {
         fmt,
         audit,
         quiet,
         reported_drops: 0,
+        exec_denials: 0,
     };
     pump.write_orphans(orphans)?;
+    let spawned = cmd.spawn();
+    drop(procs);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(err) => {
+            // The command never ran. Its own exec may have been denied: that record is in
+            // the ring already (the hook wrote it before exec failed) and goes to the log.
+            pump.drain(ring.get_mut(), FINAL_DRAIN)?;
+            pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
+            pump.audit.flush()?;
+            return cannot_start(prog, &err, pump.exec_denials > 0);
+        }
+    };
+    t.lap("spawn");
+    let child_pid = child.id();
     let mut sigterm = watch(libc::SIGTERM)?;
     let mut sigint = watch(libc::SIGINT)?;
     let mut sighup = watch(libc::SIGHUP)?;
@@ -985,6 +989,39 @@ fn forward_group(pid: Option<u32>, sig: i32) {
     }
 }
 
+/// The exit status when the command could not be started, as `env` and `timeout` report
+/// it: 126 when it was found but could not run (its exec denied by the policy, not
+/// executable), 127 when it was not found; anything else is sandbox's own failure (125).
+fn cannot_start(prog: &OsString, err: &std::io::Error, denied: bool) -> anyhow::Result<i32> {
+    let name = term::escape(&prog.to_string_lossy()).into_owned();
+    let code = match err.raw_os_error() {
+        _ if denied => {
+            term::line(&format!(
+                "sandbox: {name}: its exec was denied by the policy (recorded in the audit log)"
+            ));
+            126
+        }
+        Some(libc::ENOENT) => {
+            term::line(&format!("sandbox: {name}: command not found"));
+            127
+        }
+        Some(
+            libc::EACCES
+            | libc::ENOEXEC
+            | libc::EISDIR
+            | libc::ENOTDIR
+            | libc::ELOOP
+            | libc::ETXTBSY
+            | libc::ENAMETOOLONG,
+        ) => {
+            term::line(&format!("sandbox: {name}: cannot execute: {err}"));
+            126
+        }
+        _ => return Err(anyhow!("starting {name}: {err}")),
+    };
+    Ok(code)
+}
+
 /// The exit status a shell would report: the code, or 128 + signal.
 pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -999,6 +1036,8 @@ pub struct Pump<'a> {
     pub audit: &'a mut AuditFile,
     pub quiet: bool,
     pub reported_drops: u64,
+    /// Denied execs seen (`sandbox run`: was the command's own exec denied?).
+    pub exec_denials: u64,
 }
 
 /// Records written after the command ended (bounded: processes it left may still be
@@ -1019,15 +1058,20 @@ impl Pump<'_> {
             };
             match Event::decode(&item) {
                 Ok(e) => {
-                    self.audit.write(&self.fmt.json(&e))?;
+                    if e.hook == crate::audit::Hook::Exec
+                        && e.header.decision == sandbox_common::decision::DENY
+                    {
+                        self.exec_denials += 1;
+                    }
+                    self.audit.write(&self.fmt.record(&e))?;
                     if !self.quiet {
                         term::line(&self.fmt.line(&e));
                     }
                 }
                 Err(err) => {
-                    self.audit.write(&crate::audit::undecodable_record(
-                        &self.fmt.policy.name,
-                        &err,
+                    self.audit.write(&Record::error(
+                        format!("undecodable kernel record: {err}"),
+                        None,
                     ))?;
                     term::line(&format!(
                         "sandbox: warning: undecodable kernel record: {err}"
@@ -1050,7 +1094,7 @@ impl Pump<'_> {
         if total > self.reported_drops {
             let n = total - self.reported_drops;
             self.audit
-                .write(&crate::audit::drop_record(&self.fmt.policy.name, n))?;
+                .write(&Record::loss(n, "ring buffer full", None))?;
             self.audit.flush()?;
             term::line(&format!(
                 "sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log"
@@ -1072,21 +1116,26 @@ impl Pump<'_> {
             let mut n = 0u64;
             for bytes in &o.records {
                 match Event::decode(bytes) {
-                    Ok(e) => self.audit.write(&self.fmt.orphan_json(&e, &o.run))?,
-                    Err(err) => self.audit.write(&crate::audit::undecodable_record(
-                        &self.fmt.policy.name,
-                        &err,
+                    Ok(e) => self.audit.write(&self.fmt.orphan_record(&e, &o.run))?,
+                    Err(err) => self.audit.write(&Record::error(
+                        format!("undecodable kernel record: {err}"),
+                        Some(&o.run),
                     ))?,
                 }
                 n += 1;
             }
             if o.lost > 0 {
-                self.audit
-                    .write(&crate::audit::orphan_loss_record(&o.run, o.lost))?;
+                self.audit.write(&Record::loss(
+                    o.lost,
+                    "ring buffer full after the run's sandbox died",
+                    Some(&o.run),
+                ))?;
             }
             if let Some(err) = &o.error {
-                self.audit
-                    .write(&crate::audit::orphan_error_record(&o.run, err))?;
+                self.audit.write(&Record::error(
+                    format!("records left by a sandbox that died could not be read: {err}"),
+                    Some(&o.run),
+                ))?;
                 term::line(&format!(
                     "sandbox: warning: records left by a sandbox that died ({}) could not be \
                      read: {err}",

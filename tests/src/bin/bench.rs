@@ -13,7 +13,7 @@
 //!   sandbox-bench flood N         N denied opens as fast as possible (the event stream)
 //!
 //! The flood phase checks that no denial is lost silently: every one of the N denied opens
-//! is either a record in the audit log or counted in an `audit_loss` record.
+//! is either a record in the audit log or counted in a `Records Lost` record (`count`).
 #![expect(
     clippy::cast_precision_loss,
     reason = "nanosecond counts and rates shown as floats, far below 2^52"
@@ -331,14 +331,11 @@ fn flood(sandbox: &str, me: &std::path::Path) {
     let (denied, ns) = (field("denied="), field("ns="));
     let (mut records, mut lost) = (0u64, 0u64);
     for l in std::fs::read_to_string(log).unwrap().lines() {
-        if l.contains("\"class\":\"audit_loss\"") {
-            let v = l.split("\"dropped_events\":").nth(1).unwrap_or("0");
-            lost += v
-                .trim_start()
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|d| d.parse::<u64>().ok())
-                .unwrap_or(0);
+        let Ok(rec) = serde_json::from_str::<serde_json::Value>(l) else {
+            continue;
+        };
+        if rec["unmapped"]["activity"] == "audit_loss" {
+            lost += rec["count"].as_u64().unwrap_or(0);
         } else if l.contains("/tmp/bench/denied") {
             records += 1;
         }

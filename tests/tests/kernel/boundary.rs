@@ -144,16 +144,24 @@ fn unix_sockets_outside_the_sandbox() {
         ),
         (secret.as_str(), "connect", "files.deny[0]", "rule"),
     ] {
-        let rec = r.one_record("/dst_endpoint/path", path);
-        assert_eq!(rec["activity"], activity, "{rec:#}");
-        assert_eq!(rec["dst_endpoint"]["family"], "unix", "{rec:#}");
-        assert_eq!(rec["policy"]["rule"], rule, "{rec:#}");
-        assert_eq!(rec["policy"]["reason"], reason, "{rec:#}");
-        assert_eq!(rec["actor"]["process"]["uid"], User::Agent.uid(), "{rec:#}");
+        let rec = r.one_record("/dst_endpoint/name", path);
+        assert_eq!(rec["unmapped"]["activity"], activity, "{rec:#}");
+        assert_eq!(rec["class_uid"], 4001, "{rec:#}");
+        assert_eq!(rec["unmapped"]["rule"], rule, "{rec:#}");
+        assert_eq!(rec["unmapped"]["reason"], reason, "{rec:#}");
+        assert_eq!(
+            rec["actor"]["user"]["uid"],
+            User::Agent.uid().to_string(),
+            "{rec:#}"
+        );
     }
     // The listening peer is named where the kernel knows it.
-    let rec = r.one_record("/dst_endpoint/path", &srv);
-    assert_eq!(rec["dst_endpoint"]["pid"], std::process::id(), "{rec:#}");
+    let rec = r.one_record("/dst_endpoint/name", &srv);
+    assert_eq!(
+        rec["unmapped"]["peer"]["pid"],
+        std::process::id(),
+        "{rec:#}"
+    );
     assert_eq!(r.audit.len(), 4, "{:#?}", r.audit);
 
     // The built-in policy refuses the same peers.
@@ -218,8 +226,11 @@ fn other_processes_of_the_same_user() {
     // Signal 0 only asks whether the process exists.
     r.expect(&format!("kill {pid} 0"), "OK");
     let target_pid = u64::from(target.id());
-    let recs = num_records(&r, "/target/pid", target_pid);
-    let activities: Vec<&str> = recs.iter().filter_map(|v| v["activity"].as_str()).collect();
+    let recs = num_records(&r, "/process/pid", target_pid);
+    let activities: Vec<&str> = recs
+        .iter()
+        .filter_map(|v| v["unmapped"]["activity"].as_str())
+        .collect();
     assert_eq!(
         activities.iter().filter(|a| **a == "ptrace").count(),
         5,
@@ -228,14 +239,14 @@ fn other_processes_of_the_same_user() {
     );
     assert!(activities.contains(&"task"), "{activities:?}");
     for rec in &recs {
-        assert_eq!(rec["policy"]["reason"], "outside_scope", "{rec:#}");
+        assert_eq!(rec["unmapped"]["reason"], "outside_scope", "{rec:#}");
     }
     // A signal: denied, recorded, and the target still runs.
     let r = probe_as_agent(&d, Some("version: 1\n"), &[&["kill", &pid, "9"]]);
     r.expect(&format!("kill {pid} 9"), "EPERM");
-    let rec = &num_records(&r, "/target/pid", target_pid)[0];
-    assert_eq!(rec["activity"], "signal", "{rec:#}");
-    assert_eq!(rec["signal"], 9, "{rec:#}");
+    let rec = &num_records(&r, "/process/pid", target_pid)[0];
+    assert_eq!(rec["unmapped"]["activity"], "signal", "{rec:#}");
+    assert_eq!(rec["unmapped"]["signal"], 9, "{rec:#}");
     assert!(
         target.try_wait().unwrap().is_none(),
         "the target was killed"
@@ -272,9 +283,9 @@ fn terminal_input_cannot_be_injected() {
     // Inside, the same: denied by the kernel hook (the terminal is the probe's own).
     let r = probe_as_agent(&d, Some("version: 1\n"), &[&["tiocsti-own"]]);
     r.expect("tiocsti-own", "EPERM");
-    let rec = r.one_record("/activity", "ioctl");
+    let rec = r.one_record("/unmapped/activity", "ioctl");
     assert_eq!(rec["ioctl_cmd"], 0x5412, "{rec:#}");
-    assert_eq!(rec["policy"]["reason"], "tty_injection", "{rec:#}");
+    assert_eq!(rec["unmapped"]["reason"], "tty_injection", "{rec:#}");
 
     // The user's terminal: sandbox run in a session whose controlling terminal is a pty
     // (as from an interactive shell). The command runs in a session of its own, and the
@@ -396,22 +407,22 @@ fn network_by_socket_family_listen_and_host_addresses() {
     r.expect("socket 2 2 0", "OK");
     r.expect("socket 16 3 0", "OK");
     let rec = r.one_record("/dst_endpoint/ip", host_ip);
-    assert_eq!(rec["policy"]["rule"], "network.block_private", "{rec:#}");
+    assert_eq!(rec["unmapped"]["rule"], "network.block_private", "{rec:#}");
     assert_eq!(
-        rec["policy"]["rule_source"],
+        rec["unmapped"]["rule_source"],
         format!("{host_ip} (an address of this host)"),
         "{rec:#}"
     );
     let rec = r.one_record("/dst_endpoint/ip", "127.0.0.1");
-    assert_eq!(rec["activity"], "send", "{rec:#}");
-    let rec = r.one_record("/activity", "socket");
-    assert_eq!(rec["socket"]["protocol"], 262, "{rec:#}");
-    assert_eq!(rec["policy"]["rule"], "network.sockets", "{rec:#}");
-    let listens: Vec<&Value> = r.records("/activity", "listen");
+    assert_eq!(rec["unmapped"]["activity"], "send", "{rec:#}");
+    let rec = r.one_record("/unmapped/activity", "socket");
+    assert_eq!(rec["unmapped"]["socket"]["protocol"], 262, "{rec:#}");
+    assert_eq!(rec["unmapped"]["rule"], "network.sockets", "{rec:#}");
+    let listens: Vec<&Value> = r.records("/unmapped/activity", "listen");
     assert_eq!(listens.len(), 2, "{:#?}", r.audit);
     for l in listens {
         assert_eq!(l["src_endpoint"]["ip"], "0.0.0.0", "{l:#}");
-        assert_eq!(l["policy"]["rule"], "network.listen", "{l:#}");
+        assert_eq!(l["unmapped"]["rule"], "network.listen", "{l:#}");
     }
     // A policy that opens them.
     let open = "network:\n  sockets: [unix, inet, inet6, netlink, mptcp]\n  listen: [0.0.0.0/0]\n";
@@ -477,9 +488,9 @@ fn host_addresses_gained_while_running_are_private_too() {
     r.expect(&format!("connect {v6}"), "EPERM");
     for a in [v4, v6] {
         let rec = r.one_record("/dst_endpoint/ip", a);
-        assert_eq!(rec["policy"]["rule"], "network.block_private", "{rec:#}");
+        assert_eq!(rec["unmapped"]["rule"], "network.block_private", "{rec:#}");
         assert_eq!(
-            rec["policy"]["rule_source"], "an address this host gained while sandbox ran",
+            rec["unmapped"]["rule_source"], "an address this host gained while sandbox ran",
             "{rec:#}"
         );
     }

@@ -3,6 +3,35 @@
 
 use sandbox_tests::*;
 
+/// The command itself denied: exit status 126 (as `env` gives for a command that cannot
+/// run), and the denial of its own exec is in the audit log; 127 when it does not exist.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_denied_command_exits_126_with_its_record() {
+    let d = workdir("exec_self");
+    let b = bins();
+    copy_exec(&b.probe, &d.join("denied-tool"));
+    let tool = path_str(&d, "denied-tool");
+    // The route: without the policy, the same command runs.
+    let r = run_as(User::Agent, &d, Some("version: 1\n"), &[&tool, "whoami"]);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    let policy = format!("exec:\n  deny: [{tool}]\n");
+    let r = run_as(User::Agent, &d, Some(&policy), &[&tool, "whoami"]);
+    assert_eq!(r.status, 126, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("exec was denied by the policy"),
+        "{}",
+        r.stderr
+    );
+    r.check_records(&[rec("/process/file/path", tool.as_str())
+        .has("/class_uid", 1007)
+        .has("/action", "Denied")
+        .has("/unmapped/rule", "exec.deny[0]")]);
+    let missing = path_str(&d, "no-such-tool");
+    let r = run_as(User::Agent, &d, Some(&policy), &[&missing]);
+    assert_eq!(r.status, 127, "{}", r.stderr);
+}
+
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn exec_denied_by_path_symlink_and_hardlink() {
@@ -31,10 +60,11 @@ fn exec_denied_by_path_symlink_and_hardlink() {
             ("exec-memfd ./denied-tool", "READ-EACCES"),
         ],
     );
-    r.check_records(&[rec("/class", "process_activity")
+    r.check_records(&[rec("/process/file/path", path_str(&d, "denied-tool"))
         .count(4)
-        .has("/process/file/path", path_str(&d, "denied-tool"))
-        .has("/policy/rule", "exec.deny[0]")]);
+        .has("/class_uid", 1007)
+        .has("/activity_id", 1)
+        .has("/unmapped/rule", "exec.deny[0]")]);
 }
 
 #[test]
@@ -63,15 +93,15 @@ fn exec_allowlist_and_setuid_denial() {
             ("exec-fd ./ok-tool", OK),
         ],
     );
-    r.check_records(&[rec("/class", "process_activity")
+    r.check_records(&[rec("/unmapped/reason", "not_in_exec_allowlist")
         .some()
-        .has("/policy/reason", "not_in_exec_allowlist")]);
+        .has("/class_uid", 1007)]);
     let r = check(
         &d,
         Some("exec:\n  allow_privileged: false\n"),
         &[("exec ./suid-tool", EACCES), ("exec ./ok-tool", OK)],
     );
-    r.check_records(&[rec("/class", "process_activity")
+    r.check_records(&[rec("/unmapped/reason", "privileged_binary")
         .some()
-        .has("/policy/reason", "privileged_binary")]);
+        .has("/class_uid", 1007)]);
 }

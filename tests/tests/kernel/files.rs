@@ -38,14 +38,17 @@ fn file_deny_by_path_symlink_relative_and_subtree() {
     r.check_records(&[
         rec("/file/path", &secret)
             .count(4)
-            .has("/class", "file_activity")
-            .has("/decision", "deny")
-            .has("/policy/rule", "files.deny[0]")
-            .has("/file/access", "read")
-            .has("/actor/process/comm", "sandbox-probe")
-            .has("/actor/process/exe", bins().probe.display().to_string()),
+            .has("/class_uid", 1001)
+            .has("/action", "Denied")
+            .has("/unmapped/rule", "files.deny[0]")
+            .has("/unmapped/access", "read")
+            .has("/actor/process/name", "sandbox-probe")
+            .has(
+                "/actor/process/file/path",
+                bins().probe.display().to_string(),
+            ),
         rec("/file/path", path_str(&d, "secrets/inner/key.pem"))
-            .has("/policy/rule", "files.deny[1]"),
+            .has("/unmapped/rule", "files.deny[1]"),
     ]);
     assert_eq!(
         r.audit.len(),
@@ -53,21 +56,28 @@ fn file_deny_by_path_symlink_relative_and_subtree() {
         "no record for allowed operations: {:#?}",
         r.audit
     );
-    let actor = &r.records("/file/path", &secret)[0]["actor"]["process"];
+    let rec = r.records("/file/path", &secret)[0];
+    let actor = &rec["actor"]["process"];
     assert!(actor["pid"].as_u64().unwrap() > 1);
-    assert!(actor["ppid"].as_u64().unwrap() > 1);
+    assert!(actor["parent_process"]["pid"].as_u64().unwrap() > 1);
     assert!(
-        actor["cgroup"]
+        rec["unmapped"]["actor"]["cgroup"]
             .as_str()
             .unwrap()
             .starts_with("/sandbox/run-")
     );
-    assert!(
-        r.records("/file/path", &secret)[0]["time"]
-            .as_str()
+    // The kernel's time of the open, as epoch milliseconds, and as RFC 3339.
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .ends_with('Z')
-    );
+            .as_millis(),
+    )
+    .unwrap();
+    let t = rec["time"].as_u64().unwrap();
+    assert!(t <= now_ms && now_ms - t < 60_000, "{rec:#}");
+    assert!(rec["time_dt"].as_str().unwrap().ends_with('Z'), "{rec:#}");
+    assert_eq!(rec["status_code"], "EACCES", "{rec:#}");
     assert!(
         r.stderr.contains("sandbox: denied open (read)"),
         "{}",
@@ -104,7 +114,7 @@ fn file_created_after_load_and_hardlink_made_before() {
         ],
     );
     r.check_records(&[
-        rec("/file/path", path_str(&d, "innocent-name")).has("/policy/reason", "inode_identity")
+        rec("/file/path", path_str(&d, "innocent-name")).has("/unmapped/reason", "inode_identity")
     ]);
 }
 
@@ -157,10 +167,10 @@ fn file_aliases_and_odd_names() {
     r.check_records(&[
         // Every alias of secret.txt is reported under its canonical path.
         rec("/file/path", path_str(&d, "secret.txt")).count(7),
-        rec("/policy/reason", "path_unresolved"),
+        rec("/unmapped/reason", "path_unresolved"),
         // The invalid-UTF-8 name: its record carries the exact bytes and names the rule.
-        rec("/file/path_hex", &hex_invalid).has("/policy/rule", "files.deny[1]"),
-        rec("/file/path", format!("{ds}/odd\nname")).has("/policy/rule", "files.deny[1]"),
+        rec("/unmapped/file/path_hex", &hex_invalid).has("/unmapped/rule", "files.deny[1]"),
+        rec("/file/path", format!("{ds}/odd\nname")).has("/unmapped/rule", "files.deny[1]"),
     ]);
 }
 
@@ -184,7 +194,7 @@ fn io_uring_gets_the_same_decisions() {
         ],
     );
     r.check_records(&[
-        rec("/file/path", path_str(&d, "secret")).has("/policy/rule", "files.deny[0]"),
+        rec("/file/path", path_str(&d, "secret")).has("/unmapped/rule", "files.deny[0]"),
         rec("/dst_endpoint/ip", "169.254.169.254"),
     ]);
 }
@@ -210,7 +220,7 @@ fn default_policy_denies_credentials_and_sudo() {
         ],
     );
     r.check_records(&[
-        rec("/file/path", path_str(&d, ".ssh/id_rsa")).has("/policy/rule_source", "~/.ssh")
+        rec("/file/path", path_str(&d, ".ssh/id_rsa")).has("/unmapped/rule_source", "~/.ssh")
     ]);
 }
 
@@ -241,11 +251,11 @@ fn read_only_and_write_allowlist() {
     );
     r.check_records(&[
         rec("/file/path", path_str(&d, "ro/f"))
-            .has("/policy/rule", "files.read_only[0]")
-            .has("/file/access", "write"),
+            .has("/unmapped/rule", "files.read_only[0]")
+            .has("/unmapped/access", "write"),
         rec("/file/path", path_str(&d, "other/f"))
-            .has("/policy/reason", "not_in_write_allowlist")
-            .has("/policy/rule", "files.write"),
+            .has("/unmapped/reason", "not_in_write_allowlist")
+            .has("/unmapped/rule", "files.write"),
     ]);
     // Writing to a pipe through /proc/self/fd is not a file write: stdout keeps working.
     let r = run_in(
@@ -282,7 +292,7 @@ fn read_allowlist() {
         ],
     );
     r.check_records(&[
-        rec("/file/path", path_str(&d, "priv/f")).has("/policy/reason", "not_in_read_allowlist")
+        rec("/file/path", path_str(&d, "priv/f")).has("/unmapped/reason", "not_in_read_allowlist")
     ]);
 }
 
@@ -319,9 +329,8 @@ fn glob_rules_in_the_kernel() {
             ("open data/x/public/a r", OK),
         ],
     );
-    r.check_records(&[
-        rec("/file/path", path_str(&d, "data/x/secrets/a/b")).has("/policy/rule", "files.deny[2]")
-    ]);
+    r.check_records(&[rec("/file/path", path_str(&d, "data/x/secrets/a/b"))
+        .has("/unmapped/rule", "files.deny[2]")]);
 }
 
 /// Two confined threads on one CPU, one opening a denied file and one an allowed file, in
@@ -346,6 +355,6 @@ fn decisions_racing_on_one_cpu_stay_their_own() {
     let got = r.result("race-open");
     assert!(got.starts_with("DENIED_GOT_OK=0 "), "{got}");
     for rec in r.records("/file/path", &open) {
-        assert_eq!(rec["policy"]["reason"], "preempted", "{rec:#}");
+        assert_eq!(rec["unmapped"]["reason"], "preempted", "{rec:#}");
     }
 }

@@ -37,8 +37,8 @@ fn allow_hosts_and_dns_resolvers() {
     );
     r.check_records(&[rec("/dst_endpoint/ip", "93.184.216.35")
         .some()
-        .has("/policy/rule", "network.default")
-        .has("/policy/reason", "not_in_network_allowlist")]);
+        .has("/unmapped/rule", "network.default")
+        .has("/unmapped/reason", "not_in_network_allowlist")]);
 }
 
 /// `allow_hosts` follows DNS: an address is allowed while the TTL of its answer lasts; when
@@ -70,8 +70,8 @@ fn allow_hosts_follow_dns_ttl() {
     );
     let blocked = |ip| {
         rec("/dst_endpoint/ip", ip)
-            .has("/policy/rule", "network.default")
-            .has("/disposition", "blocked")
+            .has("/unmapped/rule", "network.default")
+            .has("/disposition", "Blocked")
     };
     r.check_records(&[blocked("93.184.216.40"), blocked("93.184.216.34")]);
 }

@@ -214,12 +214,12 @@ fn audit_log_cannot_be_turned_against_root_or_removed() {
     let rec = r.records("/file/path", &s(&log));
     assert!(
         rec.iter()
-            .all(|r| r["policy"]["rule"] == "files.read_only (implicit: audit log)"),
+            .all(|r| r["unmapped"]["rule"] == "files.read_only (implicit: audit log)"),
         "{rec:#?}"
     );
     assert_eq!(rec.len(), 3, "{:#?}", r.audit);
     assert_eq!(
-        r.one_record("/file/path", &s(&policy))["policy"]["rule"],
+        r.one_record("/file/path", &s(&policy))["unmapped"]["rule"],
         "files.read_only (implicit: policy file)"
     );
     // The log is root's and owner-only.
@@ -548,9 +548,11 @@ fn records_left_by_a_killed_sandbox_reach_the_next_log() {
     let next = sandbox_run(&d, &d.join("next.jsonl"), &["--as-root"], &[], &["true"]);
     assert_eq!(next.status, 0, "{}", next.stderr);
     let rec = next.one_record("/file/path", &secret);
-    assert_eq!(rec["decision"], "deny", "{rec}");
-    assert_eq!(rec["policy"]["reason"], "rule", "{rec}");
-    let run = rec["orphaned"]["run"].as_str().unwrap_or_default();
+    assert_eq!(rec["action"], "Denied", "{rec}");
+    assert_eq!(rec["unmapped"]["reason"], "rule", "{rec}");
+    let run = rec["unmapped"]["orphaned"]["run"]
+        .as_str()
+        .unwrap_or_default();
     assert!(run.starts_with(&format!("run-{pid}-")), "{rec}");
     assert!(
         next.stderr.contains("left by a sandbox that died"),
@@ -824,25 +826,25 @@ fn built_in_policy_writes_stay_where_nothing_runs_later() {
     );
     let notes = r.one_record("/file/path", &h("notes-outside-the-workspace"));
     assert_eq!(
-        notes["policy"]["reason"], "not_in_write_allowlist",
+        notes["unmapped"]["reason"], "not_in_write_allowlist",
         "{notes}"
     );
-    assert_eq!(notes["policy"]["rule"], "files.write", "{notes}");
-    assert_eq!(notes["actor"]["process"]["uid"], 1000, "{notes}");
+    assert_eq!(notes["unmapped"]["rule"], "files.write", "{notes}");
+    assert_eq!(notes["actor"]["user"]["uid"], "1000", "{notes}");
     let rc = r.one_record("/file/path", &later[0]);
-    assert_eq!(rc["policy"]["rule_source"], "~/.bashrc", "{rc}");
+    assert_eq!(rc["unmapped"]["rule_source"], "~/.bashrc", "{rc}");
     let hook = r.one_record("/file/path", &later[4]);
     assert_eq!(
-        hook["policy"]["rule_source"], "**/.git/**/hooks/**",
+        hook["unmapped"]["rule_source"], "**/.git/**/hooks/**",
         "{hook}"
     );
     let config = r.one_record("/file/path", &later[5]);
     assert_eq!(
-        config["policy"]["rule_source"], "**/.git/**/config",
+        config["unmapped"]["rule_source"], "**/.git/**/config",
         "{config}"
     );
     let gh = r.one_record("/file/path", &h(".config/gh/hosts.yml"));
-    assert_eq!(gh["policy"]["rule_source"], "~/.config/gh", "{gh}");
+    assert_eq!(gh["unmapped"]["rule_source"], "~/.config/gh", "{gh}");
     let _ = std::fs::remove_file("/tmp/kt-agent-scratch");
     let _ = std::fs::remove_dir_all(home);
 }

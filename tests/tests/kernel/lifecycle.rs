@@ -217,9 +217,9 @@ fn audit_mode_reports_without_denying() {
     );
     r.check_records(&[
         rec("/file/path", path_str(&d, "secret.txt"))
-            .has("/decision", "audit")
-            .has("/disposition", "audited"),
-        rec("/dst_endpoint/ip", "169.254.169.254").has("/decision", "audit"),
+            .has("/action", "Allowed")
+            .has("/disposition", "Logged"),
+        rec("/dst_endpoint/ip", "169.254.169.254").has("/action", "Allowed"),
     ]);
 }
 

@@ -42,7 +42,7 @@ fn file_system_mounted_after_load() {
     // The record names the file at its real place, and the rule.
     assert_eq!(r.audit.len(), 1, "{:#?}\n{}", r.audit, r.stderr);
     r.check_records(&[
-        rec("/file/path", path_str(&d, "mnt/secret")).has("/policy/rule", "files.deny[0]")
+        rec("/file/path", path_str(&d, "mnt/secret")).has("/unmapped/rule", "files.deny[0]")
     ]);
 }
 
@@ -66,7 +66,7 @@ fn a_mount_not_yet_placed_is_denied() {
     let r = wait_probe(child, &d);
     drop(tmpfs);
     r.expect_all(&[("open mnt/file r", EACCES)]);
-    r.check_records(&[rec("/policy/reason", "unplaced_mount").some()]);
+    r.check_records(&[rec("/unmapped/reason", "unplaced_mount").some()]);
 }
 
 /// A file opened by handle with no dentry of its file system cached gets a disconnected
@@ -99,7 +99,9 @@ fn disconnected_dentries_fail_closed() {
         ],
     );
     drop(fs);
-    r.check_records(&[rec("/policy/reason", "path_unresolved").has("/file/disconnected", true)]);
+    r.check_records(&[
+        rec("/unmapped/reason", "path_unresolved").has("/unmapped/file/disconnected", true)
+    ]);
 }
 
 /// Only a directory of a file system is mounted (its parent mount went away, as with a
@@ -145,7 +147,7 @@ fn subdirectory_mounts_place_their_files() {
         Some(&policy),
         &[("open srv/secret/key r", EACCES), ("open srv/other r", OK)],
     );
-    r.check_records(&[rec("/file/path", key.as_str()).has("/policy/rule", "files.deny[0]")]);
+    r.check_records(&[rec("/file/path", key.as_str()).has("/unmapped/rule", "files.deny[0]")]);
     let r = check(
         &d,
         Some(&policy),
@@ -156,7 +158,9 @@ fn subdirectory_mounts_place_their_files() {
     );
     drop(bind);
     drop(fs);
-    r.check_records(&[rec("/policy/reason", "path_unresolved").has("/file/outside_mounts", true)]);
+    r.check_records(&[
+        rec("/unmapped/reason", "path_unresolved").has("/unmapped/file/outside_mounts", true)
+    ]);
 }
 
 /// Unmounts the mount points it holds when the test ends, panic or not.
@@ -240,7 +244,7 @@ fn btrfs_subvolumes_place_their_files() {
             ("open home/u/notes r", OK),
         ],
     );
-    r.check_records(&[rec("/file/path", key.as_str()).has("/policy/rule", "files.deny[0]")]);
+    r.check_records(&[rec("/file/path", key.as_str()).has("/unmapped/rule", "files.deny[0]")]);
 
     // Subvolumes and snapshots made by ioctl pass no name hook (and a snapshot copies
     // protected files to a new path): refused inside, as the agent can outside.
@@ -255,7 +259,7 @@ fn btrfs_subvolumes_place_their_files() {
         Some(&policy),
         &[(&format!("btrfs-subvol {u} sv-inside"), EPERM)],
     );
-    r.check_records(&[rec("/policy/reason", "btrfs_subvolume")]);
+    r.check_records(&[rec("/unmapped/reason", "btrfs_subvolume")]);
     assert!(!home.join("u/sv-inside").exists());
 
     // The snapshot tool's view: the top level mounted as well.
@@ -274,5 +278,5 @@ fn btrfs_subvolumes_place_their_files() {
             ("open top/@home/u/notes r", OK),
         ],
     );
-    r.check_records(&[rec("/file/path", key.as_str()).has("/policy/rule", "files.deny[0]")]);
+    r.check_records(&[rec("/file/path", key.as_str()).has("/unmapped/rule", "files.deny[0]")]);
 }

@@ -53,14 +53,20 @@ fn links_renames_and_attributes_are_writes() {
     assert!(!d.join("free/k1").exists() && !d.join("free/r2").exists());
     r.check_records(&[
         rec("/file/path", path_str(&d, "ro/x"))
-            .has("/activity", "rename")
-            .has("/policy/rule", "files.read_only[0]"),
-        rec("/activity", "chmod"),
+            .has("/unmapped/activity", "rename")
+            .has("/unmapped/rule", "files.read_only[0]"),
+        rec("/unmapped/activity", "chmod"),
     ]);
     let recs = r.records("/file/path", &path_str(&d, "secret/key"));
-    let activities: Vec<&str> = recs.iter().filter_map(|r| r["activity"].as_str()).collect();
+    let activities: Vec<&str> = recs
+        .iter()
+        .filter_map(|r| r["unmapped"]["activity"].as_str())
+        .collect();
     assert_eq!(activities, ["link", "rename", "truncate"], "{recs:#?}");
-    assert!(recs.iter().all(|r| r["policy"]["rule"] == "files.deny[0]"));
+    assert!(
+        recs.iter()
+            .all(|r| r["unmapped"]["rule"] == "files.deny[0]")
+    );
 }
 
 #[test]
@@ -96,8 +102,8 @@ fn name_changes_are_writes() {
     );
     assert!(d.join("ro/existing").exists());
     r.check_records(&[rec("/file/path", path_str(&d, "ro/newdir"))
-        .has("/activity", "mkdir")
-        .has("/policy/rule", "files.read_only[0]")]);
+        .has("/unmapped/activity", "mkdir")
+        .has("/unmapped/rule", "files.read_only[0]")]);
 }
 
 /// The layout of [`ancestors_of_protected_paths_stay_put`], owned by the agent user.
@@ -173,17 +179,17 @@ fn ancestors_of_protected_paths_stay_put() {
     assert!(d.join("secrets/key").exists() && d.join("docker/config.json").exists());
     r.check_records(&[
         rec("/file/path", path_str(&d, "secrets"))
-            .has("/activity", "rename")
-            .has("/policy/reason", "ancestor_of_protected_path")
-            .has("/policy/rule", "files.deny[0]"),
+            .has("/unmapped/activity", "rename")
+            .has("/unmapped/reason", "ancestor_of_protected_path")
+            .has("/unmapped/rule", "files.deny[0]"),
         // The symlink at the ancestor's name, then the rename onto it.
         rec("/file/path", path_str(&d, "ghost"))
             .count(2)
-            .has("/activity", "symlink")
-            .has("/policy/rule", "files.deny[4]"),
+            .has("/unmapped/activity", "symlink")
+            .has("/unmapped/rule", "files.deny[4]"),
         rec("/file/path", path_str(&d, "proj/c"))
-            .has("/policy/reason", "moves_protected_files")
-            .has("/policy/rule", "files.deny[2]"),
+            .has("/unmapped/reason", "moves_protected_files")
+            .has("/unmapped/rule", "files.deny[2]"),
     ]);
 }
 
@@ -254,13 +260,13 @@ fn protected_symlinks_cannot_be_replaced() {
     );
     assert!(d.join(".bashrc").is_symlink());
     r.check_records(&[
-        rec("/activity", "unlink")
+        rec("/unmapped/activity", "unlink")
             .has("/file/path", path_str(&d, ".bashrc"))
-            .has("/policy/rule", "files.read_only[0]"),
-        rec("/activity", "rename")
+            .has("/unmapped/rule", "files.read_only[0]"),
+        rec("/unmapped/activity", "rename")
             .has("/file/path", path_str(&d, ".bashrc"))
-            .has("/policy/rule", "files.read_only[0]"),
+            .has("/unmapped/rule", "files.read_only[0]"),
         rec("/file/path", path_str(&d, ".config/git/config"))
-            .has("/policy/rule", "files.read_only[1]"),
+            .has("/unmapped/rule", "files.read_only[1]"),
     ]);
 }

@@ -37,15 +37,18 @@ fn connect_private_and_metadata_denied_public_allowed() {
         rec("/dst_endpoint/ip", "8.8.8.8").count(0),
         rec("/dst_endpoint/ip", "169.254.169.254")
             .has("/dst_endpoint/port", 80)
-            .has("/class", "network_activity")
-            .has("/policy/rule", "network.block_private")
-            .has("/policy/rule_source", "169.254.0.0/16")
+            .has("/class_uid", 4001)
+            .has("/unmapped/rule", "network.block_private")
+            .has("/unmapped/rule_source", "169.254.0.0/16")
             // The probe has exited by the time the record is read: the kernel supplied the
             // exe.
-            .has("/actor/process/exe", bins().probe.display().to_string()),
+            .has(
+                "/actor/process/file/path",
+                bins().probe.display().to_string(),
+            ),
         rec("/dst_endpoint/ip", "::ffff:10.0.0.1")
-            .has("/dst_endpoint/family", "ipv6")
-            .has("/policy/rule_source", "10.0.0.0/8"),
+            .has("/connection_info/protocol_ver_id", 6)
+            .has("/unmapped/rule_source", "10.0.0.0/8"),
     ]);
 }
 
@@ -76,13 +79,13 @@ fn sends_with_an_address_get_the_connect_decision() {
     r.check_records(&[
         rec("/dst_endpoint/ip", "8.8.8.8").count(0),
         rec("/dst_endpoint/ip", "169.254.169.254")
-            .has("/activity", "send")
+            .has("/unmapped/activity", "send")
             .has("/dst_endpoint/port", 53)
-            .has("/policy/rule", "network.block_private"),
+            .has("/unmapped/rule", "network.block_private"),
         rec("/dst_endpoint/ip", "169.254.169.253")
-            .has("/activity", "send")
+            .has("/unmapped/activity", "send")
             .has("/dst_endpoint/port", 80),
-        rec("/dst_endpoint/ip", "2001:db8::1").has("/policy/rule", "network.deny[1]"),
+        rec("/dst_endpoint/ip", "2001:db8::1").has("/unmapped/rule", "network.deny[1]"),
         // sendmmsg is checked per message and stops at the first refused one.
         rec("/dst_endpoint/ip", "127.0.0.1"),
     ]);
@@ -113,8 +116,8 @@ fn network_allow_punches_through_with_ports_and_ipv6_rules() {
         ],
     );
     r.check_records(&[
-        rec("/dst_endpoint/ip", "93.184.216.34").has("/policy/rule", "network.deny[0]"),
-        rec("/dst_endpoint/ip", "2001:db8::1").has("/policy/rule", "network.deny[1]"),
+        rec("/dst_endpoint/ip", "93.184.216.34").has("/unmapped/rule", "network.deny[0]"),
+        rec("/dst_endpoint/ip", "2001:db8::1").has("/unmapped/rule", "network.deny[1]"),
     ]);
     drop(listener);
 }

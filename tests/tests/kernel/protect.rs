@@ -16,7 +16,7 @@ fn child_cgroup_stays_confined() {
         &[("cgroup-child escape", OK), ("open secret.txt r", EACCES)],
     );
     let rec = r.one_record("/file/path", &path_str(&d, "secret.txt"));
-    let cg = rec["actor"]["process"]["cgroup"].as_str().unwrap();
+    let cg = rec["unmapped"]["actor"]["cgroup"].as_str().unwrap();
     assert!(
         cg.starts_with("/sandbox/run-") && cg.ends_with("/escape"),
         "{cg}"
@@ -47,18 +47,21 @@ fn self_protection() {
     // some operations failed) and wrote the records.
     assert_eq!(r.status, 1, "{}", r.stderr);
     r.check_records(&[
-        rec("/activity", "bpf")
-            .has("/policy/rule", "self_protection")
-            .has("/bpf_cmd", 0),
-        rec("/activity", "signal").has("/signal", 9),
-        rec("/activity", "ptrace"),
-        rec("/activity", "mount"),
-        rec("/file/path", "/sys/fs/cgroup/cgroup.procs").has("/policy/rule", "self_protection"),
+        rec("/unmapped/activity", "bpf")
+            .has("/unmapped/rule", "self_protection")
+            .has("/unmapped/bpf_cmd", 0),
+        rec("/unmapped/activity", "signal").has("/unmapped/signal", 9),
+        rec("/unmapped/activity", "ptrace"),
+        rec("/unmapped/activity", "mount"),
+        rec("/file/path", "/sys/fs/cgroup/cgroup.procs").has("/unmapped/rule", "self_protection"),
     ]);
     // The signal and the ptrace were aimed at sandbox, the probe's parent.
     for activity in ["signal", "ptrace"] {
-        let r = r.one_record("/activity", activity);
-        assert_eq!(r["target"]["pid"], r["actor"]["process"]["ppid"], "{r}");
+        let r = r.one_record("/unmapped/activity", activity);
+        assert_eq!(
+            r["process"]["pid"], r["actor"]["process"]["parent_process"]["pid"],
+            "{r}"
+        );
     }
     // The same calls from outside the sandbox are not ours to refuse.
     assert_eq!(probe_outside(&["bpf"]), "OK");
@@ -154,19 +157,19 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
     outsider.kill().unwrap();
     let _ = outsider.wait();
     r.check_records(&[
-        rec("/activity", "clone_into_cgroup").has("/policy/rule", "self_protection"),
-        rec("/activity", "umount").has("/policy/rule", "self_protection"),
-        rec("/kernel/check", "read_file").has("/kernel/what", "a module"),
-        rec("/kernel/check", "lockdown").some(),
-        rec("/activity", "task").has("/target/pid", outsider.id()),
+        rec("/unmapped/activity", "clone_into_cgroup").has("/unmapped/rule", "self_protection"),
+        rec("/unmapped/activity", "umount").has("/unmapped/rule", "self_protection"),
+        rec("/unmapped/kernel/check", "read_file").has("/unmapped/kernel/what", "a module"),
+        rec("/unmapped/kernel/check", "lockdown").some(),
+        rec("/unmapped/activity", "task").has("/process/pid", outsider.id()),
         rec("/file/path", "/proc/sys/kernel/core_pattern").has(
-            "/policy/rule",
+            "/unmapped/rule",
             "files.read_only (implicit: kernel settings)",
         ),
         rec("/file/path", "/proc/sys/kernel/modprobe"),
-        rec("/file/path", "/sys/fs/bpf/planted").has("/activity", "mkdir"),
+        rec("/file/path", "/sys/fs/bpf/planted").has("/unmapped/activity", "mkdir"),
         rec("/file/path", "/dev/mem").has(
-            "/policy/rule",
+            "/unmapped/rule",
             "files.deny (implicit: raw disks and memory)",
         ),
     ]);

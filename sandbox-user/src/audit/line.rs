@@ -1,0 +1,68 @@
+//! The terminal line of a record (and the record's `message`): one sentence a person reads.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+
+use sandbox_common::decision;
+
+use super::decode::{Event, Hook};
+use super::name::Formatter;
+use super::record::read_file_kind;
+
+impl Formatter<'_> {
+    /// One readable line for the terminal. Paths, the command name and the rule as
+    /// written are escaped (`term::escape`): nothing from the kernel or the agent reaches
+    /// the terminal as a control sequence.
+    pub fn line(&self, e: &Event) -> String {
+        format!("sandbox: {}", self.describe(e, crate::term::escape))
+    }
+
+    /// The same sentence for the record's `message` (JSON escapes what it must).
+    pub fn message(&self, e: &Event) -> String {
+        self.describe(e, |s| Cow::Borrowed(s))
+    }
+
+    fn describe(&self, e: &Event, escape: fn(&str) -> Cow<'_, str>) -> String {
+        let h = &e.header;
+        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
+            .into_owned();
+        let comm = escape(&comm);
+        let verb = if h.decision == decision::DENY {
+            "denied"
+        } else {
+            "would deny (audit)"
+        };
+        let path = || escape(&self.full_path(e)).into_owned();
+        let what = match e.hook {
+            Hook::FileOpen => format!("open ({}) {}", Self::access(e), path()),
+            Hook::Name(activity) => format!("{activity} {}", path()),
+            Hook::Exec => format!("exec {}", path()),
+            Hook::Protect("bpf") => format!("bpf() command {}", h.target),
+            Hook::Protect("signal") => format!("signal {} to pid {}", h.access, h.target),
+            Hook::Protect("ioctl") => format!("ioctl {:#x} (terminal input)", h.access),
+            Hook::Protect("kernel") => match h.access {
+                3 => format!("kernel lockdown check (reason {})", h.target),
+                _ => format!("loading {} into the kernel", read_file_kind(h.target)),
+            },
+            Hook::Protect("clone_into_cgroup") => "clone3 into another cgroup".to_owned(),
+            Hook::Protect(activity) if h.target != 0 => format!("{activity} of pid {}", h.target),
+            Hook::Protect(activity) => activity.to_owned(),
+            Hook::Unix(activity) => format!("unix {activity} {}", path()),
+            Hook::SocketCreate => format!(
+                "socket(family {}, type {}, protocol {})",
+                h.family, h.access, h.target
+            ),
+            Hook::Net(activity) => match Self::dest(e) {
+                IpAddr::V6(a) => format!("{activity} [{a}]:{}", h.port),
+                IpAddr::V4(a) => format!("{activity} {a}:{}", h.port),
+            },
+        };
+        let (rule, source) = self.rule(e);
+        let source = if source.is_empty() {
+            String::new()
+        } else {
+            format!(" '{}'", escape(&source))
+        };
+        format!("{verb} {what} by {rule}{source} [pid {} {comm}]", h.tgid)
+    }
+}
