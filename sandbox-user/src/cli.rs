@@ -37,11 +37,23 @@ pub struct EnforceArgs {
     /// No per-deny lines on stderr (the audit log still gets every record).
     #[arg(long, short)]
     pub quiet: bool,
+    /// A line per deny on stderr even when stderr is the journal (by default there is
+    /// none: the audit log has every record, and a denial flood would flood the journal).
+    #[arg(long, conflicts_with = "quiet")]
+    pub denial_lines: bool,
     /// On a host without BPF LSM (the fallback backend), run even when the policy has rules
     /// the fallback cannot enforce; they are listed at the start. (Policy setting:
     /// `fallback: {allow_degraded: true}`.)
     #[arg(long)]
     pub allow_degraded: bool,
+}
+
+impl EnforceArgs {
+    /// No line per denial: asked for, or stderr is the journal and lines were not asked
+    /// for (a denial flood would flood the journal; the audit log has every record).
+    fn quiet(&self) -> bool {
+        self.quiet || (crate::host::systemd::stderr_is_journal() && !self.denial_lines)
+    }
 }
 
 /// Runs a daemon-style command on a single-threaded runtime. Its messages, the last one
@@ -179,9 +191,9 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             keep_caps,
             command,
         } => block_on(run::run(RunOptions {
+            quiet: enforce.quiet(),
             policy: enforce.policy,
             audit_log: enforce.audit_log,
-            quiet: enforce.quiet,
             as_root,
             user,
             keep_caps,
@@ -191,9 +203,9 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
         Command::Attach { cgroup, enforce } => block_on(crate::runtime::attach::attach(
             crate::runtime::attach::AttachOptions {
                 cgroup,
+                quiet: enforce.quiet(),
                 policy: enforce.policy,
                 audit_log: enforce.audit_log,
-                quiet: enforce.quiet,
                 allow_degraded: enforce.allow_degraded,
             },
         )),

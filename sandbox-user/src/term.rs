@@ -34,6 +34,32 @@ struct Terminal {
 
 static TERM: OnceLock<Terminal> = OnceLock::new();
 
+/// stderr is the journal: lines carry a syslog level prefix (`<4>` for warnings, ...).
+static JOURNAL: AtomicBool = AtomicBool::new(false);
+
+/// Lines get syslog level prefixes from now on (stderr is the journal, see
+/// `host::systemd::stderr_is_journal`).
+pub fn journal_levels() {
+    JOURNAL.store(true, Ordering::Relaxed);
+}
+
+/// The syslog level of one of sandbox's lines, from how it starts.
+fn level(text: &str) -> u8 {
+    let body = text.strip_prefix("sandbox: ").unwrap_or(text);
+    if body.starts_with("warning") {
+        4
+    } else if body.starts_with("denied") || body.starts_with("would deny") {
+        5
+    } else if body.starts_with("error")
+        || body.starts_with("refusing")
+        || body.starts_with("reload refused")
+    {
+        3
+    } else {
+        6
+    }
+}
+
 /// Starts the writer thread; from now on [`line`] never blocks. Also makes sure that
 /// writing to a terminal of a background job does not stop sandbox (`SIGTTOU`) and that a
 /// closed pipe does not kill it (`SIGPIPE`): both are ignored, and the command gets the
@@ -104,7 +130,10 @@ fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
 /// Shows one line on stderr (a newline is added). Never blocks once [`start`] ran; before
 /// that (or in commands that do not enforce) it writes directly.
 pub fn line(text: &str) {
-    let mut bytes = Vec::with_capacity(text.len() + 1);
+    let mut bytes = Vec::with_capacity(text.len() + 4);
+    if JOURNAL.load(Ordering::Relaxed) {
+        bytes.extend_from_slice(format!("<{}>", level(text)).as_bytes());
+    }
     bytes.extend_from_slice(text.as_bytes());
     bytes.push(b'\n');
     let Some(t) = TERM.get() else {

@@ -163,6 +163,11 @@ pub struct Attached {
 
 impl Attached {
     pub fn start(cgroup: &str, policy: &Path, audit: &Path) -> Self {
+        Self::start_env(cgroup, policy, audit, &[])
+    }
+
+    /// [`Attached::start`] with these environment variables set.
+    pub fn start_env(cgroup: &str, policy: &Path, audit: &Path, env: &[(&str, &Path)]) -> Self {
         use std::io::BufRead as _;
         let mut child = std::process::Command::new(crate::bins().sandbox)
             .arg("attach")
@@ -172,6 +177,7 @@ impl Attached {
             .arg(policy)
             .arg("--audit-log")
             .arg(audit)
+            .envs(env.iter().copied())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();

@@ -31,6 +31,7 @@ pub struct AttachOptions {
     pub cgroup: PathBuf,
     pub policy: Option<PathBuf>,
     pub audit_log: Option<PathBuf>,
+    /// No line per denial on stderr (`--quiet`; by default when stderr is the journal).
     pub quiet: bool,
     /// `--allow-degraded`: in the fallback backend, enforce the network part even when the
     /// policy has file or exec rules (which cannot be enforced on running processes).
@@ -112,6 +113,10 @@ fn events(armed: &mut Armed) -> anyhow::Result<Ring> {
 
 pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     term::start();
+    let notify = crate::host::systemd::Notifier::from_env();
+    if crate::host::systemd::stderr_is_journal() {
+        term::journal_levels();
+    }
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
     let ctx = Context::from_process(home)?;
     let policy = read_policy(opts.policy.as_deref(), &ctx)?;
@@ -147,6 +152,12 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    // Ready only now: the cgroup is bound, so units ordered after this one start confined.
+    notify.ready(&format!(
+        "enforcing policy '{}' on {}",
+        armed.compiled.name,
+        armed.cgroup.path.display()
+    ));
     loop {
         let signals = (&mut sighup, &mut sigterm, &mut sigint);
         let reload = serve(&mut armed, &mut ring, &mut audit, opts.quiet, signals).await?;
@@ -154,6 +165,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
             break;
         }
         debug("reload requested");
+        notify.reloading();
         let next = read_policy(opts.policy.as_deref(), &ctx).and_then(|p| {
             fallback_check(&p, &host, opts.allow_degraded)?;
             let c = compile_policy(p, &audit, opts.policy.as_deref())?;
@@ -175,13 +187,26 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
                     armed.compiled.name,
                     armed.cgroup.path.display()
                 ));
+                notify.ready(&format!(
+                    "enforcing policy '{}' on {} (reloaded)",
+                    armed.compiled.name,
+                    armed.cgroup.path.display()
+                ));
             }
-            Err(e) => term::line(&format!(
-                "sandbox: reload refused, the policy in force stays: {}",
-                crate::kernel::loader::error_chain(e.as_ref())
-            )),
+            Err(e) => {
+                term::line(&format!(
+                    "sandbox: reload refused, the policy in force stays: {}",
+                    crate::kernel::loader::error_chain(e.as_ref())
+                ));
+                notify.ready(&format!(
+                    "enforcing policy '{}' on {} (the last reload was refused: see the log)",
+                    armed.compiled.name,
+                    armed.cgroup.path.display()
+                ));
+            }
         }
     }
+    notify.stopping();
     armed.enforcer.release();
     finish(&mut armed, &mut ring, &mut audit, opts.quiet)?;
     term::line(&format!(

@@ -42,6 +42,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(10);
 pub struct RunOptions {
     pub policy: Option<PathBuf>,
     pub audit_log: Option<PathBuf>,
+    /// No line per denial on stderr (`--quiet`; by default when stderr is the journal).
     pub quiet: bool,
     pub as_root: bool,
     /// Run the command as this user (name or uid) instead.
@@ -579,6 +580,9 @@ pub fn fallback_rules(
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     term::start();
+    if crate::host::systemd::stderr_is_journal() {
+        term::journal_levels();
+    }
     let Some((prog, args)) = opts.command.split_first() else {
         bail!("no command given: sandbox run [--policy FILE] -- COMMAND [ARGS...]");
     };

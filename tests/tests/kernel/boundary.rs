@@ -284,7 +284,7 @@ fn terminal_input_cannot_be_injected() {
     let r = probe_as_agent(&d, Some("version: 1\n"), &[&["tiocsti-own"]]);
     r.expect("tiocsti-own", "EPERM");
     let rec = r.one_record("/unmapped/activity", "ioctl");
-    assert_eq!(rec["ioctl_cmd"], 0x5412, "{rec:#}");
+    assert_eq!(rec["unmapped"]["ioctl_cmd"], 0x5412, "{rec:#}");
     assert_eq!(rec["unmapped"]["reason"], "tty_injection", "{rec:#}");
 
     // The user's terminal: sandbox run in a session whose controlling terminal is a pty

@@ -14,7 +14,12 @@ fn a_denied_command_exits_126_with_its_record() {
     let tool = path_str(&d, "denied-tool");
     // The route: without the policy, the same command runs.
     let r = run_as(User::Agent, &d, Some("version: 1\n"), &[&tool, "whoami"]);
-    assert_eq!(r.status, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("PROBE whoami -> UID="),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     let policy = format!("exec:\n  deny: [{tool}]\n");
     let r = run_as(User::Agent, &d, Some(&policy), &[&tool, "whoami"]);
     assert_eq!(r.status, 126, "{}", r.stderr);
@@ -60,11 +65,11 @@ fn exec_denied_by_path_symlink_and_hardlink() {
             ("exec-memfd ./denied-tool", "READ-EACCES"),
         ],
     );
-    r.check_records(&[rec("/process/file/path", path_str(&d, "denied-tool"))
+    r.check_records(&[rec("/unmapped/rule", "exec.deny[0]")
         .count(4)
         .has("/class_uid", 1007)
         .has("/activity_id", 1)
-        .has("/unmapped/rule", "exec.deny[0]")]);
+        .has("/process/file/path", path_str(&d, "denied-tool"))]);
 }
 
 #[test]

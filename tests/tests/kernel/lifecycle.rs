@@ -2,6 +2,9 @@
 //! before anything starts, audit mode, scope (nothing outside the cgroup is touched),
 //! enforcement that outlives a killed sandbox, `sandbox attach` with reloads.
 
+use std::os::fd::FromRawFd as _;
+use std::os::unix::fs::MetadataExt as _;
+
 use sandbox_tests::*;
 
 /// `sandbox attach` on an existing cgroup: its processes are confined from binding on;
@@ -81,6 +84,143 @@ fn attach_to_a_service_cgroup_and_reload() {
     assert!(paths.len() > 3, "{audit:#?}");
     assert!(paths[2..].iter().all(|p| *p == two), "{audit:#?}");
     // The processes have exited: move nothing, just remove the test cgroup.
+    let _ = std::fs::remove_dir(cg);
+}
+
+/// Under a service manager (`Type=notify-reload`): `READY=1` only once the cgroup is bound,
+/// so a unit ordered after sandbox starts confined; `RELOADING=1` with `MONOTONIC_USEC`,
+/// then `READY=1`, around a reload; `STOPPING=1` at the end.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn attach_tells_the_service_manager() {
+    use std::os::unix::net::UnixDatagram;
+
+    let d = workdir("notify");
+    write(&d.join("secret"), "s");
+    let secret = path_str(&d, "secret");
+    let cg = Path::new("/sys/fs/cgroup/svc-notify");
+    let _ = std::fs::create_dir(cg);
+    let policy = d.join("policy.yaml");
+    write(&policy, &format!("name: svc\nfiles:\n  deny: [{secret}]\n"));
+    let sock_path = d.join("notify.sock");
+    let _ = std::fs::remove_file(&sock_path);
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_mins(2))).unwrap();
+    let recv = || {
+        let mut b = [0u8; 512];
+        let n = sock
+            .recv(&mut b)
+            .expect("a notification from sandbox attach");
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    // The route: before sandbox, a process of the service reads the file.
+    assert_eq!(probe_in_cgroup(cg, &["open", &secret, "r"]), OK);
+    let mut attach = Attached::start_env(
+        "svc-notify",
+        &policy,
+        &d.join("audit.jsonl"),
+        &[("NOTIFY_SOCKET", &sock_path)],
+    );
+    let ready = recv();
+    assert!(
+        ready.starts_with("READY=1\nSTATUS=enforcing policy 'svc'"),
+        "{ready}"
+    );
+    // The moment READY=1 arrives, the service's processes are confined.
+    assert_eq!(probe_in_cgroup(cg, &["open", &secret, "r"]), EACCES);
+    attach.signal(libc::SIGHUP);
+    let reloading = recv();
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reloading}"
+    );
+    let ready = recv();
+    assert!(
+        ready.contains("READY=1") && ready.contains("(reloaded)"),
+        "{ready}"
+    );
+    attach.signal(libc::SIGTERM);
+    assert!(recv().starts_with("STOPPING=1"));
+    assert!(attach.child.wait().unwrap().success());
+    let _ = std::fs::remove_dir(cg);
+}
+
+/// With stderr as the journal (`JOURNAL_STREAM` names the stream stderr is), lines carry
+/// syslog levels and there is no line per denial; the audit log has the record.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn attach_writes_for_the_journal() {
+    let d = workdir("journal");
+    write(&d.join("secret"), "s");
+    let secret = path_str(&d, "secret");
+    let cg = Path::new("/sys/fs/cgroup/svc-journal");
+    let _ = std::fs::create_dir(cg);
+    let policy = d.join("policy.yaml");
+    write(&policy, &format!("name: svc\nfiles:\n  deny: [{secret}]\n"));
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe() fills two descriptors we own from here on.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are ours and open.
+    let (read_end, write_end) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    let st = std::fs::File::from(write_end.try_clone().unwrap())
+        .metadata()
+        .unwrap();
+    let stream = format!("{}:{}", st.dev(), st.ino());
+    let mut journal = Command::new(bins().sandbox)
+        .args(["attach", "--cgroup", "svc-journal", "--policy"])
+        .arg(&policy)
+        .arg("--audit-log")
+        .arg(d.join("audit.jsonl"))
+        .env("JOURNAL_STREAM", &stream)
+        .stderr(Stdio::from(write_end))
+        .spawn()
+        .unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for l in std::io::BufReader::new(read_end)
+                .lines()
+                .map_while(Result::ok)
+            {
+                lines.lock().unwrap().push(l);
+            }
+        })
+    };
+    let seen = |want: &str| lines.lock().unwrap().iter().any(|l| l.contains(want));
+    let deadline = std::time::Instant::now() + Duration::from_mins(2);
+    while !seen("enforcing policy 'svc'") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(probe_in_cgroup(cg, &["open", &secret, "r"]), EACCES);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(journal.id(), libc::SIGTERM);
+    assert!(journal.wait().unwrap().success());
+    reader.join().unwrap();
+    let lines = lines.lock().unwrap().clone();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("<6>sandbox: enforcing policy 'svc'")),
+        "{lines:#?}"
+    );
+    assert!(lines.iter().all(|l| l.starts_with('<')), "{lines:#?}");
+    assert!(
+        !lines.iter().any(|l| l.contains("denied open")),
+        "{lines:#?}"
+    );
+    // The denial is in the audit log all the same.
+    let audit = read_audit(&d.join("audit.jsonl"));
+    assert!(
+        audit.iter().any(|r| r["file"]["path"] == secret.as_str()),
+        "{audit:#?}"
+    );
     let _ = std::fs::remove_dir(cg);
 }
 
