@@ -41,6 +41,11 @@ pub struct EnforceArgs {
     /// none: the audit log has every record, and a denial flood would flood the journal).
     #[arg(long, conflicts_with = "quiet")]
     pub denial_lines: bool,
+    /// Serve Prometheus metrics (records by class, decision and rule; losses; reloads) on
+    /// ADDR, default 127.0.0.1:9464 (loopback: anyone who can reach it learns what the
+    /// confined command tried).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::runtime::metrics::DEFAULT_ADDR)]
+    pub metrics: Option<std::net::SocketAddr>,
     /// On a host without BPF LSM (the fallback backend), run even when the policy has rules
     /// the fallback cannot enforce; they are listed at the start. (Policy setting:
     /// `fallback: {allow_degraded: true}`.)
@@ -126,6 +131,9 @@ pub enum Command {
         /// Policy whose coverage to report (default: the built-in policy).
         #[arg(long, short)]
         policy: Option<PathBuf>,
+        /// One JSON object: `ok`, `backend`, `checks` (status, name, detail), `notes`.
+        #[arg(long)]
+        json: bool,
     },
     /// Show the audit log: one line per record (coloured on a terminal; NO_COLOR turns that
     /// off) or the records as JSON; rotated files first. Exit with ctrl-C when following.
@@ -192,6 +200,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             command,
         } => block_on(run::run(RunOptions {
             quiet: enforce.quiet(),
+            metrics: enforce.metrics,
             policy: enforce.policy,
             audit_log: enforce.audit_log,
             as_root,
@@ -204,6 +213,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             crate::runtime::attach::AttachOptions {
                 cgroup,
                 quiet: enforce.quiet(),
+                metrics: enforce.metrics,
                 policy: enforce.policy,
                 audit_log: enforce.audit_log,
                 allow_degraded: enforce.allow_degraded,
@@ -302,7 +312,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             print!("{}", policy::DEFAULT_POLICY);
             Ok(0)
         }
-        Command::Preflight { policy } => preflight_cmd(policy.as_deref()),
+        Command::Preflight { policy, json } => preflight_cmd(policy.as_deref(), json),
         Command::Explain { policy, json, what } => {
             let ctx = context()?;
             let p = run::load_policy(policy.as_deref(), &ctx)?;
@@ -353,25 +363,69 @@ fn context() -> anyhow::Result<policy::Context> {
     Ok(policy::Context::from_process(t.home)?)
 }
 
-fn preflight_cmd(policy_file: Option<&std::path::Path>) -> anyhow::Result<i32> {
+/// What `preflight` says: printed as it goes, or gathered into one JSON object.
+struct PreflightOut {
+    json: bool,
+    checks: Vec<serde_json::Value>,
+    notes: Vec<String>,
+    backend: Option<&'static str>,
+}
+
+impl PreflightOut {
+    fn check(&mut self, status: &str, name: &str, detail: &str) {
+        if self.json {
+            self.checks.push(serde_json::json!({
+                "status": status.trim().to_lowercase(), "name": name, "detail": detail,
+            }));
+        } else {
+            println!("{status:<4} {name:<11} {detail}");
+        }
+    }
+
+    fn note(&mut self, text: &str) {
+        if self.json {
+            self.notes.push(text.trim_start_matches('\n').to_owned());
+        } else {
+            println!("{text}");
+        }
+    }
+
+    /// The exit status; in JSON mode the object is printed now.
+    fn end(self, code: i32) -> i32 {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "ok": code == 0, "backend": self.backend, "checks": self.checks,
+                    "notes": self.notes,
+                })
+            );
+        }
+        code
+    }
+}
+
+fn preflight_cmd(policy_file: Option<&std::path::Path>, json: bool) -> anyhow::Result<i32> {
+    let mut out = PreflightOut {
+        json,
+        checks: Vec::new(),
+        notes: Vec::new(),
+        backend: None,
+    };
     let mut hard_ok = true;
     for c in preflight::static_checks() {
         let hard = preflight::hard_checks().iter().any(|h| h.name == c.name);
-        println!(
-            "{} {:<11} {}",
-            match (c.ok, hard) {
-                (true, _) => "ok  ",
-                (false, true) => "FAIL",
-                (false, false) => "no  ",
-            },
-            c.name,
-            c.detail
-        );
+        let status = match (c.ok, hard) {
+            (true, _) => "ok",
+            (false, true) => "FAIL",
+            (false, false) => "no",
+        };
+        out.check(status, c.name, &c.detail);
         hard_ok &= c.ok || !hard;
     }
     if !hard_ok {
-        println!("\nNo enforcement is possible here; `sandbox run` will refuse to start commands.");
-        return Ok(1);
+        out.note("\nNo enforcement is possible here; `sandbox run` will refuse to start commands.");
+        return Ok(out.end(1));
     }
     let ctx = context()?;
     let p = run::load_policy(policy_file, &ctx)?;
@@ -379,44 +433,54 @@ fn preflight_cmd(policy_file: Option<&std::path::Path>) -> anyhow::Result<i32> {
     let host = match crate::backend::detect(&c) {
         Ok(h) => h,
         Err(e) => {
-            println!("FAIL load        {e:#}");
-            return Ok(1);
+            out.check("FAIL", "load", &format!("{e:#}"));
+            return Ok(out.end(1));
         }
     };
     match &host.backend {
         crate::backend::Backend::BpfLsm => {
+            out.backend = Some("bpf-lsm");
             match loader::Enforcer::load(&c, &host.kernel, 1, None) {
-                Ok(_) => println!(
-                    "ok   load        BPF-LSM programs load and attach ({})",
-                    host.kernel
-                        .programs
-                        .iter()
-                        .map(|p| p.hook)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                Ok(_) => out.check(
+                    "ok",
+                    "load",
+                    &format!(
+                        "BPF-LSM programs load and attach ({})",
+                        host.kernel
+                            .programs
+                            .iter()
+                            .map(|p| p.hook)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                 ),
                 Err(e) => {
-                    println!("FAIL load        {}", preflight::explain_load_failure(&e));
-                    return Ok(1);
+                    out.check("FAIL", "load", &preflight::explain_load_failure(&e));
+                    return Ok(out.end(1));
                 }
             }
-            println!("\n{}", host.backend.describe());
+            out.note(&format!("\n{}", host.backend.describe()));
         }
         crate::backend::Backend::Fallback { landlock, .. } => {
-            println!(
-                "ok   load        cgroup socket-address programs load ({}); cgroup v2 at {}",
-                sandbox_common::programs::CGROUP_PROGRAMS
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                host.cgroup_root.display()
+            out.backend = Some("fallback");
+            out.check(
+                "ok",
+                "load",
+                &format!(
+                    "cgroup socket-address programs load ({}); cgroup v2 at {}",
+                    sandbox_common::programs::CGROUP_PROGRAMS
+                        .iter()
+                        .map(|p| p.name)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    host.cgroup_root.display()
+                ),
             );
             match landlock {
-                Ok(abi) => println!("ok   landlock    Landlock ABI {abi}"),
-                Err(e) => println!("no   landlock    {e}"),
+                Ok(abi) => out.check("ok", "landlock", &format!("Landlock ABI {abi}")),
+                Err(e) => out.check("no", "landlock", e),
             }
-            println!("\n{}", host.backend.describe());
+            out.note(&format!("\n{}", host.backend.describe()));
             let t = Target::detect()?;
             let facts = crate::fallback::HostFacts {
                 landlock: landlock.clone(),
@@ -425,20 +489,20 @@ fn preflight_cmd(policy_file: Option<&std::path::Path>) -> anyhow::Result<i32> {
                 attach: false,
             };
             let (_, cov) = crate::fallback::plan(&p, &facts);
-            println!(
+            out.note(&format!(
                 "\nWith {} (`sandbox run` as {}):",
                 policy_file.map_or_else(
                     || "the built-in policy".to_owned(),
                     |f| f.display().to_string()
                 ),
                 t.name.as_deref().unwrap_or("this user")
-            );
+            ));
             for line in crate::fallback::report(&cov) {
-                println!("{line}");
+                out.note(&line);
             }
             let refused = cov.refused().count();
             if refused > 0 {
-                println!(
+                out.note(&format!(
                     "\n`sandbox run` refuses this policy here unless it sets \
                      `fallback: {{allow_degraded: true}}` or is given --allow-degraded{}",
                     if p.allow_degraded {
@@ -446,9 +510,9 @@ fn preflight_cmd(policy_file: Option<&std::path::Path>) -> anyhow::Result<i32> {
                     } else {
                         ""
                     }
-                );
+                ));
             }
         }
     }
-    Ok(0)
+    Ok(out.end(0))
 }

@@ -163,11 +163,17 @@ pub struct Attached {
 
 impl Attached {
     pub fn start(cgroup: &str, policy: &Path, audit: &Path) -> Self {
-        Self::start_env(cgroup, policy, audit, &[])
+        Self::start_with(cgroup, policy, audit, &[], &[])
     }
 
-    /// [`Attached::start`] with these environment variables set.
-    pub fn start_env(cgroup: &str, policy: &Path, audit: &Path, env: &[(&str, &Path)]) -> Self {
+    /// [`Attached::start`] with these environment variables set and more arguments.
+    pub fn start_with(
+        cgroup: &str,
+        policy: &Path,
+        audit: &Path,
+        env: &[(&str, &Path)],
+        args: &[&str],
+    ) -> Self {
         use std::io::BufRead as _;
         let mut child = std::process::Command::new(crate::bins().sandbox)
             .arg("attach")
@@ -177,6 +183,7 @@ impl Attached {
             .arg(policy)
             .arg("--audit-log")
             .arg(audit)
+            .args(args)
             .envs(env.iter().copied())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -557,6 +557,28 @@ fn preflight_names_the_fallback_backend() {
         "{text}"
     );
     assert!(text.contains("'/**/.env': not enforced"), "{text}");
+    let out = Command::new(bins().0)
+        .args(["preflight", "--json"])
+        .env("SANDBOX_BACKEND", "fallback")
+        .output()
+        .expect("preflight --json");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["ok"], true, "{v:#}");
+    assert_eq!(v["backend"], "fallback", "{v:#}");
+    let load = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "load")
+        .expect("a load check");
+    assert_eq!(load["status"], "ok", "{v:#}");
+    assert!(
+        v["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap_or_default()
+            .contains("'/**/.env': not enforced")),
+        "{v:#}"
+    );
 }
 
 /// Exit statuses as `env` and `timeout` give them: 127 for a command not found, 126 for

@@ -36,6 +36,8 @@ pub struct AuditFile {
     buffered: u64,
     /// Records lost to write errors and not yet reported in the file.
     unwritten: u64,
+    /// Records lost to write errors since the start (for metrics).
+    lost_total: u64,
     failing: bool,
 }
 
@@ -238,6 +240,7 @@ impl AuditFile {
             keep,
             buffered: 0,
             unwritten: 0,
+            lost_total: 0,
             failing: false,
         })
     }
@@ -297,8 +300,14 @@ impl AuditFile {
         Ok(())
     }
 
+    /// Records lost to write errors since the log was opened.
+    pub fn lost_total(&self) -> u64 {
+        self.lost_total
+    }
+
     fn lost(&mut self, n: u64) {
         self.unwritten += n;
+        self.lost_total += n;
         if !self.failing {
             self.failing = true;
             crate::term::line(&format!(

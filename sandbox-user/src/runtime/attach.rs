@@ -24,7 +24,7 @@ use crate::compile::{self, CompiledPolicy};
 use crate::host::safepath::Agent;
 use crate::policy::{self, Context, Policy};
 use crate::runtime::hosts::HostState;
-use crate::runtime::run::{self, Armed, Bind, Pump};
+use crate::runtime::run::{self, Armed, Bind, Pump, Sinks};
 use crate::term;
 
 pub struct AttachOptions {
@@ -33,6 +33,8 @@ pub struct AttachOptions {
     pub audit_log: Option<PathBuf>,
     /// No line per denial on stderr (`--quiet`; by default when stderr is the journal).
     pub quiet: bool,
+    /// `--metrics`: serve Prometheus metrics on this address.
+    pub metrics: Option<std::net::SocketAddr>,
     /// `--allow-degraded`: in the fallback backend, enforce the network part even when the
     /// policy has file or exec rules (which cannot be enforced on running processes).
     pub allow_degraded: bool,
@@ -152,6 +154,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    let sinks = Sinks::start(opts.quiet, opts.metrics, &armed.compiled.name).await?;
     // Ready only now: the cgroup is bound, so units ordered after this one start confined.
     notify.ready(&format!(
         "enforcing policy '{}' on {}",
@@ -160,7 +163,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     ));
     loop {
         let signals = (&mut sighup, &mut sigterm, &mut sigint);
-        let reload = serve(&mut armed, &mut ring, &mut audit, opts.quiet, signals).await?;
+        let reload = serve(&mut armed, &mut ring, &mut audit, &sinks, signals).await?;
         if !reload {
             break;
         }
@@ -180,13 +183,17 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
                 let mut old_ring = std::mem::replace(&mut ring, new_ring);
                 debug("new set bound");
                 old.enforcer.release();
-                finish(&mut old, &mut old_ring, &mut audit, opts.quiet)?;
+                finish(&mut old, &mut old_ring, &mut audit, &sinks)?;
                 debug("old set released and drained");
                 term::line(&format!(
                     "sandbox: reloaded: policy '{}' in force on {}",
                     armed.compiled.name,
                     armed.cgroup.path.display()
                 ));
+                sinks.metrics(|m| {
+                    m.reload(true);
+                    m.policy(&armed.compiled.name);
+                });
                 notify.ready(&format!(
                     "enforcing policy '{}' on {} (reloaded)",
                     armed.compiled.name,
@@ -198,6 +205,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
                     "sandbox: reload refused, the policy in force stays: {}",
                     crate::kernel::loader::error_chain(e.as_ref())
                 ));
+                sinks.metrics(|m| m.reload(false));
                 notify.ready(&format!(
                     "enforcing policy '{}' on {} (the last reload was refused: see the log)",
                     armed.compiled.name,
@@ -208,7 +216,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     }
     notify.stopping();
     armed.enforcer.release();
-    finish(&mut armed, &mut ring, &mut audit, opts.quiet)?;
+    finish(&mut armed, &mut ring, &mut audit, &sinks)?;
     term::line(&format!(
         "sandbox: stopped: {} is no longer confined",
         armed.cgroup.path.display()
@@ -222,14 +230,14 @@ async fn serve(
     armed: &mut Armed,
     ring: &mut Ring,
     audit: &mut AuditFile,
-    quiet: bool,
+    sinks: &Sinks,
     (sighup, sigterm, sigint): (&mut Signal, &mut Signal, &mut Signal),
 ) -> anyhow::Result<bool> {
     let fmt = Formatter::new(&armed.compiled, armed.mounts.clone(), &armed.identities)?;
     let mut pump = Pump {
         fmt,
         audit,
-        quiet,
+        sinks: sinks.clone(),
         reported_drops: armed.reported_drops,
         exec_denials: 0,
     };
@@ -278,7 +286,7 @@ async fn serve(
         }
     };
     pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-    pump.audit.flush()?;
+    pump.flush()?;
     armed.reported_drops = pump.reported_drops;
     Ok(reload)
 }
@@ -288,18 +296,18 @@ fn finish(
     armed: &mut Armed,
     ring: &mut Ring,
     audit: &mut AuditFile,
-    quiet: bool,
+    sinks: &Sinks,
 ) -> anyhow::Result<()> {
     let mut pump = Pump {
         fmt: Formatter::new(&armed.compiled, armed.mounts.clone(), &armed.identities)?,
         audit,
-        quiet,
+        sinks: sinks.clone(),
         reported_drops: armed.reported_drops,
         exec_denials: 0,
     };
     pump.drain(ring.get_mut(), run::FINAL_DRAIN)?;
     pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-    pump.audit.flush()?;
+    pump.flush()?;
     armed.reported_drops = pump.reported_drops;
     Ok(())
 }

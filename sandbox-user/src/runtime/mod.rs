@@ -5,4 +5,5 @@
 pub mod attach;
 pub mod dns;
 pub mod hosts;
+pub mod metrics;
 pub mod run;

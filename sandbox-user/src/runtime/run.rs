@@ -13,6 +13,7 @@
 use std::ffi::{CString, OsString};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -30,6 +31,7 @@ use crate::host::safepath::{self, Agent};
 use crate::kernel::loader::{self, Enforcer};
 use crate::policy::{self, Context, PathRule, Policy};
 use crate::runtime::hosts::HostState;
+use crate::runtime::metrics::Metrics;
 use crate::{preflight, term};
 
 /// Where the audit log goes when neither `--audit-log` nor `audit.path` says.
@@ -44,6 +46,8 @@ pub struct RunOptions {
     pub audit_log: Option<PathBuf>,
     /// No line per denial on stderr (`--quiet`; by default when stderr is the journal).
     pub quiet: bool,
+    /// `--metrics`: serve Prometheus metrics on this address.
+    pub metrics: Option<std::net::SocketAddr>,
     pub as_root: bool,
     /// Run the command as this user (name or uid) instead.
     pub user: Option<String>,
@@ -657,6 +661,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         // SAFETY: plain syscall.
         parent: unsafe { libc::getpid() },
     };
+    let sinks = Sinks::start(opts.quiet, opts.metrics, &armed.compiled.name).await?;
     let result = supervise(
         &mut armed,
         &mut audit,
@@ -667,7 +672,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         ),
         prog,
         args,
-        opts.quiet,
+        &sinks,
     )
     .await;
     t.lap("supervise");
@@ -838,7 +843,7 @@ async fn supervise(
     (privileges, landlock): (Privileges, Option<i32>),
     prog: &OsString,
     args: &[OsString],
-    quiet: bool,
+    sinks: &Sinks,
 ) -> anyhow::Result<i32> {
     let ring = armed.enforcer.take_events()?;
     // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists; nothing else
@@ -856,7 +861,7 @@ async fn supervise(
     let mut pump = Pump {
         fmt,
         audit,
-        quiet,
+        sinks: sinks.clone(),
         reported_drops: 0,
         exec_denials: 0,
     };
@@ -870,7 +875,7 @@ async fn supervise(
             // the ring already (the hook wrote it before exec failed) and goes to the log.
             pump.drain(ring.get_mut(), FINAL_DRAIN)?;
             pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-            pump.audit.flush()?;
+            pump.flush()?;
             return cannot_start(prog, &err, pump.exec_denials > 0);
         }
     };
@@ -961,7 +966,7 @@ async fn supervise(
     tokio::time::sleep(Duration::from_millis(50)).await;
     pump.drain(ring.get_mut(), FINAL_DRAIN)?;
     pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-    pump.audit.flush()?;
+    pump.flush()?;
     Ok(exit_code(status))
 }
 
@@ -1034,11 +1039,45 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
+/// Where records go besides the audit log: a line on the terminal (unless quiet), and the
+/// metrics when they are served.
+#[derive(Clone, Default)]
+pub struct Sinks {
+    pub quiet: bool,
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+impl Sinks {
+    /// Starts serving metrics on `addr` (if any) for the policy `name`.
+    pub async fn start(
+        quiet: bool,
+        addr: Option<std::net::SocketAddr>,
+        name: &str,
+    ) -> anyhow::Result<Self> {
+        let metrics = match addr {
+            Some(addr) => {
+                let m = Arc::new(Metrics::default());
+                m.policy(name);
+                crate::runtime::metrics::serve(addr, m.clone()).await?;
+                Some(m)
+            }
+            None => None,
+        };
+        Ok(Self { quiet, metrics })
+    }
+
+    pub fn metrics(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &self.metrics {
+            f(m);
+        }
+    }
+}
+
 /// Moves records from the ring buffer to the audit sinks.
 pub struct Pump<'a> {
     pub fmt: Formatter<'a>,
     pub audit: &'a mut AuditFile,
-    pub quiet: bool,
+    pub sinks: Sinks,
     pub reported_drops: u64,
     /// Denied execs seen (`sandbox run`: was the command's own exec denied?).
     pub exec_denials: u64,
@@ -1053,11 +1092,25 @@ pub const FINAL_DRAIN: usize = 1 << 20;
 pub const DRAIN_BATCH: usize = 4096;
 
 impl Pump<'_> {
+    /// One record to the log, counted in the metrics.
+    fn write(&mut self, rec: &Record) -> std::io::Result<()> {
+        self.sinks.metrics(|m| m.record(rec));
+        self.audit.write(rec)
+    }
+
+    /// Hands what is buffered to the log file; the metrics learn what it could not write.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.audit.flush()?;
+        let lost = self.audit.lost_total();
+        self.sinks.metrics(|m| m.set_write_lost(lost));
+        Ok(())
+    }
+
     /// Writes up to `max` records; `true` when the ring buffer is empty.
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
         for _ in 0..max {
             let Some(item) = ring.next() else {
-                self.audit.flush()?;
+                self.flush()?;
                 return Ok(true);
             };
             match Event::decode(&item) {
@@ -1067,13 +1120,14 @@ impl Pump<'_> {
                     {
                         self.exec_denials += 1;
                     }
-                    self.audit.write(&self.fmt.record(&e))?;
-                    if !self.quiet {
+                    let rec = self.fmt.record(&e);
+                    self.write(&rec)?;
+                    if !self.sinks.quiet {
                         term::line(&self.fmt.line(&e));
                     }
                 }
                 Err(err) => {
-                    self.audit.write(&Record::error(
+                    self.write(&Record::error(
                         format!("undecodable kernel record: {err}"),
                         None,
                     ))?;
@@ -1083,7 +1137,7 @@ impl Pump<'_> {
                 }
             }
         }
-        self.audit.flush()?;
+        self.flush()?;
         Ok(false)
     }
 
@@ -1099,7 +1153,7 @@ impl Pump<'_> {
             let n = total - self.reported_drops;
             self.audit
                 .write(&Record::loss(n, "ring buffer full", None))?;
-            self.audit.flush()?;
+            self.flush()?;
             term::line(&format!(
                 "sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log"
             ));
@@ -1120,8 +1174,8 @@ impl Pump<'_> {
             let mut n = 0u64;
             for bytes in &o.records {
                 match Event::decode(bytes) {
-                    Ok(e) => self.audit.write(&self.fmt.orphan_record(&e, &o.run))?,
-                    Err(err) => self.audit.write(&Record::error(
+                    Ok(e) => self.write(&self.fmt.orphan_record(&e, &o.run))?,
+                    Err(err) => self.write(&Record::error(
                         format!("undecodable kernel record: {err}"),
                         Some(&o.run),
                     ))?,
@@ -1129,14 +1183,14 @@ impl Pump<'_> {
                 n += 1;
             }
             if o.lost > 0 {
-                self.audit.write(&Record::loss(
+                self.write(&Record::loss(
                     o.lost,
                     "ring buffer full after the run's sandbox died",
                     Some(&o.run),
                 ))?;
             }
             if let Some(err) = &o.error {
-                self.audit.write(&Record::error(
+                self.write(&Record::error(
                     format!("records left by a sandbox that died could not be read: {err}"),
                     Some(&o.run),
                 ))?;
@@ -1159,7 +1213,7 @@ impl Pump<'_> {
                 ));
             }
         }
-        self.audit.flush()?;
+        self.flush()?;
         Ok(())
     }
 }

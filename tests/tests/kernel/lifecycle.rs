@@ -89,7 +89,8 @@ fn attach_to_a_service_cgroup_and_reload() {
 
 /// Under a service manager (`Type=notify-reload`): `READY=1` only once the cgroup is bound,
 /// so a unit ordered after sandbox starts confined; `RELOADING=1` with `MONOTONIC_USEC`,
-/// then `READY=1`, around a reload; `STOPPING=1` at the end.
+/// then `READY=1`, around a reload; `STOPPING=1` at the end. `--metrics` counts the
+/// denial and the reload.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn attach_tells_the_service_manager() {
@@ -115,11 +116,18 @@ fn attach_tells_the_service_manager() {
     };
     // The route: before sandbox, a process of the service reads the file.
     assert_eq!(probe_in_cgroup(cg, &["open", &secret, "r"]), OK);
-    let mut attach = Attached::start_env(
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let mut attach = Attached::start_with(
         "svc-notify",
         &policy,
         &d.join("audit.jsonl"),
         &[("NOTIFY_SOCKET", &sock_path)],
+        &["--metrics", &metrics_addr],
     );
     let ready = recv();
     assert!(
@@ -128,6 +136,28 @@ fn attach_tells_the_service_manager() {
     );
     // The moment READY=1 arrives, the service's processes are confined.
     assert_eq!(probe_in_cgroup(cg, &["open", &secret, "r"]), EACCES);
+    // The denial is counted in the metrics (once the pump wrote it).
+    let scrape = || {
+        use std::io::{Read as _, Write as _};
+        let mut c = std::net::TcpStream::connect(&metrics_addr).expect("the metrics listener");
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        text
+    };
+    let denied = "sandbox_records_total{class=\"file\",decision=\"deny\",rule=\"files.deny[0]\"} 1";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !scrape().contains(denied) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = scrape();
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.contains(denied), "{text}");
+    assert!(
+        text.contains("sandbox_policy_info{name=\"svc\"} 1"),
+        "{text}"
+    );
     attach.signal(libc::SIGHUP);
     let reloading = recv();
     assert!(

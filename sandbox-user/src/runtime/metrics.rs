@@ -1,0 +1,251 @@
+//! Prometheus metrics (`--metrics [ADDR]`, loopback by default): what the audit pipeline
+//! saw, counted in sandbox itself, served as the text exposition format on a plain TCP
+//! listener (one request, one response; no HTTP library needed for that).
+//!
+//! - `sandbox_records_total{class, decision, rule}`: records written, by OCSF class
+//!   (`file`, `process`, `network`, `audit`), `deny`/`audit` and the rule as the policy
+//!   names it (bounded by the policy's size).
+//! - `sandbox_records_lost_total{cause}`: `ring_buffer` (the kernel could not deliver),
+//!   `log_write` (the log could not be written).
+//! - `sandbox_reloads_total{result}`: `applied`, `refused` (`sandbox attach`).
+//! - `sandbox_policy_info{name}`: 1, the policy in force.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::audit::Record;
+
+/// The default address: loopback only.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
+
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    records: BTreeMap<(&'static str, &'static str, String), u64>,
+    lost_ring: u64,
+    lost_write: u64,
+    reloads_applied: u64,
+    reloads_refused: u64,
+    policy: String,
+}
+
+impl Metrics {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        f(&mut self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// One record written to the log.
+    pub fn record(&self, r: &Record) {
+        let class = match r.class_uid {
+            1001 => "file",
+            1007 => "process",
+            4001 => "network",
+            _ => "audit",
+        };
+        let decision = match r.action {
+            Some("Denied") => "deny",
+            Some(_) => "audit",
+            None => "none",
+        };
+        let rule = r.unmapped.rule.clone().unwrap_or_default();
+        self.with(|m| *m.records.entry((class, decision, rule)).or_default() += 1);
+    }
+
+    pub fn ring_lost(&self, n: u64) {
+        self.with(|m| m.lost_ring += n);
+    }
+
+    /// The log's count of records it could not write, so far (a running total).
+    pub fn set_write_lost(&self, total: u64) {
+        self.with(|m| m.lost_write = total);
+    }
+
+    pub fn reload(&self, applied: bool) {
+        self.with(|m| {
+            if applied {
+                m.reloads_applied += 1;
+            } else {
+                m.reloads_refused += 1;
+            }
+        });
+    }
+
+    pub fn policy(&self, name: &str) {
+        self.with(|m| name.clone_into(&mut m.policy));
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        self.with(|m| {
+            let mut out = String::new();
+            out.push_str(
+                "# HELP sandbox_records_total Audit records written, by class, decision and rule.\n\
+                 # TYPE sandbox_records_total counter\n",
+            );
+            for ((class, decision, rule), n) in &m.records {
+                let _ = writeln!(
+                    out,
+                    "sandbox_records_total{{class=\"{class}\",decision=\"{decision}\",rule=\"{}\"}} {n}",
+                    label(rule)
+                );
+            }
+            out.push_str(
+                "# HELP sandbox_records_lost_total Records lost, by cause (each is also counted in the log).\n\
+                 # TYPE sandbox_records_lost_total counter\n",
+            );
+            let _ = writeln!(
+                out,
+                "sandbox_records_lost_total{{cause=\"ring_buffer\"}} {}\n\
+                 sandbox_records_lost_total{{cause=\"log_write\"}} {}",
+                m.lost_ring, m.lost_write
+            );
+            out.push_str(
+                "# HELP sandbox_reloads_total Policy reloads (SIGHUP), by result.\n\
+                 # TYPE sandbox_reloads_total counter\n",
+            );
+            let _ = writeln!(
+                out,
+                "sandbox_reloads_total{{result=\"applied\"}} {}\n\
+                 sandbox_reloads_total{{result=\"refused\"}} {}",
+                m.reloads_applied, m.reloads_refused
+            );
+            out.push_str(
+                "# HELP sandbox_policy_info The policy in force.\n# TYPE sandbox_policy_info gauge\n",
+            );
+            let _ = writeln!(out, "sandbox_policy_info{{name=\"{}\"}} 1", label(&m.policy));
+            out
+        })
+    }
+}
+
+/// A label value: backslash, double quote and newline escaped.
+fn label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Listens on `addr` and answers every request with the metrics, until the runtime ends.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("metrics: cannot listen on {addr}: {e}"))?;
+    crate::term::line(&format!(
+        "sandbox: metrics on http://{}/metrics",
+        listener.local_addr().unwrap_or(addr)
+    ));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                // The request itself does not matter (every path gets the metrics); read
+                // what arrived so that closing does not reset the connection.
+                let mut buf = [0u8; 1024];
+                let read =
+                    tokio::time::timeout(std::time::Duration::from_secs(2), conn.read(&mut buf))
+                        .await;
+                if !matches!(read, Ok(Ok(_))) {
+                    return;
+                }
+                let body = metrics.render();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_counts_and_escapes() {
+        let m = Metrics::default();
+        m.policy("p\"1");
+        let mut r = crate::audit::Record::loss(2, "ring buffer full", None);
+        m.record(&r);
+        r.class_uid = 1001;
+        r.action = Some("Denied");
+        r.unmapped.rule = Some("files.read_only (implicit: \"audit\" log)".into());
+        m.record(&r);
+        m.record(&r);
+        m.ring_lost(5);
+        m.set_write_lost(3);
+        m.reload(true);
+        m.reload(false);
+        let text = m.render();
+        assert!(text.contains(
+            "sandbox_records_total{class=\"file\",decision=\"deny\",rule=\"files.read_only (implicit: \\\"audit\\\" log)\"} 2"
+        ), "{text}");
+        assert!(
+            text.contains("sandbox_records_total{class=\"audit\",decision=\"none\",rule=\"\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandbox_records_lost_total{cause=\"ring_buffer\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandbox_records_lost_total{cause=\"log_write\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandbox_reloads_total{result=\"refused\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandbox_policy_info{name=\"p\\\"1\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn served_over_tcp() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let m = Arc::new(Metrics::default());
+            m.ring_lost(7);
+            // Port 0: find the port from a listener of our own first.
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = probe.local_addr().unwrap();
+            drop(probe);
+            serve(addr, m.clone()).await.unwrap();
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut resp = String::new();
+            c.read_to_string(&mut resp).await.unwrap();
+            assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+            assert!(
+                resp.contains("sandbox_records_lost_total{cause=\"ring_buffer\"} 7"),
+                "{resp}"
+            );
+        });
+    }
+}
