@@ -481,9 +481,6 @@ pub const EVENT_F_DISCONNECTED: u32 = 2;
 /// The file is on a file system whose root is not mounted, and below none of its mounted
 /// directories (reached by handle or through a mount sandbox does not know). Denied.
 pub const EVENT_F_OUTSIDE_MOUNTS: u32 = 4;
-/// The operation failed (or, in audit mode, would have failed) with `EPERM`; else
-/// `EACCES`.
-pub const EVENT_F_EPERM: u32 = 8;
 
 /// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
 /// path (relative to the superblock root of `dev`) follow the header; then `exe_len` bytes

@@ -139,7 +139,7 @@ pub fn copy_exec(from: &Path, to: &Path) {
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// Hex of a path's bytes, for the probe's `open-hex` and the records' `path_hex`.
+/// Hex of a path's bytes, for the probe's `open-hex` and the records' `unmapped.file.path_hex`.
 pub fn hex(b: &[u8]) -> String {
     b.iter().fold(String::new(), |mut out, x| {
         let _ = write!(out, "{x:02x}");

@@ -91,11 +91,12 @@ impl Run {
         );
     }
 
-    /// Audit records whose `pointer` field equals `value`.
+    /// Audit records whose `pointer` field equals `value`: a string field equal to it, or a
+    /// number or boolean field written as it (`rec("/class_uid", "1007")`).
     pub fn records(&self, pointer: &str, value: &str) -> Vec<&Value> {
         self.audit
             .iter()
-            .filter(|r| r.pointer(pointer).and_then(Value::as_str) == Some(value))
+            .filter(|r| r.pointer(pointer).is_some_and(|v| field_is(v, value)))
             .collect()
     }
 
@@ -144,6 +145,17 @@ impl Run {
     }
 }
 
+/// A record's field is `value`: the same string, or a number or boolean whose JSON text is
+/// `value` (OCSF's ids such as `class_uid` are integers).
+fn field_is(field: &Value, value: &str) -> bool {
+    match field {
+        Value::String(s) => s == value,
+        Value::Number(n) => n.to_string() == value,
+        Value::Bool(b) => value.parse() == Ok(*b),
+        _ => false,
+    }
+}
+
 /// One row of a record table: `count` records (one unless said) have `pointer` = `value`,
 /// and the first of them has each of `fields`.
 pub struct Rec<'a> {
@@ -153,7 +165,8 @@ pub struct Rec<'a> {
     fields: Vec<(&'a str, Value)>,
 }
 
-/// Exactly one audit record has `pointer` (a JSON pointer such as `/file/path`) = `value`.
+/// Exactly one audit record has `pointer` (a JSON pointer such as `/file/path`) = `value`
+/// (a number field is matched by its decimal text: `rec("/class_uid", "1001")`).
 pub fn rec(pointer: &str, value: impl Into<String>) -> Rec<'_> {
     Rec {
         pointer,

@@ -70,11 +70,6 @@ pub fn finish(mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
     };
     rep.reason = v.reason;
     rep.rule = v.rule;
-    // Compared on an opaque copy: LLVM otherwise folds this test and the return below into
-    // arithmetic on `err` (`-(x & 1)`...), whose range the 6.x verifiers cannot bound.
-    if crate::kread::opaque(err.cast_unsigned()) == errno::EPERM.cast_unsigned() {
-        rep.flags |= sandbox_common::EVENT_F_EPERM;
-    }
     event::send(&rep);
     match (audit, err) {
         (true, _) => 0,

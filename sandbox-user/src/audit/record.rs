@@ -12,7 +12,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sandbox_common::{EVENT_F_DISCONNECTED, EVENT_F_EPERM, EVENT_F_OUTSIDE_MOUNTS, decision};
+use sandbox_common::{EVENT_F_DISCONNECTED, EVENT_F_OUTSIDE_MOUNTS, decision};
 use serde::Serialize;
 
 use super::decode::{Event, Hook};
@@ -54,9 +54,6 @@ pub struct Record {
     pub disposition: Option<&'static str>,
     pub status_id: u32,
     pub status: &'static str,
-    /// The errno the operation got (`EACCES`, `EPERM`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status_code: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_detail: Option<&'static str>,
     /// Records lost: how many.
@@ -485,7 +482,6 @@ impl Record {
             disposition: None,
             status_id: 0,
             status: "Unknown",
-            status_code: None,
             status_detail: None,
             count: None,
             message,
@@ -591,13 +587,9 @@ impl Formatter<'_> {
             r.disposition = Some("Blocked");
             r.status_id = 2;
             r.status = "Failure";
-            let eperm = h.flags & EVENT_F_EPERM != 0;
-            r.status_code = Some(if eperm { "EPERM" } else { "EACCES" });
-            r.status_detail = Some(if eperm {
-                "Operation not permitted"
-            } else {
-                "Permission denied"
-            });
+            // Which errno (EACCES or EPERM) the hook returned is not in the event: a flag
+            // for it made 6.1's path_truncate program return 0 on a deny (see ARCHITECTURE).
+            r.status_detail = Some("denied by the policy");
         } else {
             // Audit mode: the operation went on; only this record says it would not have.
             r.action_id = Some(1);

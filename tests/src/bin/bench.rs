@@ -13,7 +13,8 @@
 //!   sandbox-bench flood N         N denied opens as fast as possible (the event stream)
 //!
 //! The flood phase checks that no denial is lost silently: every one of the N denied opens
-//! is either a record in the audit log or counted in a `Records Lost` record (`count`).
+//! is either a record in the audit log or counted in a `Records Lost` record (OCSF: its
+//! `unmapped.activity` is `audit_loss`, the number lost is its `count`).
 #![expect(
     clippy::cast_precision_loss,
     reason = "nanosecond counts and rates shown as floats, far below 2^52"

@@ -146,7 +146,12 @@ fn unix_sockets_outside_the_sandbox() {
     ] {
         let rec = r.one_record("/dst_endpoint/name", path);
         assert_eq!(rec["unmapped"]["activity"], activity, "{rec:#}");
+        // A unix socket: Network Activity with no IP version.
         assert_eq!(rec["class_uid"], 4001, "{rec:#}");
+        assert!(
+            rec["connection_info"]["protocol_ver_id"].is_null(),
+            "{rec:#}"
+        );
         assert_eq!(rec["unmapped"]["rule"], rule, "{rec:#}");
         assert_eq!(rec["unmapped"]["reason"], reason, "{rec:#}");
         assert_eq!(

@@ -65,11 +65,11 @@ fn exec_denied_by_path_symlink_and_hardlink() {
             ("exec-memfd ./denied-tool", "READ-EACCES"),
         ],
     );
-    r.check_records(&[rec("/unmapped/rule", "exec.deny[0]")
+    r.check_records(&[rec("/class_uid", "1007")
         .count(4)
-        .has("/class_uid", 1007)
         .has("/activity_id", 1)
-        .has("/process/file/path", path_str(&d, "denied-tool"))]);
+        .has("/process/file/path", path_str(&d, "denied-tool"))
+        .has("/unmapped/rule", "exec.deny[0]")]);
 }
 
 #[test]
@@ -98,15 +98,15 @@ fn exec_allowlist_and_setuid_denial() {
             ("exec-fd ./ok-tool", OK),
         ],
     );
-    r.check_records(&[rec("/unmapped/reason", "not_in_exec_allowlist")
+    r.check_records(&[rec("/class_uid", "1007")
         .some()
-        .has("/class_uid", 1007)]);
+        .has("/unmapped/reason", "not_in_exec_allowlist")]);
     let r = check(
         &d,
         Some("exec:\n  allow_privileged: false\n"),
         &[("exec ./suid-tool", EACCES), ("exec ./ok-tool", OK)],
     );
-    r.check_records(&[rec("/unmapped/reason", "privileged_binary")
+    r.check_records(&[rec("/class_uid", "1007")
         .some()
-        .has("/class_uid", 1007)]);
+        .has("/unmapped/reason", "privileged_binary")]);
 }

@@ -75,9 +75,9 @@ fn file_deny_by_path_symlink_relative_and_subtree() {
     )
     .unwrap();
     let t = rec["time"].as_u64().unwrap();
-    assert!(t <= now_ms && now_ms - t < 60_000, "{rec:#}");
+    assert!(now_ms.abs_diff(t) < 60_000, "{rec:#} (now: {now_ms})");
     assert!(rec["time_dt"].as_str().unwrap().ends_with('Z'), "{rec:#}");
-    assert_eq!(rec["status_code"], "EACCES", "{rec:#}");
+    assert_eq!(rec["status_id"], 2, "{rec:#}");
     assert!(
         r.stderr.contains("sandbox: denied open (read)"),
         "{}",
