@@ -100,26 +100,27 @@ impl Metrics {
                     label(rule)
                 );
             }
-            out.push_str(
-                "# HELP sandbox_records_lost_total Records lost, by cause (each is also counted in the log).\n\
-                 # TYPE sandbox_records_lost_total counter\n",
-            );
-            let _ = writeln!(
-                out,
-                "sandbox_records_lost_total{{cause=\"ring_buffer\"}} {}\n\
-                 sandbox_records_lost_total{{cause=\"log_write\"}} {}",
-                m.lost_ring, m.lost_write
-            );
-            out.push_str(
-                "# HELP sandbox_reloads_total Policy reloads (SIGHUP), by result.\n\
-                 # TYPE sandbox_reloads_total counter\n",
-            );
-            let _ = writeln!(
-                out,
-                "sandbox_reloads_total{{result=\"applied\"}} {}\n\
-                 sandbox_reloads_total{{result=\"refused\"}} {}",
-                m.reloads_applied, m.reloads_refused
-            );
+            let counters = [
+                (
+                    "sandbox_records_lost_total",
+                    "Records lost, by cause (each is also counted in the log).",
+                    [("cause", "ring_buffer", m.lost_ring), ("cause", "log_write", m.lost_write)],
+                ),
+                (
+                    "sandbox_reloads_total",
+                    "Policy reloads (SIGHUP), by result.",
+                    [
+                        ("result", "applied", m.reloads_applied),
+                        ("result", "refused", m.reloads_refused),
+                    ],
+                ),
+            ];
+            for (name, help, series) in counters {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+                for (key, value, n) in series {
+                    let _ = writeln!(out, "{name}{{{key}=\"{value}\"}} {n}");
+                }
+            }
             out.push_str(
                 "# HELP sandbox_policy_info The policy in force.\n# TYPE sandbox_policy_info gauge\n",
             );

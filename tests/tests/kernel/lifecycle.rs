@@ -87,6 +87,19 @@ fn attach_to_a_service_cgroup_and_reload() {
     let _ = std::fs::remove_dir(cg);
 }
 
+/// A service of the attach tests: its directory with a `secret` file, its cgroup
+/// `svc-NAME`, and a policy `svc` that denies the secret.
+fn service(name: &str) -> (PathBuf, String, PathBuf, PathBuf) {
+    let d = workdir(name);
+    write(&d.join("secret"), "s");
+    let secret = path_str(&d, "secret");
+    let cg = PathBuf::from(format!("/sys/fs/cgroup/svc-{name}"));
+    let _ = std::fs::create_dir(&cg);
+    let policy = d.join("policy.yaml");
+    write(&policy, &format!("name: svc\nfiles:\n  deny: [{secret}]\n"));
+    (d, secret, cg, policy)
+}
+
 /// Under a service manager (`Type=notify-reload`): `READY=1` only once the cgroup is bound,
 /// so a unit ordered after sandbox starts confined; `RELOADING=1` with `MONOTONIC_USEC`,
 /// then `READY=1`, around a reload; `STOPPING=1` at the end. `--metrics` counts the
@@ -96,13 +109,8 @@ fn attach_to_a_service_cgroup_and_reload() {
 fn attach_tells_the_service_manager() {
     use std::os::unix::net::UnixDatagram;
 
-    let d = workdir("notify");
-    write(&d.join("secret"), "s");
-    let secret = path_str(&d, "secret");
-    let cg = Path::new("/sys/fs/cgroup/svc-notify");
-    let _ = std::fs::create_dir(cg);
-    let policy = d.join("policy.yaml");
-    write(&policy, &format!("name: svc\nfiles:\n  deny: [{secret}]\n"));
+    let (d, secret, cg, policy) = service("notify");
+    let cg = cg.as_path();
     let sock_path = d.join("notify.sock");
     let _ = std::fs::remove_file(&sock_path);
     let sock = UnixDatagram::bind(&sock_path).unwrap();
@@ -180,13 +188,10 @@ fn attach_tells_the_service_manager() {
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn attach_writes_for_the_journal() {
-    let d = workdir("journal");
-    write(&d.join("secret"), "s");
-    let secret = path_str(&d, "secret");
-    let cg = Path::new("/sys/fs/cgroup/svc-journal");
-    let _ = std::fs::create_dir(cg);
-    let policy = d.join("policy.yaml");
-    write(&policy, &format!("name: svc\nfiles:\n  deny: [{secret}]\n"));
+    let (d, secret, cg, policy) = service("journal");
+    let cg = cg.as_path();
+    // The route: before sandbox, a process of the service reads the file.
+    assert_eq!(probe_in_cgroup(cg, &["open", &secret, "r"]), OK);
     let mut fds = [0i32; 2];
     // SAFETY: pipe() fills two descriptors we own from here on.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
