@@ -96,6 +96,12 @@ pub const PROGRAMS: &[Program] = &[
     prog("file_send_sigiotask", "file_send_sigiotask", 3),
 ];
 
+/// The program the backend probe loads to learn whether this kernel runs BPF-LSM programs:
+/// the cheapest to verify (a few dozen instructions; `file_open` takes seconds under
+/// emulation).
+pub const PROBE: &str = "file_send_sigiotask";
+const _: &Program = find(PROBE);
+
 /// A program of the fallback backend (kernels that cannot run BPF-LSM programs): a
 /// `cgroup_sock_addr` program attached to the run's cgroup rather than to an LSM hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -99,6 +99,9 @@ pub struct Enforcer {
     /// Links pinned in bpffs (see `pins`): they stay attached if sandbox dies.
     pinned: Vec<aya::programs::links::PinnedLink>,
     pin_dir: Option<std::path::PathBuf>,
+    /// After [`Enforcer::release_later`], what lets the child holding the links go; it is
+    /// dropped after `ebpf` (fields drop in order), whose links the child holds too.
+    holder: Option<std::os::fd::OwnedFd>,
 }
 
 /// Files protected by identity: every existing file named by a literal deny, `read_only` or
@@ -226,37 +229,38 @@ impl Enforcer {
             levels: 0,
             pinned: Vec::new(),
             pin_dir: None,
+            holder: None,
         })
     }
 
-    /// Loads and attaches `programs`.
+    /// Loads and attaches `programs`: loaded side by side ([`load_all`]), attached in
+    /// table order.
     fn attach(&mut self, programs: &[Program], btf: &Btf) -> Result<(), LoadError> {
+        let attach_err = |p: &Program, detail: String| LoadError::Attach {
+            hook: p.hook.into(),
+            detail,
+        };
+        let mut by_name: StdHashMap<&str, &mut aya::programs::Program> =
+            self.ebpf.programs_mut().collect();
+        let mut lsms: Vec<(&Program, &mut Lsm)> = Vec::with_capacity(programs.len());
         for p in programs {
-            let hook = &p.hook;
-            let prog: &mut Lsm = self
-                .ebpf
-                .program_mut(p.name)
-                .ok_or_else(|| LoadError::Attach {
-                    hook: (*hook).into(),
-                    detail: "missing from the object".into(),
-                })?
+            let prog = by_name
+                .remove(p.name)
+                .ok_or_else(|| attach_err(p, "missing from the object".into()))?;
+            let lsm: &mut Lsm = prog
                 .try_into()
-                .map_err(|e: aya::programs::ProgramError| LoadError::Attach {
-                    hook: (*hook).into(),
-                    detail: e.to_string(),
-                })?;
-            prog.load(hook, btf).map_err(|e| LoadError::Attach {
-                hook: (*hook).into(),
-                detail: error_chain(&e),
-            })?;
-            let link = prog.attach().map_err(|e| LoadError::Attach {
-                hook: (*hook).into(),
-                detail: error_chain(&e),
-            })?;
+                .map_err(|e: aya::programs::ProgramError| attach_err(p, e.to_string()))?;
+            lsms.push((p, lsm));
+        }
+        load_all(&mut lsms, btf)?;
+        for (p, prog) in lsms {
+            let link = prog.attach().map_err(|e| attach_err(p, error_chain(&e)))?;
             if let Some(dir) = &self.pin_dir {
-                let pin_err = |detail: String| LoadError::Attach {
-                    hook: (*hook).into(),
-                    detail: format!("pinning the link in {}: {detail}", dir.display()),
+                let pin_err = |detail: String| {
+                    attach_err(
+                        p,
+                        format!("pinning the link in {}: {detail}", dir.display()),
+                    )
                 };
                 let link = prog.take_link(link).map_err(|e| pin_err(e.to_string()))?;
                 let pinned = aya::programs::links::FdLink::from(link)
@@ -332,6 +336,23 @@ impl Enforcer {
         if let Some(dir) = self.pin_dir.take() {
             drop(crate::kernel::pins::remove_dir(&dir));
         }
+    }
+
+    /// [`Enforcer::release`] for a process about to exit: the pins go now, the links'
+    /// detach is left to a child process ([`pins::hand_links_to_a_child`]), so sandbox
+    /// exits without waiting for it. Call once the run's cgroup is gone.
+    pub fn release_later(&mut self) {
+        let links: Vec<_> = self
+            .pinned
+            .drain(..)
+            .filter_map(|p| p.unpin().ok())
+            .collect();
+        if let Some(dir) = self.pin_dir.take() {
+            drop(crate::kernel::pins::remove_dir(&dir));
+        }
+        self.holder = crate::kernel::pins::hand_links_to_a_child().ok();
+        // Our copies go first: the child's are then the last, and the detach is its own.
+        drop(links);
     }
 
     /// Writes every map of `policy` as policy `self.policy_id`. Call before `bind`.
@@ -892,7 +913,12 @@ pub fn kernel_fit_without_lsm() -> Result<KernelFit, LoadError> {
 /// `kernel.programs`, loaded (the kernel makes its trampoline then) and not attached.
 pub fn probe_lsm(policy: &CompiledPolicy, kernel: &KernelFit) -> Result<(), LoadError> {
     let mut e = Enforcer::create_maps(policy, &kernel.offsets, 1, &kernel.btf)?;
-    let Some(p) = kernel.programs.first() else {
+    let Some(p) = kernel
+        .programs
+        .iter()
+        .find(|p| p.name == sandbox_common::programs::PROBE)
+        .or(kernel.programs.first())
+    else {
         return Err(LoadError::Btf("no BPF-LSM hook fits this kernel".into()));
     };
     let prog: &mut Lsm = e
@@ -906,6 +932,51 @@ pub fn probe_lsm(policy: &CompiledPolicy, kernel: &KernelFit) -> Result<(), Load
             hook: p.hook.into(),
             detail: error_chain(&err),
         })
+}
+
+/// Loads (verifies) `progs` on every CPU at once. Verification is most of sandbox's start-up
+/// (the path hooks inline the walk and the scan: seconds under emulation), and the kernel
+/// verifies a process's programs side by side. The table puts the costliest program
+/// first, so the longest job starts first. Errors are reported in table order.
+fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadError> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(progs.len());
+    let queue = std::sync::Mutex::new(progs.iter_mut().enumerate());
+    let mut failed: Vec<(usize, LoadError)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut failed = Vec::new();
+                    loop {
+                        let next = queue.lock().map(|mut q| q.next());
+                        let Ok(Some((i, (p, prog)))) = next else {
+                            break failed;
+                        };
+                        if let Err(e) = prog.load(p.hook, btf) {
+                            failed.push((
+                                i,
+                                LoadError::Attach {
+                                    hook: p.hook.into(),
+                                    detail: error_chain(&e),
+                                },
+                            ));
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    vec![(0, LoadError::Load("a loading thread panicked".into()))]
+                })
+            })
+            .collect()
+    });
+    failed.sort_by_key(|(i, _)| *i);
+    failed.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
 }
 
 /// Whether the fallback backend's cgroup programs load here (loaded, not attached).

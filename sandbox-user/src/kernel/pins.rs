@@ -13,6 +13,7 @@
 //! reported as lost is pinned beside the links (`reported_drops`, written by the pump), so
 //! only the remainder is reported again.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, Map, MapData, PerCpuArray, RingBuf};
@@ -207,6 +208,67 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
         Ok(())
     } else {
         Err("the event ring buffer was not found".into())
+    }
+}
+
+/// Makes a child process hold this process's BPF links until the returned descriptor (the
+/// write end of a pipe) is closed, then close them. Closing a link detaches its program,
+/// and on 6.1 and 6.12 every detach waits for an RCU-tasks grace period (ftrace takes the
+/// hook's trampoline out), one after the other: 4-6 s for sandbox's forty links, most of
+/// it asleep. Left to the child, it no longer holds up sandbox's exit. The caller closes its
+/// own copies of the links first, then the descriptor; by then nothing the links guard is
+/// left (the run's cgroup is gone), so the programs have nothing to judge meanwhile.
+pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
+    let mut keep: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            // "anon_inode:bpf_link" (bpf_link_prime names it so).
+            (target.as_os_str() == "anon_inode:bpf_link").then_some(fd)
+        })
+        .collect();
+    let mut ends = [0i32; 2];
+    // SAFETY: `ends` has room for the two descriptors.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: descriptors the kernel just returned, owned here.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    keep.push(read.as_raw_fd());
+    keep.sort_unstable();
+    // SAFETY: the child only makes system calls (close_range, read, _exit): nothing that
+    // could need a lock another thread of this process held at the fork.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            let mut first = 0u32;
+            for &fd in &keep {
+                let fd = fd.unsigned_abs();
+                if fd > first {
+                    // SAFETY: closes descriptors of this child only.
+                    unsafe { libc::syscall(libc::SYS_close_range, first, fd - 1, 0u32) };
+                }
+                first = fd + 1;
+            }
+            // SAFETY: as above.
+            unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+            let mut byte = 0u8;
+            loop {
+                // SAFETY: one byte into `byte`.
+                let n = unsafe { libc::read(read.as_raw_fd(), (&raw mut byte).cast(), 1) };
+                if n == 0
+                    || (n < 0
+                        && std::io::Error::last_os_error().kind()
+                            != std::io::ErrorKind::Interrupted)
+                {
+                    break;
+                }
+            }
+            // SAFETY: ends the child without running anything of the parent's.
+            unsafe { libc::_exit(0) }
+        }
+        _ => Ok(write),
     }
 }
 

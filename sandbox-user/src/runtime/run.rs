@@ -686,7 +686,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     }
     match armed.cgroup.destroy() {
         // Only with the cgroup gone may the programs go.
-        Ok(()) => armed.enforcer.release(),
+        Ok(()) => armed.enforcer.release_later(),
         Err(e) => term::line(&format!(
             "sandbox: warning: removing {}: {e}; its programs stay pinned until the next \
              sandbox run cleans up",
