@@ -26,7 +26,8 @@ pub struct Cli {
 /// What `run` and `attach` share: the policy and where its records go.
 #[derive(Debug, clap::Args)]
 pub struct EnforceArgs {
-    /// Policy file (YAML). Without it, the built-in default policy applies.
+    /// Policy file (YAML). Without it: /etc/sandbox/users/USER.yaml (`run`: USER is who the
+    /// command runs as), else /etc/sandbox/policy.yaml, else the built-in default policy.
     #[arg(long, short)]
     pub policy: Option<PathBuf>,
     /// Audit log (JSON lines, mode 0600). Default: the policy's audit.path, else
@@ -82,7 +83,8 @@ fn block_on(f: impl std::future::Future<Output = anyhow::Result<i32>>) -> anyhow
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run COMMAND confined by a policy (the built-in default without --policy).
+    /// Run COMMAND confined by a policy (--policy, else one found in /etc/sandbox, else the
+    /// built-in default).
     Run {
         #[command(flatten)]
         enforce: EnforceArgs,
@@ -124,11 +126,20 @@ pub enum Command {
     },
     /// Print the built-in default policy.
     DefaultPolicy,
+    /// Print the JSON Schema of policy files, for editors (e.g. yaml-language-server:
+    /// `# yaml-language-server: $schema=/usr/share/sandbox/policy.schema.json`).
+    Schema,
+    /// Print a completion script for SHELL on stdout (e.g.
+    /// `sandbox completions bash > /etc/bash_completion.d/sandbox`).
+    Completions { shell: clap_complete::Shell },
+    /// Write the man pages (sandbox.1 and one per command, sandbox-run.1 ...) into DIR.
+    #[command(hide = true)]
+    Manpages { dir: PathBuf },
     /// Check that this host can enforce policies (privileges, BPF LSM, BTF, cgroup v2,
     /// loading), say which backend would be used and, in the fallback, what it does not
     /// enforce of the policy (the built-in one without --policy).
     Preflight {
-        /// Policy whose coverage to report (default: the built-in policy).
+        /// Policy whose coverage to report (default: the one `sandbox run` would use).
         #[arg(long, short)]
         policy: Option<PathBuf>,
         /// One JSON object: `ok`, `backend`, `checks` (status, name, detail), `notes`.
@@ -167,7 +178,7 @@ pub enum Command {
     },
     /// Say what a policy decides for one operation, and which rule decides it.
     Explain {
-        /// Policy file (default: the built-in policy).
+        /// Policy file (default: the one `sandbox run` would use).
         #[arg(long, short)]
         policy: Option<PathBuf>,
         /// One JSON object: `decision` (`allow`, `deny`, `audit`), `what`, `because`.
@@ -308,14 +319,25 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
                 Err(e) => Err(e),
             }
         }
-        Command::DefaultPolicy => {
-            print!("{}", policy::DEFAULT_POLICY);
+        Command::DefaultPolicy => print_all(policy::DEFAULT_POLICY.as_bytes()),
+        Command::Schema => print_all(format!("{}\n", policy::schema::json()).as_bytes()),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "sandbox", &mut script);
+            print_all(&script)
+        }
+        Command::Manpages { dir } => {
+            std::fs::create_dir_all(&dir)?;
+            clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), &dir)?;
             Ok(0)
         }
-        Command::Preflight { policy, json } => preflight_cmd(policy.as_deref(), json),
+        Command::Preflight { policy, json } => {
+            preflight_cmd(policy.or_else(invoker_policy).as_deref(), json)
+        }
         Command::Explain { policy, json, what } => {
             let ctx = context()?;
-            let p = run::load_policy(policy.as_deref(), &ctx)?;
+            let p = run::load_policy(policy.or_else(invoker_policy).as_deref(), &ctx)?;
             let c = compile::compile(&p, compile::FIXED_SEED)?;
             let d = match what {
                 ExplainWhat::Read { path } => explain::file(&c, &path, explain::Access::Read)?,
@@ -403,6 +425,26 @@ impl PreflightOut {
         }
         code
     }
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`sandbox schema | head`) is not an
+/// error.
+fn print_all(bytes: &[u8]) -> anyhow::Result<i32> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(0),
+    }
+}
+
+/// The policy `sandbox run` would find for whoever runs this command (`SUDO_USER`, else
+/// `USER`) without `--policy`: see [`policy::lookup`].
+fn invoker_policy() -> Option<PathBuf> {
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .ok();
+    policy::lookup(user.as_deref())
 }
 
 fn preflight_cmd(policy_file: Option<&std::path::Path>, json: bool) -> anyhow::Result<i32> {

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::Value;
 
 use crate::audit::rfc3339_ms;
@@ -96,57 +96,20 @@ impl Filter {
     }
 }
 
-/// `--since`: a duration back from `now_ms` (`30s`, `10m`, `2h`, `1d`) or an RFC 3339 UTC
-/// time (`2026-11-23T01:02:03Z`, fractions allowed).
+/// `--since`: a duration back from `now_ms` (`30s`, `10m`, `2h`, `1d`, `1h 30m`: humantime's
+/// units) or an RFC 3339 UTC time (`2026-11-23T01:02:03Z`, fractions allowed).
 pub fn parse_since(s: &str, now_ms: u64) -> anyhow::Result<u64> {
     let s = s.trim();
-    if let Some(unit) = s.chars().last().filter(char::is_ascii_alphabetic)
-        && s[..s.len() - 1].chars().all(|c| c.is_ascii_digit())
-        && s.len() > 1
-        && unit != 'Z'
-    {
-        let n: u64 = s[..s.len() - 1].parse()?;
-        let secs = match unit {
-            's' => n,
-            'm' => n * 60,
-            'h' => n * 3600,
-            'd' => n * 86_400,
-            _ => bail!("--since {s}: the unit must be s, m, h or d"),
-        };
-        return Ok(now_ms.saturating_sub(secs * 1000));
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now_ms.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
     }
-    parse_rfc3339(s).with_context(|| {
+    let t = humantime::parse_rfc3339(s).with_context(|| {
         format!("--since {s}: expected a duration (30s, 10m, 2h, 1d) or a UTC time like 2026-11-23T01:02:03Z")
-    })
-}
-
-fn parse_rfc3339(s: &str) -> anyhow::Result<u64> {
-    let s = s
-        .strip_suffix('Z')
-        .context("the time must be UTC (end in Z)")?;
-    let (date, time) = s.split_once('T').context("no T between date and time")?;
-    let d: Vec<i64> = date.split('-').map(str::parse).collect::<Result<_, _>>()?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<u64> = hms.split(':').map(str::parse).collect::<Result<_, _>>()?;
-    let [y, m, day] = d[..] else {
-        bail!("the date must be YYYY-MM-DD")
-    };
-    let [hh, mm, ss] = t[..] else {
-        bail!("the time must be HH:MM:SS")
-    };
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
-        bail!("out of range");
-    }
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = u64::try_from(era * 146_097 + doe - 719_468).context("before 1970")?;
-    let ms: u64 = format!("{frac:0<3}")[..3].parse()?;
-    Ok((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000 + ms)
+    })?;
+    let since = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .with_context(|| format!("--since {s}: before 1970"))?;
+    Ok(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The log's files, oldest first: `path.N` .. `path.1`, then `path`.
@@ -312,9 +275,11 @@ mod tests {
             1_795_000_000_123
         );
         assert_eq!(parse_since("1970-01-01T00:00:00Z", now).unwrap(), 0);
-        assert!(parse_since("10 minutes", now).is_err());
+        assert_eq!(parse_since("1h 30m", now).unwrap(), now - 5_400_000);
+        assert!(parse_since("ten minutes", now).is_err());
         assert!(parse_since("2026-13-01T00:00:00Z", now).is_err());
-        assert!(parse_since("5w", now).is_err());
+        assert!(parse_since("5 parsecs", now).is_err());
+        assert!(parse_since("2026-11-18T11:06:40", now).is_err());
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! Developer tasks for `sandbox`: `cargo xtask setup | build | clippy | test | vm | bench`.
+//! Developer tasks for `sandbox`: `cargo xtask setup | build | clippy | deb | test | vm | bench`.
 //!
 //! Everything a fresh machine needs is installed from here (pinned toolchains, bpf-linker,
 //! Debian packages, Debian kernels for the VM tests); nothing is a hand step.
 
 mod clippy;
 mod cpio;
+mod deb;
 mod kernel;
 mod setup;
 mod sh;
@@ -38,6 +39,9 @@ enum Cmd {
     Build,
     /// Lint the host crates (-D warnings) and the BPF crate on its own target.
     Clippy,
+    /// Build the Debian package (target/debian/agent-sandbox_VERSION_ARCH.deb) and check
+    /// it: installed with dpkg into a scratch root, exercised, removed and purged.
+    Deb,
     /// Run every test: host unit tests, then the kernel tests inside a VM for each kernel.
     Test {
         #[arg(long, default_value = kernel::DEFAULT_KERNELS)]
@@ -96,6 +100,13 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         Cmd::Clippy => {
             clippy::run()?;
+            Ok(true)
+        }
+        Cmd::Deb => {
+            let arts = build()?;
+            let deb = deb::build(&root(), &arts.sandbox)?;
+            deb::check(&root(), &deb)?;
+            println!("{}", deb.display());
             Ok(true)
         }
         Cmd::Test {
@@ -166,6 +177,13 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
     let arts = build()?;
     if !vm_only {
         fallback_on_host(&root, &arts)?;
+        println!("==> Debian package");
+        let deb = deb::build(&root, &arts.sandbox)?;
+        deb::check(&root, &deb).context("the Debian package")?;
+        println!(
+            "==> {}: installed, exercised, removed, purged",
+            deb.display()
+        );
     }
     let mut results = Vec::new();
     for k in &kernels {

@@ -170,7 +170,7 @@ fn build_bpf_linker(ebpf: &str) -> anyhow::Result<()> {
     .context("building bpf-linker")
 }
 
-/// Debian packages the VM tests need.
+/// Debian packages the VM tests and the package check need.
 pub fn packages() -> anyhow::Result<()> {
     let mut need = Vec::new();
     if !sh::have("qemu-system-x86_64") {
@@ -189,6 +189,10 @@ pub fn packages() -> anyhow::Result<()> {
     // mkfs.btrfs and btrfs, copied into the guest for the subvolume tests.
     if guest_tool("mkfs.btrfs").is_none() || guest_tool("btrfs").is_none() {
         need.push("btrfs-progs");
+    }
+    // groff renders the man pages when the Debian package is checked (`deb::check`).
+    if !sh::have("groff") {
+        need.push("groff-base");
     }
     if !sh::have("dpkg-deb") || !sh::have("apt-get") {
         bail!("xtask needs a Debian-based machine (apt-get, dpkg-deb) to fetch kernels and QEMU");

@@ -1,6 +1,6 @@
 //! The service manager, when sandbox runs under one: readiness and reload notifications
-//! (`sd_notify`'s datagram protocol on `$NOTIFY_SOCKET`, for `Type=notify` and
-//! `Type=notify-reload` units) and whether stderr is the journal (`$JOURNAL_STREAM`).
+//! (`sd_notify`'s datagram protocol on `$NOTIFY_SOCKET`, for `Type=notify` units, which
+//! `Type=notify-reload` also understands) and whether stderr is the journal (`$JOURNAL_STREAM`).
 //! Both are plain protocols on real sockets; no library is needed.
 
 use std::os::unix::net::{SocketAddr, UnixDatagram};

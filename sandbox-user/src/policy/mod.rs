@@ -6,6 +6,7 @@ pub mod expand;
 pub mod lint;
 pub mod locate;
 pub mod raw;
+pub mod schema;
 
 use std::fmt;
 use std::net::IpAddr;
@@ -16,6 +17,24 @@ pub use raw::{AuditFormat, Mode, NetDefault};
 
 /// The built-in default policy.
 pub const DEFAULT_POLICY: &str = include_str!("default.yaml");
+
+/// Where policies live when none is named on the command line: only root can change it
+/// (sandbox refuses a policy the command's user could change, so a file in the user's own
+/// home could never be used).
+pub const SYSTEM_DIR: &str = "/etc/sandbox";
+
+/// The policy file to use when `--policy` is not given, in this order:
+/// `/etc/sandbox/users/USER.yaml` (USER: the user the command runs as),
+/// `/etc/sandbox/policy.yaml`; `None` means the built-in policy. A file that is there is
+/// used even when it is broken (a broken policy is an error, never a silent fallback).
+pub fn lookup(user: Option<&str>) -> Option<PathBuf> {
+    let dir = Path::new(SYSTEM_DIR);
+    user.filter(|u| !u.is_empty() && !u.contains('/') && !u.starts_with('.'))
+        .map(|u| dir.join("users").join(format!("{u}.yaml")))
+        .into_iter()
+        .chain([dir.join("policy.yaml")])
+        .find(|p| p.symlink_metadata().is_ok())
+}
 
 /// Newest policy schema version this build understands.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -1,110 +1,153 @@
 //! The policy file as written: serde types only. `serde_yaml` is used here and nowhere else.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// enforce: deny and report; audit: report what would have been denied, deny nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Enforce,
     Audit,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+/// The audit log's format: JSON lines (OCSF records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AuditFormat {
     Json,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// A sandbox policy: what the confined command may open, execute and connect to.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[schemars(title = "sandbox policy")]
 #[serde(
     deny_unknown_fields,
     expecting = "a policy: a mapping with version, name, mode, files, network, exec, process, audit, fallback"
 )]
 pub struct RawPolicy {
+    /// Schema version of the policy (1).
+    #[schemars(range(min = 1, max = 1))]
     pub version: Option<u32>,
+    /// Shown in audit records (`policy.name`).
     pub name: Option<String>,
+    /// `enforce`: deny and record; `audit`: record what would be denied, deny nothing.
+    /// Each section may override it.
     pub mode: Option<Mode>,
+    /// File rules: deny, read-only, write and read areas.
     #[serde(default)]
     pub files: RawFiles,
+    /// Network rules: addresses, hosts, unix sockets, socket families, listening.
     #[serde(default)]
     pub network: RawNetwork,
+    /// Exec rules: binaries that may not (or only these may) run.
     #[serde(default)]
     pub exec: RawExec,
+    /// The privileges the command starts with.
     #[serde(default)]
     pub process: RawProcess,
+    /// Where and how records are written.
     #[serde(default)]
     pub audit: RawAudit,
+    /// What to do on a host without BPF LSM.
     #[serde(default)]
     pub fallback: RawFallback,
 }
 
 /// What to do on a host where only the fallback backend (cgroup socket-address programs
 /// and Landlock) can enforce.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, expecting = "a mapping of fallback settings")]
 pub struct RawFallback {
-    /// Run even when rules of the policy cannot be enforced there (they are listed).
+    /// Run even when rules of the policy cannot be enforced there (they are listed at
+    /// every start). Default false.
     pub allow_degraded: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// File rules. Paths and globs (globset syntax); `~` is the home of the user the command
+/// runs as; `$VAR`, `${VAR:-default}` come from sandbox's environment; a relative pattern is
+/// relative to the workspace. A pattern without glob characters covers everything below it.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, expecting = "a mapping of file rules")]
 pub struct RawFiles {
+    /// Overrides the policy's `mode` for file rules.
     pub mode: Option<Mode>,
+    /// The directory the command works in (default: where sandbox was started).
     pub workspace: Option<String>,
+    /// No open at all (read or write), no exec.
     #[serde(default)]
     pub deny: Vec<String>,
+    /// May be read, not written, renamed or removed.
     #[serde(default)]
     pub read_only: Vec<String>,
+    /// When non-empty: writes only here (and in the workspace).
     #[serde(default)]
     pub write: Vec<String>,
+    /// When non-empty: content reads only here (and in the workspace).
     #[serde(default)]
     pub read: Vec<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Network rules.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, expecting = "a mapping of network rules")]
 pub struct RawNetwork {
+    /// Overrides the policy's `mode` for network rules.
     pub mode: Option<Mode>,
+    /// Default true: private, loopback, link-local (cloud metadata) and this host's own
+    /// addresses are denied.
     pub block_private: Option<bool>,
+    /// Exceptions: CIDR or address, optional `:PORT` or `:LO-HI` (IPv6 in `[..]` with a
+    /// port), e.g. `10.1.2.3:443`.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Denied destinations: CIDR or address, optional `:PORT` or `:LO-HI`.
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Host names (optional `:PORT`), resolved by sandbox and followed by DNS TTL; makes
+    /// the network an allowlist unless `default` says otherwise.
     #[serde(default)]
     pub allow_hosts: Vec<String>,
+    /// Default true: the nameservers of /etc/resolv.conf stay reachable on port 53.
     pub allow_dns: Option<bool>,
+    /// What no rule matches: `allow`, or `deny` (the default when `allow_hosts` is set).
     pub default: Option<NetDefault>,
     /// Unix socket peers outside the sandbox that may be reached: paths, globs, `@name`.
     #[serde(default)]
     pub unix: Vec<String>,
-    /// Socket families (and inet protocols) that may be created.
+    /// Socket families (and inet protocols) that may be created: `unix`, `inet`, `inet6`,
+    /// `netlink`, `raw`, `sctp`, `mptcp`... Default `[unix, inet, inet6, netlink]`.
     pub sockets: Option<Vec<String>>,
-    /// Local addresses (CIDR[:ports]) the command may listen on.
+    /// Local addresses (CIDR[:PORTS]) the command may listen on. Default: loopback only.
     pub listen: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NetDefault {
     Allow,
     Deny,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Exec rules.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, expecting = "a mapping of exec rules")]
 pub struct RawExec {
+    /// Overrides the policy's `mode` for exec rules.
     pub mode: Option<Mode>,
+    /// Binaries that may not run (nor be opened): paths, globs, or a bare name (`sudo`:
+    /// that name anywhere).
     #[serde(default)]
     pub deny: Vec<String>,
+    /// When non-empty: only these binaries may run.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Default true; false: setuid/setgid binaries may not run.
     pub allow_privileged: Option<bool>,
 }
 
 /// The privileges the command starts with.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, expecting = "a mapping of process settings")]
 pub struct RawProcess {
     /// Default true: setuid/setgid bits and file capabilities do not raise privileges.
@@ -114,14 +157,18 @@ pub struct RawProcess {
     pub keep_capabilities: Vec<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Where and how records are written.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, expecting = "a mapping of audit settings")]
 pub struct RawAudit {
+    /// The audit log (JSON lines, mode 0600), in a directory the command cannot write.
+    /// Default /var/log/sandbox/audit.jsonl.
     pub path: Option<String>,
+    /// `json` (the only format).
     pub format: Option<AuditFormat>,
-    /// Rotate when the file would grow past this many MiB.
+    /// Rotate when the file would grow past this many MiB (default 100).
     pub max_size_mb: Option<u64>,
-    /// Rotated files kept (`audit.jsonl.1` .. `.N`).
+    /// Rotated files kept (`audit.jsonl.1` .. `.N`; default 5, 0 keeps none).
     pub keep: Option<u32>,
 }
 
@@ -177,17 +224,7 @@ fn with_suggestion(msg: &str) -> String {
     }
 }
 
+/// Edits between `a` and `b` (for "did you mean").
 pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    strsim::levenshtein(a, b)
 }

@@ -121,6 +121,10 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     }
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
     let ctx = Context::from_process(home)?;
+    let mut opts = opts;
+    // Without --policy: /etc/sandbox/policy.yaml if there is one (a service has no user
+    // of its own to look up), re-read on SIGHUP like a named one.
+    opts.policy = opts.policy.or_else(|| policy::lookup(None));
     let policy = read_policy(opts.policy.as_deref(), &ctx)?;
     let audit_path = opts
         .audit_log

@@ -70,7 +70,11 @@ pub struct Target {
 }
 
 /// Why `sandbox run` as root without sudo does not start anything.
-const ROOT_WITHOUT_SUDO: &str = "sandbox is running as root, not through sudo (no SUDO_UID), so      the command would run as root. Say who it should run as: run `sudo sandbox run ...` from      your own account (the command runs as you), or `sandbox run --user NAME ...`, or      `sandbox run --as-root ...` to run it as root (without the capabilities that reach past      the policy; see --keep-cap)";
+const ROOT_WITHOUT_SUDO: &str = "sandbox is running as root, not through sudo (no SUDO_UID), so \
+     the command would run as root. Say who it should run as: run `sudo sandbox run ...` from \
+     your own account (the command runs as you), or `sandbox run --user NAME ...`, or \
+     `sandbox run --as-root ...` to run it as root (without the capabilities that reach past \
+     the policy; see --keep-cap)";
 
 /// A user account: (name, uid, primary gid, home).
 type Account = (String, u32, u32, PathBuf);
@@ -547,7 +551,10 @@ pub fn fallback_rules(
     let no_landlock = landlock.is_err() && !refused.is_empty();
     if no_landlock && !allow_degraded {
         bail!(
-            "this kernel has neither BPF LSM nor Landlock ({}), so no file or exec rule of              this policy can be enforced; nothing was started:\n{}\nTo run with the network              rules only, pass --allow-degraded. To enforce the policy, use a kernel with BPF              LSM or Landlock (see `sandbox preflight`)",
+            "this kernel has neither BPF LSM nor Landlock ({}), so no file or exec rule of \
+             this policy can be enforced; nothing was started:\n{}\nTo run with the network \
+             rules only, pass --allow-degraded. To enforce the policy, use a kernel with BPF \
+             LSM or Landlock (see `sandbox preflight`)",
             landlock.as_ref().err().map_or("", String::as_str),
             refused.join("\n")
         );
@@ -593,7 +600,17 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let target = Target::for_run(opts.as_root, opts.user.as_deref())?;
     let agent = target.agent();
     let ctx = Context::from_process(target.home.clone())?;
-    let mut policy = load_trusted_policy(opts.policy.as_deref(), &ctx, &agent)?;
+    let policy_file = opts.policy.clone().or_else(|| {
+        let found = policy::lookup(target.name.as_deref());
+        if let Some(f) = &found {
+            term::line(&format!(
+                "sandbox: policy {} (no --policy given)",
+                f.display()
+            ));
+        }
+        found
+    });
+    let mut policy = load_trusted_policy(policy_file.as_deref(), &ctx, &agent)?;
     for w in policy::lint::lint(&policy) {
         term::line(&format!("sandbox: warning: {w}"));
     }
@@ -621,7 +638,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         policy.audit.keep,
         &agent,
     )?;
-    protect_own_files(&mut policy, &audit, opts.policy.as_deref());
+    protect_own_files(&mut policy, &audit, policy_file.as_deref());
     let mut t = Timer::new();
     let compiled = compile::compile(&policy, compile::random_seed())?;
     t.lap("compile");

@@ -453,3 +453,102 @@ fn bad_policy_is_rejected_before_anything_runs() {
     );
     assert!(!marker.exists(), "the command ran despite a bad policy");
 }
+
+/// `/etc/sandbox` for one test, removed whatever happens (the guest is shared by the tests).
+struct EtcSandbox;
+
+impl EtcSandbox {
+    fn new() -> Self {
+        std::fs::create_dir_all("/etc/sandbox/users").unwrap();
+        Self
+    }
+}
+
+impl Drop for EtcSandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all("/etc/sandbox");
+    }
+}
+
+/// Without --policy, `sandbox run` takes `/etc/sandbox/users/USER.yaml` (USER: who the
+/// command runs as), else `/etc/sandbox/policy.yaml`, else the built-in policy; it says
+/// which; a broken or user-writable file found there is an error, never a silent
+/// fall-back to the built-in policy.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn policies_are_found_in_etc_sandbox() {
+    let d = workdir_as(User::Agent, "etc_sandbox");
+    write(&d.join("one"), "1");
+    write(&d.join("two"), "2");
+    let ops: [&[&str]; 2] = [
+        &["open", &path_str(&d, "one"), "r"],
+        &["open", &path_str(&d, "two"), "r"],
+    ];
+    let deny =
+        |name: &str, f: &str| format!("name: {name}\nfiles:\n  deny: [{}/{f}]\n", d.display());
+    let _etc = EtcSandbox::new();
+    // Nothing in /etc/sandbox: the built-in policy, which lets both be read.
+    let r = probe_as(User::Agent, &d, None, &ops);
+    assert_eq!(r.result(&format!("open {}", path_str(&d, "one"))), OK);
+    assert_eq!(r.result(&format!("open {}", path_str(&d, "two"))), OK);
+    assert!(!r.stderr.contains("/etc/sandbox"), "{}", r.stderr);
+    // The host's policy.
+    write(Path::new("/etc/sandbox/policy.yaml"), &deny("host", "one"));
+    let r = probe_as(User::Agent, &d, None, &ops);
+    assert_eq!(r.result(&format!("open {}", path_str(&d, "one"))), EACCES);
+    assert_eq!(r.result(&format!("open {}", path_str(&d, "two"))), OK);
+    assert!(
+        r.stderr
+            .contains("sandbox: policy /etc/sandbox/policy.yaml (no --policy given)"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        r.one_record("/policy/name", "host")["unmapped"]["rule"],
+        "files.deny[0]"
+    );
+    // The user's own beats the host's.
+    write(
+        Path::new("/etc/sandbox/users/agent.yaml"),
+        &deny("agent-own", "two"),
+    );
+    let r = probe_as(User::Agent, &d, None, &ops);
+    assert_eq!(r.result(&format!("open {}", path_str(&d, "one"))), OK);
+    assert_eq!(r.result(&format!("open {}", path_str(&d, "two"))), EACCES);
+    assert!(
+        r.stderr.contains("/etc/sandbox/users/agent.yaml"),
+        "{}",
+        r.stderr
+    );
+    // One the agent could change is refused, and nothing runs.
+    let marker = d.join("ran");
+    let touch = ["/bin/sh", "-c", "touch ran"];
+    std::fs::set_permissions(
+        "/etc/sandbox/users/agent.yaml",
+        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+    )
+    .unwrap();
+    let r = run_as(User::Agent, &d, None, &touch);
+    assert_eq!(r.status, 125, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("refusing policy /etc/sandbox/users/agent.yaml"),
+        "{}",
+        r.stderr
+    );
+    // A broken host policy is an error, not the built-in policy.
+    std::fs::remove_file("/etc/sandbox/users/agent.yaml").unwrap();
+    write(
+        Path::new("/etc/sandbox/policy.yaml"),
+        "files:\n  dney: [/etc]\n",
+    );
+    let r = run_as(User::Agent, &d, None, &touch);
+    assert_eq!(r.status, 125, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("/etc/sandbox/policy.yaml:2:3: files: unknown field `dney`"),
+        "{}",
+        r.stderr
+    );
+    assert!(!marker.exists(), "the command ran without its policy");
+}
