@@ -520,35 +520,25 @@ fn policies_are_found_in_etc_sandbox() {
         "{}",
         r.stderr
     );
-    // One the agent could change is refused, and nothing runs.
+    // Refused, and nothing runs: one the agent could change, then a broken host policy
+    // (an error, not the built-in policy).
     let marker = d.join("ran");
-    let touch = ["/bin/sh", "-c", "touch ran"];
+    let refused = |why: &str| {
+        let r = run_as(User::Agent, &d, None, &["/bin/sh", "-c", "touch ran"]);
+        assert_eq!(r.status, 125, "{}", r.stderr);
+        assert!(r.stderr.contains(why), "{}", r.stderr);
+    };
     std::fs::set_permissions(
         "/etc/sandbox/users/agent.yaml",
-        std::os::unix::fs::PermissionsExt::from_mode(0o666),
+        PermissionsExt::from_mode(0o666),
     )
     .unwrap();
-    let r = run_as(User::Agent, &d, None, &touch);
-    assert_eq!(r.status, 125, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("refusing policy /etc/sandbox/users/agent.yaml"),
-        "{}",
-        r.stderr
-    );
-    // A broken host policy is an error, not the built-in policy.
+    refused("refusing policy /etc/sandbox/users/agent.yaml");
     std::fs::remove_file("/etc/sandbox/users/agent.yaml").unwrap();
     write(
         Path::new("/etc/sandbox/policy.yaml"),
         "files:\n  dney: [/etc]\n",
     );
-    let r = run_as(User::Agent, &d, None, &touch);
-    assert_eq!(r.status, 125, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("/etc/sandbox/policy.yaml:2:3: files: unknown field `dney`"),
-        "{}",
-        r.stderr
-    );
+    refused("/etc/sandbox/policy.yaml:2:3: files: unknown field `dney`");
     assert!(!marker.exists(), "the command ran without its policy");
 }
