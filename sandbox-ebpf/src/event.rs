@@ -15,24 +15,29 @@ use crate::kread;
 use crate::maps::{DROPS, EVENTS, scratch};
 use crate::path::{FileFacts, PATH_END};
 
-/// What a hook wants to report; the task fields are filled in by `send`.
+/// What a hook wants to report; the task fields are filled in by `send`. Laid out without
+/// holes: it crosses into a global function by pointer, and the verifier checks the
+/// pointed-to stack bytes are all written.
+#[repr(C)]
 pub struct Report {
+    pub ino: u64,
+    pub addr: [u8; 16],
     pub hook: u32,
     pub decision: u32,
     pub reason: u32,
     pub flags: u32,
     pub policy_id: u32,
-    pub rule: u16,
     pub access: u32,
     pub dev: u32,
-    pub ino: u64,
     /// Path start in `SCRATCH.path` (`PATH_END` = no path).
     pub path_start: u32,
+    pub target: u32,
+    pub rule: u16,
     pub family: u16,
     pub port: u16,
-    pub addr: [u8; 16],
-    pub target: u32,
+    pub _pad: [u16; 3],
 }
+const _: () = assert!(size_of::<Report>() == 72);
 
 impl Report {
     #[inline(always)]
@@ -52,6 +57,7 @@ impl Report {
             port: 0,
             addr: [0; 16],
             target: 0,
+            _pad: [0; 3],
         }
     }
 
@@ -76,8 +82,28 @@ impl Report {
     }
 }
 
-#[inline(never)]
+/// Sends `rep` with the acting task's details (see [`sandbox_send`]).
+#[inline(always)]
 pub fn send(rep: &Report) {
+    sandbox_send(core::ptr::from_ref(rep));
+}
+
+/// Fills in the record and puts it in the ring. A global function, checked by the verifier
+/// once per program rather than at each of a hook's reports (as `path::sandbox_resolve`);
+/// it must return a scalar, and returns 0.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sandbox_send(rep: *const Report) -> u32 {
+    // SAFETY: the verifier passes a pointer to a whole `Report` or NULL.
+    let Some(rep) = (unsafe { rep.as_ref() }) else {
+        return 0;
+    };
+    send_here(rep);
+    0
+}
+
+#[inline(always)]
+fn send_here(rep: &Report) {
     let Some(s) = scratch() else {
         count_drop();
         return;

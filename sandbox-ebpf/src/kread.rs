@@ -56,3 +56,13 @@ pub fn read_bytes(dst: *mut u8, len: u32, src: *const u8) -> Result<(), i32> {
     };
     if ret == 0 { Ok(()) } else { Err(ret as i32) }
 }
+
+/// A kernel pointer as a plain number, for the argument of a global function (which takes
+/// scalars only: a pointer the verifier types from the hook's arguments, `ptr_dentry` and
+/// the like, is refused). Copied through `bpf_probe_read_kernel`, whose output the verifier
+/// knows nothing about; 0 (a NULL every reader fails closed on) if that fails.
+#[inline(always)]
+pub fn untyped(p: *const u8) -> u64 {
+    let v = p;
+    read::<u64>((&raw const v).cast(), 0).unwrap_or(0)
+}

@@ -54,10 +54,10 @@ pub fn check(
     target: u32,
     decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
 ) -> i32 {
-    let mut resolved = path::resolve(scope.policy_id, scope.info, &mut facts);
+    let mut resolved = path::resolve(scope.policy_id, &mut facts);
     if matches!(resolved, Resolved::Preempted) {
         // Once more: being preempted twice in one short decision is rare.
-        resolved = path::resolve(scope.policy_id, scope.info, &mut facts);
+        resolved = path::resolve(scope.policy_id, &mut facts);
     }
     let (v, flags) = match resolved {
         Resolved::Matched(m) => match decide(&m, &facts) {

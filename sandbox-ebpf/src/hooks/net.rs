@@ -227,7 +227,7 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
         return -errno::EACCES;
     };
     rep.path_start = start;
-    let m = path::match_name(scope.policy_id, scope.info, start);
+    let m = path::match_name(scope.policy_id, start);
     if !crate::maps::still_mine() {
         return finish(
             rep,

@@ -943,6 +943,7 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
         .map_or(1, std::num::NonZero::get)
         .min(progs.len());
     let queue = std::sync::Mutex::new(progs.iter_mut().enumerate());
+    let debug = std::env::var_os("SANDBOX_DEBUG").is_some();
     let mut failed: Vec<(usize, LoadError)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
@@ -953,6 +954,7 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
                         let Ok(Some((i, (p, prog)))) = next else {
                             break failed;
                         };
+                        let t = std::time::Instant::now();
                         if let Err(e) = prog.load(p.hook, btf) {
                             failed.push((
                                 i,
@@ -961,6 +963,8 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
                                     detail: error_chain(&e),
                                 },
                             ));
+                        } else if debug {
+                            debug_line(p.name, prog, t.elapsed());
                         }
                     }
                 })
@@ -977,6 +981,19 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
     });
     failed.sort_by_key(|(i, _)| *i);
     failed.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
+}
+
+/// `SANDBOX_DEBUG`: what verifying one program cost (instructions the verifier processed,
+/// the kernel's `verified_insns`, and the time to load it).
+fn debug_line(name: &str, prog: &Lsm, took: std::time::Duration) {
+    let insns = prog
+        .info()
+        .ok()
+        .and_then(|i| i.verified_instruction_count())
+        .map_or_else(|| "?".to_owned(), |n| n.to_string());
+    crate::term::line(&format!(
+        "sandbox: debug: verified {name}: {insns} instructions in {took:.0?}"
+    ));
 }
 
 /// Whether the fallback backend's cgroup programs load here (loaded, not attached).
