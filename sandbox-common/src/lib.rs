@@ -28,6 +28,7 @@ pub mod map_names {
     pub const NET_V6: &str = "NET_V6";
     pub const EVENTS: &str = "EVENTS";
     pub const DROPS: &str = "DROPS";
+    pub const AGG: &str = "AGG";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -481,6 +482,50 @@ pub const EVENT_F_DISCONNECTED: u32 = 2;
 /// The file is on a file system whose root is not mounted, and below none of its mounted
 /// directories (reached by handle or through a mount sandbox does not know). Denied.
 pub const EVENT_F_OUTSIDE_MOUNTS: u32 = 4;
+/// This record became its CPU's aggregation key ([`AggSlot`]): identical denials on this
+/// CPU are counted instead of sent for up to [`AGG_WINDOW_NS`]. `agg_key` identifies it;
+/// `agg_base` is the CPU's running count when it was sent.
+pub const EVENT_F_AGG_KEY: u32 = 8;
+/// Not a denial but a count: the denials identical to key record `agg_key` of CPU `cpu`
+/// that were counted instead of sent, from `agg_base` up to the CPU's running total
+/// `agg_total`. No path follows.
+pub const EVENT_F_REPEATS: u32 = 16;
+
+/// How long identical denials are counted rather than sent: then the next one is sent
+/// again (with the count so far first), so a long flood still shows once per window.
+pub const AGG_WINDOW_NS: u64 = 1_000_000_000;
+
+/// Per-CPU aggregation state (`AGG`): the last aggregatable denial sent from this CPU
+/// (the key) and how many identical ones followed. Userspace reads it (see
+/// `sandbox-user/src/audit/aggregate.rs`) to report counts of a flood that stopped;
+/// `suppressed` comes first and `base` and `key_seq` after it, so a copy made while the
+/// kernel changes the key never pairs old `base`/`key_seq` with a newer `suppressed` (the
+/// copy reads upwards, the kernel writes them before counting for the new key).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AggSlot {
+    /// Denials counted instead of sent on this CPU, ever (only grows).
+    pub suppressed: u64,
+    /// `suppressed` when the key record was sent (the record's `agg_base`).
+    pub base: u64,
+    /// Which key of this CPU: one more at every change (the record's `agg_key`). Unique,
+    /// where `base` is not (two keys in a row with no repeat between share it).
+    pub key_seq: u64,
+    /// The acting process's executable (`mm->exe_file`): part of the key, so a process
+    /// that execs something else does not continue the count of what it was.
+    pub exe: u64,
+    /// When the key record was sent, and the latest counted denial (`CLOCK_BOOTTIME`).
+    pub since_ns: u64,
+    pub last_ns: u64,
+    /// Non-zero while the key is valid (its record reached the ring).
+    pub valid: u32,
+    pub tgid: u32,
+    /// The key: the kernel's report of the denial, as words.
+    pub key: [u64; AGG_KEY_WORDS],
+}
+/// Size of the kernel's `Report` in 8-byte words.
+pub const AGG_KEY_WORDS: usize = 9;
+const _: () = assert!(size_of::<AggSlot>() == 56 + 8 * AGG_KEY_WORDS);
 
 /// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
 /// path (relative to the superblock root of `dev`) follow the header; then `exe_len` bytes
@@ -523,14 +568,22 @@ pub struct EventHeader {
     /// userspace turns into wall-clock time (records carry the kernel's time, not the time
     /// they were formatted).
     pub time_ns: u64,
+    /// The CPU the record was made on, and its aggregation fields ([`EVENT_F_AGG_KEY`],
+    /// [`EVENT_F_REPEATS`]).
+    pub cpu: u32,
+    pub _pad: u32,
+    pub agg_base: u64,
+    pub agg_total: u64,
+    pub agg_key: u64,
 }
-const _: () = assert!(size_of::<EventHeader>() == 128);
+const _: () = assert!(size_of::<EventHeader>() == 160);
 
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY (all impls): repr(C) structs of integers and integer arrays with explicit
     // padding fields, so every bit pattern is valid and there are no hidden padding bytes.
     unsafe impl aya::Pod for super::PolicyInfo {}
+    unsafe impl aya::Pod for super::AggSlot {}
     unsafe impl aya::Pod for super::ByteClasses {}
     unsafe impl aya::Pod for super::DfaAccept {}
     unsafe impl aya::Pod for super::DfaInfo {}

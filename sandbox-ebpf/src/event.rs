@@ -6,13 +6,17 @@ use core::ffi::c_void;
 
 use aya_ebpf::helpers::generated::{
     bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-    bpf_get_current_task, bpf_get_current_uid_gid, bpf_ktime_get_boot_ns, bpf_ringbuf_output,
+    bpf_get_current_task, bpf_get_current_uid_gid, bpf_get_smp_processor_id, bpf_ktime_get_boot_ns,
+    bpf_ringbuf_output,
 };
-use sandbox_common::{EventHeader, NO_RULE, PATH_MAX};
+use sandbox_common::{
+    AGG_KEY_WORDS, AGG_WINDOW_NS, AggSlot, EVENT_F_AGG_KEY, EVENT_F_REPEATS, EventHeader, NO_RULE,
+    PATH_MAX,
+};
 
 use crate::addr::Dest;
 use crate::kread;
-use crate::maps::{DROPS, EVENTS, scratch};
+use crate::maps::{AGG, DROPS, EVENTS, scratch};
 use crate::path::{FileFacts, PATH_END};
 
 /// What a hook wants to report; the task fields are filled in by `send`. Laid out without
@@ -37,7 +41,7 @@ pub struct Report {
     pub port: u16,
     pub _pad: [u16; 3],
 }
-const _: () = assert!(size_of::<Report>() == 72);
+const _: () = assert!(size_of::<Report>() == 8 * AGG_KEY_WORDS);
 
 impl Report {
     #[inline(always)]
@@ -88,7 +92,8 @@ pub fn send(rep: &Report) {
     sandbox_send(core::ptr::from_ref(rep));
 }
 
-/// Fills in the record and puts it in the ring. A global function, checked by the verifier
+/// Fills in the record and puts it in the ring, or counts it when it repeats the last
+/// one of this CPU (see [`aggregate`]). A global function, checked by the verifier
 /// once per program rather than at each of a hook's reports (as `path::sandbox_resolve`);
 /// it must return a scalar, and returns 0.
 #[unsafe(no_mangle)]
@@ -102,6 +107,119 @@ pub extern "C" fn sandbox_send(rep: *const Report) -> u32 {
     0
 }
 
+/// A denial the same process makes again and again (a retry loop, a scan through denied
+/// files that always hits the same one) is sent once per [`AGG_WINDOW_NS`] and counted
+/// the rest of the time: a flood costs a map lookup and a compare per denial, not a ring
+/// record, and the log gets one record with a count. What identifies a denial: the whole
+/// report (hook, reason, rule, access, file by device and inode, address, target), the
+/// process and its executable (`exe`, the `mm->exe_file` pointer). Names being made have
+/// no inode yet (`ino` 0 with a path): those are always sent. `Err` when `rep` was
+/// counted (nothing more to send); else what the record to send carries.
+#[inline(always)]
+fn aggregate(rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg, ()> {
+    let none = Agg {
+        flags: 0,
+        base: 0,
+        seq: 0,
+    };
+    if rep.ino == 0 && rep.path_start != PATH_END {
+        return Ok(none);
+    }
+    let Some(slot) = AGG.get_ptr_mut(0) else {
+        return Ok(none);
+    };
+    // SAFETY: a per-CPU map value; `Report` is 9 words without holes.
+    let (slot, words) = unsafe {
+        (
+            &mut *slot,
+            &*core::ptr::from_ref(rep).cast::<[u64; AGG_KEY_WORDS]>(),
+        )
+    };
+    if slot.valid != 0
+        && slot.tgid == tgid
+        && slot.exe == exe
+        && now.wrapping_sub(slot.since_ns) < AGG_WINDOW_NS
+        && same(&slot.key, words)
+    {
+        // Other programs on this CPU may count at the same time (preemption).
+        kread::atomic_add(&raw mut slot.suppressed, 1);
+        slot.last_ns = now;
+        return Err(());
+    }
+    let total = slot.suppressed;
+    if slot.valid != 0 && total > slot.base {
+        repeats(slot, total);
+    }
+    // The key changes: invalid until its record is in the ring; `base` and `key_seq`
+    // before anything counts for it (see `AggSlot`).
+    let seq = slot.key_seq.wrapping_add(1);
+    slot.valid = 0;
+    slot.base = total;
+    slot.key_seq = seq;
+    slot.key = *words;
+    slot.tgid = tgid;
+    slot.exe = exe;
+    slot.since_ns = now;
+    slot.last_ns = now;
+    Ok(Agg {
+        flags: EVENT_F_AGG_KEY,
+        base: total,
+        seq,
+    })
+}
+
+/// What [`aggregate`] makes of a record: its flags, `agg_base` and `agg_key`.
+struct Agg {
+    flags: u32,
+    base: u64,
+    seq: u64,
+}
+
+#[inline(always)]
+fn same(a: &[u64; AGG_KEY_WORDS], b: &[u64; AGG_KEY_WORDS]) -> bool {
+    let mut i = 0;
+    while i < AGG_KEY_WORDS {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Sends the count of the slot's key: denials `slot.base..total` of this CPU. If the ring
+/// is full, they are counted as lost.
+#[inline(always)]
+fn repeats(slot: &AggSlot, total: u64) {
+    let Some(s) = scratch() else {
+        add_drops(total - slot.base);
+        return;
+    };
+    let e: &mut EventHeader = &mut s.event;
+    *e = EventHeader::default();
+    e.hook = (slot.key[3] & 0xffff_ffff) as u32;
+    e.flags = EVENT_F_REPEATS;
+    e.tgid = slot.tgid;
+    e.time_ns = slot.last_ns;
+    // SAFETY: plain helper call.
+    e.cpu = unsafe { bpf_get_smp_processor_id() };
+    e.agg_base = slot.base;
+    e.agg_total = total;
+    e.agg_key = slot.key_seq;
+    // SAFETY: `event` is a whole header in the per-CPU value.
+    let ret = unsafe {
+        bpf_ringbuf_output(
+            (&raw const EVENTS).cast_mut().cast::<c_void>(),
+            (&raw mut s.event).cast(),
+            size_of::<EventHeader>() as u64,
+            0,
+        )
+    };
+    if ret != 0 {
+        add_drops(total - slot.base);
+    }
+}
+
 #[inline(always)]
 fn send_here(rep: &Report) {
     let Some(s) = scratch() else {
@@ -110,8 +228,15 @@ fn send_here(rep: &Report) {
     };
     let off = kread::offsets();
     let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
-    let uid_gid = unsafe { bpf_get_current_uid_gid() };
+    let now = unsafe { bpf_ktime_get_boot_ns() };
     let task = unsafe { bpf_get_current_task() } as *const u8;
+    let exe_file = kread::read_ptr(task, off.task_struct_mm)
+        .and_then(|mm| kread::read_ptr(mm, off.mm_struct_exe_file))
+        .map_or(0, |f| f as u64);
+    let Ok(agg) = aggregate(rep, (pid_tgid >> 32) as u32, exe_file, now) else {
+        return;
+    };
+    let uid_gid = unsafe { bpf_get_current_uid_gid() };
     let parent = kread::read_ptr(task, off.task_struct_real_parent).unwrap_or(core::ptr::null());
     let ppid: u32 = kread::read(parent, off.task_struct_tgid).unwrap_or(0);
     let path_len = (PATH_END.saturating_sub(rep.path_start)) & (PATH_MAX as u32 - 1);
@@ -119,7 +244,12 @@ fn send_here(rep: &Report) {
     e.hook = rep.hook;
     e.decision = rep.decision;
     e.reason = rep.reason;
-    e.flags = rep.flags;
+    e.flags = rep.flags | agg.flags;
+    // SAFETY: plain helper call.
+    e.cpu = unsafe { bpf_get_smp_processor_id() };
+    e.agg_base = agg.base;
+    e.agg_total = agg.base;
+    e.agg_key = agg.seq;
     e.pid = pid_tgid as u32;
     e.tgid = (pid_tgid >> 32) as u32;
     e.ppid = ppid;
@@ -127,7 +257,7 @@ fn send_here(rep: &Report) {
     e.gid = (uid_gid >> 32) as u32;
     e.policy_id = rep.policy_id;
     e.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    e.time_ns = unsafe { bpf_ktime_get_boot_ns() };
+    e.time_ns = now;
     // SAFETY: the helper writes at most 16 bytes into the 16-byte array.
     unsafe { bpf_get_current_comm(e.comm.as_mut_ptr().cast(), 16) };
     e.rule = u32::from(rep.rule);
@@ -173,6 +303,16 @@ fn send_here(rep: &Report) {
     };
     if ret != 0 {
         count_drop();
+    } else if agg.flags != 0
+        && let Some(slot) = AGG.get_ptr_mut(0)
+    {
+        // SAFETY: a per-CPU map value. The key counts from now on, unless another
+        // decision on this CPU (preempting this one) made its own key meanwhile.
+        unsafe {
+            if (*slot).key_seq == agg.seq {
+                (*slot).valid = 1;
+            }
+        }
     }
 }
 
@@ -215,8 +355,12 @@ fn exe(task: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (
 
 #[inline(always)]
 fn count_drop() {
-    if let Some(n) = DROPS.get_ptr_mut(0) {
-        // SAFETY: per-CPU counter, no concurrent writer on this CPU while we run.
-        unsafe { *n += 1 };
+    add_drops(1);
+}
+
+#[inline(always)]
+fn add_drops(n: u64) {
+    if let Some(c) = DROPS.get_ptr_mut(0) {
+        kread::atomic_add(c, n);
     }
 }

@@ -66,3 +66,19 @@ pub fn untyped(p: *const u8) -> u64 {
     let v = p;
     read::<u64>((&raw const v).cast(), 0).unwrap_or(0)
 }
+
+/// `*p += v` as one atomic instruction (`BPF_ATOMIC | BPF_ADD`, without fetch: any kernel
+/// with BPF LSM has it). Programs preempted on the same CPU may add to the same per-CPU
+/// counter; a plain load-add-store could lose one of the adds.
+#[inline(always)]
+pub fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: `p` points to an aligned u64 of a map value (the callers pass one).
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {v}",
+            p = in(reg) p,
+            v = in(reg) v,
+            options(nostack),
+        );
+    }
+}

@@ -4,6 +4,9 @@
 //! report denies. The programs are in `hooks/`, one file per concern.
 #![no_std]
 #![no_main]
+// `asm!` for the one atomic add (`kread::atomic_add`): the BPF target has no atomic
+// read-modify-write in `core`.
+#![feature(asm_experimental_arch)]
 
 mod addr;
 mod event;

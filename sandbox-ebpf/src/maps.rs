@@ -94,6 +94,10 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 << 20, 0);
 #[map]
 pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// Identical denials counted instead of sent, per CPU (`event::send`). Read by the loader.
+#[map]
+pub static AGG: PerCpuArray<sandbox_common::AggSlot> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU working memory: the path being built and the record being sent.
 #[repr(C)]
 pub struct Scratch {

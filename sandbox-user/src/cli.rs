@@ -332,12 +332,21 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), &dir)?;
             Ok(0)
         }
-        Command::Preflight { policy, json } => {
-            preflight_cmd(policy.or_else(invoker_policy).as_deref(), json)
-        }
+        Command::Preflight { policy, json } => preflight_cmd(
+            match policy {
+                Some(p) => Some(p),
+                None => invoker_policy()?,
+            }
+            .as_deref(),
+            json,
+        ),
         Command::Explain { policy, json, what } => {
             let ctx = context()?;
-            let p = run::load_policy(policy.or_else(invoker_policy).as_deref(), &ctx)?;
+            let file = match policy {
+                Some(p) => Some(p),
+                None => invoker_policy()?,
+            };
+            let p = run::load_policy(file.as_deref(), &ctx)?;
             let c = compile::compile(&p, compile::FIXED_SEED)?;
             let d = match what {
                 ExplainWhat::Read { path } => explain::file(&c, &path, explain::Access::Read)?,
@@ -438,13 +447,15 @@ fn print_all(bytes: &[u8]) -> anyhow::Result<i32> {
     }
 }
 
-/// The policy `sandbox run` would find for whoever runs this command (`SUDO_USER`, else
-/// `USER`) without `--policy`: see [`policy::lookup`].
-fn invoker_policy() -> Option<PathBuf> {
-    let user = std::env::var("SUDO_USER")
-        .or_else(|_| std::env::var("USER"))
-        .ok();
-    policy::lookup(user.as_deref())
+/// The policy `sandbox run` would find for whoever runs this command (the user `run`
+/// would run it as, from the passwd entry of `SUDO_UID` or the caller) without `--policy`:
+/// see [`policy::lookup`].
+fn invoker_policy() -> anyhow::Result<Option<PathBuf>> {
+    let target = run::Target::detect()?;
+    Ok(policy::lookup(
+        target.name.as_deref(),
+        Some(&target.agent()),
+    )?)
 }
 
 fn preflight_cmd(policy_file: Option<&std::path::Path>, json: bool) -> anyhow::Result<i32> {

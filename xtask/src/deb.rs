@@ -103,6 +103,9 @@ pub fn build(root: &Path, sandbox: &Path) -> anyhow::Result<PathBuf> {
     put("DEBIAN/postinst", MAINTAINER_SCRIPT.as_bytes(), 0o755)?;
     put("DEBIAN/postrm", MAINTAINER_SCRIPT.as_bytes(), 0o755)?;
 
+    // Directories get 0755 whatever the umask of the build: the package creates
+    // /etc/sandbox, /etc/sandbox/users and completion directories a host may not have.
+    dirs_0755(&stage)?;
     let deb = out.join(format!("{PACKAGE}_{version}_{arch}.deb"));
     sh::run(
         Command::new("dpkg-deb")
@@ -202,6 +205,17 @@ fn workspace_version(root: &Path) -> anyhow::Result<String> {
         .context("no version in [workspace.package]")
 }
 
+fn dirs_0755(dir: &Path) -> anyhow::Result<()> {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            dirs_0755(&e.path())?;
+        }
+    }
+    Ok(())
+}
+
 fn dir_size(dir: &Path) -> anyhow::Result<u64> {
     let mut total = 0;
     for e in std::fs::read_dir(dir)? {
@@ -262,6 +276,20 @@ pub fn check(root: &Path, deb: &Path) -> anyhow::Result<()> {
             .args(args);
         c
     };
+    // Nothing in the package may be writable by group or others (a completion script
+    // root's shell sources, the policy directories).
+    let contents = sh::output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
+    for line in contents.lines() {
+        let perms = line
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .as_bytes();
+        ensure!(
+            perms.len() == 10 && (perms[0] == b'l' || (perms[5] != b'w' && perms[8] != b'w')),
+            "the package holds an entry writable by group or others: {line}"
+        );
+    }
     sh::run(dpkg(&["--install"]).arg(deb))?;
     let listed = sh::output(&mut dpkg(&["--listfiles", PACKAGE]))?;
     for want in [

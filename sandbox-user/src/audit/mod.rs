@@ -1,7 +1,9 @@
 //! Audit records: the kernel's bytes decoded (`decode`), named with the policy and the host
 //! (`name`), typed as OCSF events (`record`, the schema), told as one line on the terminal
-//! (`line`), and written to the owner-only log (`sink`).
+//! (`line`), and written to the owner-only log (`sink`). Counts of identical denials the
+//! kernel did not send are matched to their first record by `aggregate`.
 
+pub mod aggregate;
 mod decode;
 mod line;
 mod name;
@@ -13,5 +15,5 @@ mod ocsf_check;
 
 pub use decode::{DecodeError, Event, Hook};
 pub use name::Formatter;
-pub use record::{OCSF_VERSION, Record, SCHEMA_VERSION, rfc3339_ms, wall_ms};
+pub use record::{OCSF_VERSION, Record, SCHEMA_VERSION, boot_ns_now, rfc3339_ms, wall_ms};
 pub use sink::{AuditFile, AuditOpenError};

@@ -56,9 +56,15 @@ pub struct Record {
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_detail: Option<&'static str>,
-    /// Records lost: how many.
+    /// Records lost: how many. A denial record with a count: how many more identical
+    /// denials the kernel counted instead of sending, between `start_time` (the first
+    /// record of the run of them) and `end_time` (the last of them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<u64>,
     /// The terminal line's text: what happened, in one sentence.
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -400,16 +406,24 @@ pub fn wall_ms(boot_ns: u64) -> u64 {
     if boot_ns == 0 {
         return now;
     }
+    match boot_ns_now() {
+        0 => now,
+        b => (now + boot_ns / 1_000_000).saturating_sub(b / 1_000_000),
+    }
+}
+
+/// `CLOCK_BOOTTIME` now, in nanoseconds (the kernel's `bpf_ktime_get_boot_ns`); 0 if the
+/// clock cannot be read.
+pub fn boot_ns_now() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec we own.
     if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut ts) } != 0 {
-        return now;
+        return 0;
     }
-    let boot_now_ms = ts.tv_sec.unsigned_abs() * 1000 + ts.tv_nsec.unsigned_abs() / 1_000_000;
-    (now + boot_ns / 1_000_000).saturating_sub(boot_now_ms)
+    ts.tv_sec.unsigned_abs() * 1_000_000_000 + ts.tv_nsec.unsigned_abs()
 }
 
 fn now_ms() -> u64 {
@@ -465,6 +479,8 @@ impl Record {
             status: "Unknown",
             status_detail: None,
             count: None,
+            start_time: None,
+            end_time: None,
             message,
             policy: None,
             actor: None,

@@ -338,6 +338,30 @@ impl Enforcer {
         }
     }
 
+    /// [`Enforcer::release`] for a set another one has replaced (`attach`'s reload), without
+    /// waiting for the detach: nothing is in this set's scope any more (its scope levels
+    /// are cleared), every program that was still deciding has finished (an RCU grace
+    /// period: BPF-LSM programs run under `rcu_read_lock`), so its ring holds all it will
+    /// ever write and can be drained at once; the links detach on a thread of their own
+    /// (seconds on 6.1 and 6.12, one RCU-tasks wait per link).
+    pub fn release_in_background(&mut self) -> Result<(), LoadError> {
+        let mut a: Array<_, u64> =
+            Array::try_from(self.map(m::SCOPE_LEVELS)?).map_err(map_err(m::SCOPE_LEVELS))?;
+        a.set(0, 0, 0).map_err(map_err(m::SCOPE_LEVELS))?;
+        self.levels = 0;
+        crate::kernel::pins::wait_for_running_programs();
+        let links: Vec<_> = self
+            .pinned
+            .drain(..)
+            .filter_map(|p| p.unpin().ok())
+            .collect();
+        if let Some(dir) = self.pin_dir.take() {
+            drop(crate::kernel::pins::remove_dir(&dir));
+        }
+        std::thread::spawn(move || drop(links));
+        Ok(())
+    }
+
     /// [`Enforcer::release`] for a process about to exit: the pins go now, the links'
     /// detach is left to a child process ([`pins::hand_links_to_a_child`]), so sandbox
     /// exits without waiting for it. Call once the run's cgroup is gone.
@@ -734,6 +758,17 @@ impl Enforcer {
         let a: PerCpuArray<_, u64> =
             PerCpuArray::try_from(self.map(m::DROPS)?).map_err(map_err(m::DROPS))?;
         Ok(a.get(&0, 0).map_err(map_err(m::DROPS))?.iter().sum())
+    }
+
+    /// Every CPU's aggregation slot (index: the CPU).
+    pub fn agg_slots(&mut self) -> Result<Vec<sandbox_common::AggSlot>, LoadError> {
+        let a: PerCpuArray<_, sandbox_common::AggSlot> =
+            PerCpuArray::try_from(self.map(m::AGG)?).map_err(map_err(m::AGG))?;
+        Ok(a.get(&0, 0)
+            .map_err(map_err(m::AGG))?
+            .iter()
+            .copied()
+            .collect())
     }
 
     fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, LoadError> {

@@ -117,6 +117,8 @@ pub struct Orphans {
     pub records: Vec<Vec<u8>>,
     /// Records the kernel could not deliver and the dead sandbox never reported.
     pub lost: u64,
+    /// The dead run's aggregation slots (counts of identical denials), per CPU.
+    pub pending: Vec<sandbox_common::AggSlot>,
     /// Why the buffer could not be read (records may then be lost; said in the log).
     pub error: Option<String>,
 }
@@ -188,6 +190,17 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
                 }
                 found_ring = true;
             }
+            Some(map_names::AGG) => {
+                let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
+                let a: PerCpuArray<_, sandbox_common::AggSlot> =
+                    PerCpuArray::try_from(map).map_err(|e| e.to_string())?;
+                out.pending = a
+                    .get(&0, 0)
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .copied()
+                    .collect();
+            }
             Some(map_names::DROPS) => {
                 let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
                 let a: PerCpuArray<_, u64> =
@@ -237,22 +250,47 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
     keep.push(read.as_raw_fd());
     keep.sort_unstable();
-    // SAFETY: the child only makes system calls (close_range, read, _exit): nothing that
-    // could need a lock another thread of this process held at the fork.
+    let write_fd = write.as_raw_fd();
+    // Where closing one by one stops when close_range is refused (before 5.9, or a seccomp
+    // filter): the highest descriptor this process may hold.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit to fill.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0 {
+        u32::try_from(lim.rlim_cur).unwrap_or(1 << 20).min(1 << 20)
+    } else {
+        1 << 20
+    };
+    // SAFETY: the child only makes system calls (close, close_range, open, write, read,
+    // _exit): nothing that could need a lock another thread of this process held at the
+    // fork.
     match unsafe { libc::fork() } {
         -1 => Err(std::io::Error::last_os_error()),
         0 => {
+            // The write end first, whatever happens below: holding it, the child would
+            // wait for itself forever.
+            // SAFETY: closes this child's copy only.
+            unsafe { libc::close(write_fd) };
             let mut first = 0u32;
             for &fd in &keep {
                 let fd = fd.unsigned_abs();
                 if fd > first {
-                    // SAFETY: closes descriptors of this child only.
-                    unsafe { libc::syscall(libc::SYS_close_range, first, fd - 1, 0u32) };
+                    close_between(first, fd - 1, limit);
                 }
                 first = fd + 1;
             }
-            // SAFETY: as above.
-            unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+            close_between(first, u32::MAX, limit);
+            // sandbox protects itself from the OOM killer; the child need not.
+            // SAFETY: a NUL-terminated path and a two-byte buffer.
+            unsafe {
+                let f = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+                if f >= 0 {
+                    libc::write(f, b"0\n".as_ptr().cast(), 2);
+                    libc::close(f);
+                }
+            }
             let mut byte = 0u8;
             loop {
                 // SAFETY: one byte into `byte`.
@@ -269,6 +307,32 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
             unsafe { libc::_exit(0) }
         }
         _ => Ok(write),
+    }
+}
+
+/// Waits until every BPF program that was running has returned: `membarrier`'s global
+/// command is an RCU grace period (`synchronize_rcu`), and non-sleepable BPF programs run
+/// inside `rcu_read_lock`. Where the command is refused (`nohz_full` hosts), a pause far
+/// longer than any decision.
+pub fn wait_for_running_programs() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+    // SAFETY: plain system call, no pointers.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if r != 0 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Closes descriptors `first..=last` of a child after fork (system calls only): with
+/// `close_range`, or one by one up to `limit` where that is refused.
+fn close_between(first: u32, last: u32, limit: u32) {
+    // SAFETY: closes descriptors of this child only.
+    if unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } == 0 {
+        return;
+    }
+    for fd in first..=last.min(limit) {
+        // SAFETY: as above; closing a descriptor that is not open is harmless.
+        unsafe { libc::close(fd.cast_signed()) };
     }
 }
 

@@ -27,13 +27,35 @@ pub const SYSTEM_DIR: &str = "/etc/sandbox";
 /// `/etc/sandbox/users/USER.yaml` (USER: the user the command runs as),
 /// `/etc/sandbox/policy.yaml`; `None` means the built-in policy. A file that is there is
 /// used even when it is broken (a broken policy is an error, never a silent fallback).
-pub fn lookup(user: Option<&str>) -> Option<PathBuf> {
+/// Absence counts only when the kernel says "no such file" in a directory `agent` cannot
+/// change (else removing a file would choose the policy): the deepest of `/etc/sandbox/users`,
+/// `/etc/sandbox` and `/etc` that exists is checked as `safepath` checks the policy's own
+/// directory. Any other error stops the lookup.
+pub fn lookup(
+    user: Option<&str>,
+    agent: Option<&crate::host::safepath::Agent>,
+) -> Result<Option<PathBuf>, crate::host::safepath::SafeError> {
+    use crate::host::safepath::{self, SafeError};
     let dir = Path::new(SYSTEM_DIR);
-    user.filter(|u| !u.is_empty() && !u.contains('/') && !u.starts_with('.'))
-        .map(|u| dir.join("users").join(format!("{u}.yaml")))
-        .into_iter()
-        .chain([dir.join("policy.yaml")])
-        .find(|p| p.symlink_metadata().is_ok())
+    let user_file = user
+        .filter(|u| !u.is_empty() && !u.contains('/') && !u.starts_with('.'))
+        .map(|u| dir.join("users").join(format!("{u}.yaml")));
+    if let Some(agent) = agent {
+        let deepest = [dir.join("users"), dir.to_path_buf(), PathBuf::from("/etc")]
+            .into_iter()
+            .find(|d| d.symlink_metadata().is_ok());
+        if let Some(d) = deepest {
+            safepath::open_dir(&d, agent, false)?;
+        }
+    }
+    for p in user_file.into_iter().chain([dir.join("policy.yaml")]) {
+        match p.symlink_metadata() {
+            Ok(_) => return Ok(Some(p)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(SafeError::Io { path: p, err }),
+        }
+    }
+    Ok(None)
 }
 
 /// Newest policy schema version this build understands.

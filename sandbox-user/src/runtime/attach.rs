@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::anyhow;
+use anyhow::{Context as _, anyhow};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -124,7 +124,10 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     let mut opts = opts;
     // Without --policy: /etc/sandbox/policy.yaml if there is one (a service has no user
     // of its own to look up), re-read on SIGHUP like a named one.
-    opts.policy = opts.policy.or_else(|| policy::lookup(None));
+    if opts.policy.is_none() {
+        opts.policy = policy::lookup(None, Some(&crate::host::safepath::Agent::AnyNonRoot))
+            .context("looking for the policy in /etc/sandbox")?;
+    }
     let policy = read_policy(opts.policy.as_deref(), &ctx)?;
     let audit_path = opts
         .audit_log
@@ -182,11 +185,17 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         });
         match next {
             Ok((new, new_ring)) => {
-                // Both sets enforce now; the old one goes, then its last records.
+                // Both sets enforce now; the old one leaves the scope, then its last
+                // records are written; its links detach meanwhile on their own thread.
                 let mut old = std::mem::replace(&mut armed, new);
                 let mut old_ring = std::mem::replace(&mut ring, new_ring);
                 debug("new set bound");
-                old.enforcer.release();
+                if let Err(e) = old.enforcer.release_in_background() {
+                    term::line(&format!(
+                        "sandbox: warning: the old set stays attached until its links close: {e}"
+                    ));
+                    old.enforcer.release();
+                }
                 finish(&mut old, &mut old_ring, &mut audit, &sinks)?;
                 debug("old set released and drained");
                 term::line(&format!(
@@ -244,6 +253,7 @@ async fn serve(
         sinks: sinks.clone(),
         reported_drops: armed.reported_drops,
         exec_denials: 0,
+        agg: std::mem::take(&mut armed.agg),
     };
     pump.write_orphans(std::mem::take(&mut armed.orphans))?;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -292,6 +302,7 @@ async fn serve(
     pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
     pump.flush()?;
     armed.reported_drops = pump.reported_drops;
+    armed.agg = pump.agg;
     Ok(reload)
 }
 
@@ -308,10 +319,13 @@ fn finish(
         sinks: sinks.clone(),
         reported_drops: armed.reported_drops,
         exec_denials: 0,
+        agg: std::mem::take(&mut armed.agg),
     };
-    pump.drain(ring.get_mut(), run::FINAL_DRAIN)?;
-    pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-    pump.flush()?;
+    pump.last_drain(
+        ring.get_mut(),
+        &mut armed.enforcer,
+        armed.reported_map.as_mut(),
+    )?;
     armed.reported_drops = pump.reported_drops;
     Ok(())
 }

@@ -59,7 +59,14 @@ impl Metrics {
             None => "none",
         };
         let rule = r.unmapped.rule.clone().unwrap_or_default();
-        self.with(|m| *m.records.entry((class, decision, rule)).or_default() += 1);
+        // A decision's record with a count stands for that many (a loss record's count is
+        // the lost ones', counted by `ring_lost` and `set_write_lost`).
+        let n = if r.action.is_some() {
+            r.count.unwrap_or(1)
+        } else {
+            1
+        };
+        self.with(|m| *m.records.entry((class, decision, rule)).or_default() += n);
     }
 
     pub fn ring_lost(&self, n: u64) {
@@ -189,9 +196,15 @@ mod tests {
         m.record(&r);
         r.class_uid = 1001;
         r.action = Some("Denied");
+        r.count = None;
         r.unmapped.rule = Some("files.read_only (implicit: \"audit\" log)".into());
         m.record(&r);
         m.record(&r);
+        // A record of 10 identical denials counts as 10.
+        let mut many = r.clone();
+        many.unmapped.rule = Some("files.deny[0]".into());
+        many.count = Some(10);
+        m.record(&many);
         m.ring_lost(5);
         m.set_write_lost(3);
         m.reload(true);
@@ -200,6 +213,12 @@ mod tests {
         assert!(text.contains(
             "sandbox_records_total{class=\"file\",decision=\"deny\",rule=\"files.read_only (implicit: \\\"audit\\\" log)\"} 2"
         ), "{text}");
+        assert!(
+            text.contains(
+                "sandbox_records_total{class=\"file\",decision=\"deny\",rule=\"files.deny[0]\"} 10"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("sandbox_records_total{class=\"audit\",decision=\"none\",rule=\"\"} 1"),
             "{text}"

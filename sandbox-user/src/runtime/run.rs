@@ -21,6 +21,7 @@ use aya::maps::{Array, MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::audit::aggregate::{Aggregates, Repeat};
 use crate::audit::{AuditFile, Event, Formatter, Record};
 use crate::backend::{self, Host};
 use crate::compile::{self, CompiledPolicy};
@@ -249,7 +250,8 @@ pub fn load_trusted_policy(
 
 /// Makes sandbox's own files read-only for the command, whatever the policy says and even
 /// when the command runs as root: the audit log (and its rotated copies), the policy
-/// file, and sandbox's own `/proc/PID` entries. Added as `files.read_only` rules, which beat `files.write`.
+/// file, `/etc/sandbox` (where later runs find theirs), and sandbox's own `/proc/PID`
+/// entries. Added as `files.read_only` rules, which beat `files.write`.
 pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Option<&Path>) {
     let mut add = |what: &str, glob: String, literal: Option<PathBuf>| {
         policy.files.read_only.push(PathRule {
@@ -272,6 +274,20 @@ pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Op
         format!("/proc/{}/**", std::process::id()),
         None,
     );
+    // The policies of later runs (`policy::lookup`): a command allowed to write to /etc
+    // must not choose the next user's policy (its rules, capabilities, audit path), nor
+    // make, rename, chown or chmod the directory. A literal rule covers the directory and
+    // everything below it; both its written and its canonical form (the kernel matches
+    // canonical paths, and /etc/sandbox may be a link root made).
+    let dir = PathBuf::from(policy::SYSTEM_DIR);
+    let canonical = std::fs::canonicalize(&dir).ok().filter(|c| *c != dir);
+    for p in std::iter::once(dir).chain(canonical) {
+        add(
+            "policies of later runs",
+            policy::expand::escape_glob(&p.display().to_string()),
+            Some(p),
+        );
+    }
     if let Some(p) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) {
         add(
             "policy file",
@@ -293,7 +309,9 @@ pub struct Armed {
     pub hosts: HostState,
     /// Ring-buffer drops already written to the audit log.
     pub reported_drops: u64,
-    /// The same count, pinned with the links: what a later clean-up need not report again
+    /// Counts of identical denials already written (kept across `attach`'s pumps).
+    pub agg: Aggregates,
+    /// The drop count, pinned with the links: what a later clean-up need not report again
     /// if this sandbox dies (see `pins`).
     pub reported_map: Option<Array<MapData, u64>>,
     /// What runs whose sandbox died left in their ring buffers, for the audit log.
@@ -455,6 +473,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Res
             host_addrs,
             cgroup,
             reported_drops: 0,
+            agg: Aggregates::default(),
             reported_map,
             orphans: swept.orphans,
         }),
@@ -600,16 +619,21 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let target = Target::for_run(opts.as_root, opts.user.as_deref())?;
     let agent = target.agent();
     let ctx = Context::from_process(target.home.clone())?;
-    let policy_file = opts.policy.clone().or_else(|| {
-        let found = policy::lookup(target.name.as_deref());
-        if let Some(f) = &found {
-            term::line(&format!(
-                "sandbox: policy {} (no --policy given)",
-                f.display()
-            ));
+    let policy_file = match &opts.policy {
+        Some(p) => Some(p.clone()),
+        None => {
+            let found = policy::lookup(target.name.as_deref(), Some(&agent))
+                .context("looking for the policy in /etc/sandbox")?;
+            term::line(&match &found {
+                Some(f) => format!("sandbox: policy {} (no --policy given)", f.display()),
+                None => format!(
+                    "sandbox: policy: the built-in one (no --policy given, none in {})",
+                    policy::SYSTEM_DIR
+                ),
+            });
+            found
         }
-        found
-    });
+    };
     let mut policy = load_trusted_policy(policy_file.as_deref(), &ctx, &agent)?;
     for w in policy::lint::lint(&policy) {
         term::line(&format!("sandbox: warning: {w}"));
@@ -881,6 +905,7 @@ async fn supervise(
         sinks: sinks.clone(),
         reported_drops: 0,
         exec_denials: 0,
+        agg: Aggregates::default(),
     };
     pump.write_orphans(orphans)?;
     let spawned = cmd.spawn();
@@ -890,9 +915,11 @@ async fn supervise(
         Err(err) => {
             // The command never ran. Its own exec may have been denied: that record is in
             // the ring already (the hook wrote it before exec failed) and goes to the log.
-            pump.drain(ring.get_mut(), FINAL_DRAIN)?;
-            pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-            pump.flush()?;
+            pump.last_drain(
+                ring.get_mut(),
+                &mut armed.enforcer,
+                armed.reported_map.as_mut(),
+            )?;
             return cannot_start(prog, &err, pump.exec_denials > 0);
         }
     };
@@ -981,9 +1008,11 @@ async fn supervise(
     t.lap("command ran");
     // Events still in flight from the last moments of the command.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    pump.drain(ring.get_mut(), FINAL_DRAIN)?;
-    pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-    pump.flush()?;
+    pump.last_drain(
+        ring.get_mut(),
+        &mut armed.enforcer,
+        armed.reported_map.as_mut(),
+    )?;
     Ok(exit_code(status))
 }
 
@@ -1098,6 +1127,8 @@ pub struct Pump<'a> {
     pub reported_drops: u64,
     /// Denied execs seen (`sandbox run`: was the command's own exec denied?).
     pub exec_denials: u64,
+    /// Counts of identical denials, matched to their records.
+    pub agg: Aggregates,
 }
 
 /// Records written after the command ended (bounded: processes it left may still be
@@ -1131,7 +1162,13 @@ impl Pump<'_> {
                 return Ok(true);
             };
             match Event::decode(&item) {
+                Ok(e) if e.header.flags & sandbox_common::EVENT_F_REPEATS != 0 => {
+                    if let Some(r) = self.agg.on_event(&e) {
+                        self.write_repeat(r, None)?;
+                    }
+                }
                 Ok(e) => {
+                    self.agg.on_event(&e);
                     if e.hook == crate::audit::Hook::Exec
                         && e.header.decision == sandbox_common::decision::DENY
                     {
@@ -1158,6 +1195,68 @@ impl Pump<'_> {
         Ok(false)
     }
 
+    /// One record for denials the kernel counted: the record they repeat, with the count.
+    fn write_repeat(&mut self, r: Repeat, orphaned: Option<&str>) -> std::io::Result<()> {
+        match r {
+            Repeat::Of {
+                key,
+                count,
+                last_ns,
+            } => {
+                let mut rec = match orphaned {
+                    Some(run) => self.fmt.orphan_record(&key, run),
+                    None => self.fmt.record(&key),
+                };
+                let last = crate::audit::wall_ms(last_ns);
+                rec.start_time = Some(rec.time);
+                rec.end_time = Some(last);
+                rec.time = last;
+                rec.time_dt = crate::audit::rfc3339_ms(last);
+                rec.count = Some(count);
+                rec.message = format!("{} ({count} more times)", rec.message);
+                self.write(&rec)?;
+                if !self.sinks.quiet {
+                    term::line(&format!("{} ({count} more times)", self.fmt.line(&key)));
+                }
+                Ok(())
+            }
+            Repeat::Unknown { count } => {
+                self.sinks.metrics(|m| m.ring_lost(count));
+                self.audit.write(&Record::loss(
+                    count,
+                    "identical denials counted in the kernel whose first record was not read",
+                    orphaned,
+                ))
+            }
+        }
+    }
+
+    /// Writes the counts the CPUs' slots hold for floods that stopped (`end`: all of them;
+    /// after the last drain).
+    pub fn sweep(&mut self, enforcer: &mut Enforcer, end: bool) -> anyhow::Result<()> {
+        let slots = enforcer.agg_slots()?;
+        let now = (!end).then(crate::audit::boot_ns_now);
+        for r in self.agg.sweep(&slots, now) {
+            self.write_repeat(r, None)?;
+        }
+        Ok(())
+    }
+
+    /// The drain once the programs have nothing more to judge: what is in the ring (up to
+    /// [`FINAL_DRAIN`]), every count still in the slots, the drops.
+    pub fn last_drain(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        enforcer: &mut Enforcer,
+        reported: Option<&mut Array<MapData, u64>>,
+    ) -> anyhow::Result<()> {
+        self.drain(ring, FINAL_DRAIN)?;
+        self.sweep(enforcer, true)?;
+        self.check_drops(enforcer, reported)?;
+        self.flush()?;
+        Ok(())
+    }
+
     /// Writes drops the kernel counted since the last call as one `audit_loss` record, and
     /// the new total where a later clean-up finds it (`reported`) if this sandbox dies.
     pub fn check_drops(
@@ -1165,6 +1264,7 @@ impl Pump<'_> {
         enforcer: &mut Enforcer,
         reported: Option<&mut Array<MapData, u64>>,
     ) -> anyhow::Result<()> {
+        self.sweep(enforcer, false)?;
         let total = enforcer.drops()?;
         if total > self.reported_drops {
             let n = total - self.reported_drops;
@@ -1189,15 +1289,29 @@ impl Pump<'_> {
     ) -> anyhow::Result<()> {
         for o in orphans {
             let mut n = 0u64;
+            let mut agg = Aggregates::default();
             for bytes in &o.records {
                 match Event::decode(bytes) {
-                    Ok(e) => self.write(&self.fmt.orphan_record(&e, &o.run))?,
+                    Ok(e) if e.header.flags & sandbox_common::EVENT_F_REPEATS != 0 => {
+                        if let Some(r) = agg.on_event(&e) {
+                            self.write_repeat(r, Some(&o.run))?;
+                        }
+                    }
+                    Ok(e) => {
+                        agg.on_event(&e);
+                        self.write(&self.fmt.orphan_record(&e, &o.run))?;
+                    }
                     Err(err) => self.write(&Record::error(
                         format!("undecodable kernel record: {err}"),
                         Some(&o.run),
                     ))?,
                 }
                 n += 1;
+            }
+            // Counts the dead run's slots still hold (some may have been written by the
+            // dead run itself already: counted again rather than lost).
+            for r in agg.sweep(&o.pending, None) {
+                self.write_repeat(r, Some(&o.run))?;
             }
             if o.lost > 0 {
                 self.write(&Record::loss(

@@ -32,13 +32,19 @@ const EXEC_N: u32 = 200;
 const IOCTL_N: u32 = 20_000;
 const SOCKET_N: u32 = 20_000;
 /// The loops' columns, in the order `loops` prints them.
-const COLUMNS: [&str; 5] = [
+const COLUMNS: [&str; 6] = [
     "open+close",
     "connect (lo)",
     "fork+exec",
     "ioctl",
     "socket+close",
+    "tree read (per file)",
 ];
+/// A project-shaped tree for the realistic workload (`grep -r`): a source directory and
+/// dependencies several levels deep, `TREE_FILES` small files in all.
+const TREE: &str = "/tmp/bench/work/project";
+const TREE_FILES: u32 = 2_000;
+const TREE_PASSES: u32 = 3;
 type Row = [f64; COLUMNS.len()];
 const REPEAT: usize = 5;
 const FILE: &str = "/tmp/bench/work/file.txt";
@@ -95,9 +101,61 @@ fn loops(port: u16) {
         }
     }
     let socket = ns_per(t, SOCKET_N);
+    // What an agent's `grep -r` does: list every directory, read every file.
+    let t = Instant::now();
+    let mut read = 0u32;
+    for _ in 0..TREE_PASSES {
+        read += read_tree(std::path::Path::new(TREE));
+    }
+    assert_eq!(read, TREE_FILES * TREE_PASSES, "files of {TREE} read");
+    let tree = ns_per(t, read);
     println!(
-        "open={open:.0} connect={connect:.0} exec={exec:.0} ioctl={ioctl:.0} socket={socket:.0}"
+        "open={open:.0} connect={connect:.0} exec={exec:.0} ioctl={ioctl:.0} socket={socket:.0} \
+         tree={tree:.0}"
     );
+}
+
+/// Reads every file below `dir`; how many.
+fn read_tree(dir: &std::path::Path) -> u32 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).expect("list a tree directory") {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            n += read_tree(&e.path());
+        } else {
+            let body = std::fs::read(e.path()).expect("read a tree file");
+            std::hint::black_box(body.len());
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The tree: `src/` with 200 files in 10 modules, and 30 dependencies of 60 files each
+/// spread over three levels (`node_modules/dep/lib/sub/file.js`).
+fn make_tree() {
+    let _ = std::fs::remove_dir_all(TREE);
+    let body = "export function f(a, b) {\n  return a + b; // a line of code\n}\n".repeat(20);
+    let mut made = 0;
+    for m in 0..10 {
+        let d = format!("{TREE}/src/module{m}");
+        std::fs::create_dir_all(&d).unwrap();
+        for f in 0..20 {
+            std::fs::write(format!("{d}/file{f}.rs"), &body).unwrap();
+            made += 1;
+        }
+    }
+    for dep in 0..30 {
+        for sub in 0..3 {
+            let d = format!("{TREE}/node_modules/dep{dep}/lib/sub{sub}");
+            std::fs::create_dir_all(&d).unwrap();
+            for f in 0..20 {
+                std::fs::write(format!("{d}/file{f}.js"), &body).unwrap();
+                made += 1;
+            }
+        }
+    }
+    assert_eq!(made, TREE_FILES);
 }
 
 fn parse(out: &str) -> Row {
@@ -150,7 +208,7 @@ fn policy(n: usize, port: u16) -> String {
         })
     };
     format!(
-        "files:\n  deny:\n    - /tmp/bench/denied\n{}exec:\n  deny:\n    - /tmp/bench/denied-bin\n{}network:\n  allow: ['127.0.0.1:{port}']\n  deny:\n    - 198.18.0.0/15\n{}",
+        "files:\n  deny:\n    - /tmp/bench/denied\n    - /tmp/bench/denied.*\n{}exec:\n  deny:\n    - /tmp/bench/denied-bin\n{}network:\n  allow: ['127.0.0.1:{port}']\n  deny:\n    - 198.18.0.0/15\n{}",
         list(&deny),
         list(&exec),
         list(&net)
@@ -177,10 +235,19 @@ fn main() {
     }
     if args.get(1).map(String::as_str) == Some("flood") {
         let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let path = std::ffi::CString::new("/tmp/bench/denied").unwrap();
+        // With K: K distinct files in turn (every denial differs from the one before).
+        let k: u32 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let paths: Vec<std::ffi::CString> = if k == 0 {
+            vec![std::ffi::CString::new("/tmp/bench/denied").unwrap()]
+        } else {
+            (0..k)
+                .map(|i| std::ffi::CString::new(format!("/tmp/bench/denied.{i}")).unwrap())
+                .collect()
+        };
         let t = Instant::now();
         let mut denied = 0u32;
-        for _ in 0..n {
+        for i in 0..n {
+            let path = &paths[i as usize % paths.len()];
             // SAFETY: plain syscalls on a valid path.
             unsafe {
                 let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
@@ -202,6 +269,7 @@ fn main() {
     let sandbox = std::env::var("SANDBOX_BIN").unwrap_or_else(|_| "/usr/bin/sandbox".into());
     std::fs::create_dir_all("/tmp/bench/work").unwrap();
     std::fs::write(FILE, "x").unwrap();
+    make_tree();
     // A loopback listener that accepts and drops every connection.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -285,7 +353,8 @@ fn main() {
     .output()
     .unwrap();
     assert!(!check.status.success(), "the bench policy did not confine");
-    flood(&sandbox, &me);
+    flood(&sandbox, &me, 0);
+    flood(&sandbox, &me, 1000);
 }
 
 /// `sandbox run --as-root --quiet --audit-log LOG --policy POLICY --`, ready for the
@@ -306,15 +375,20 @@ fn sandbox_run(sandbox: &str, policy: &str, log: &str) -> Command {
 }
 
 /// The event stream under a flood of denials: how fast they are produced and recorded, and
-/// that records + counted losses add up to the denials.
-fn flood(sandbox: &str, me: &std::path::Path) {
+/// that records (with the counts of identical ones) + counted losses add up to the
+/// denials. `distinct` 0: one file (the kernel counts the repeats); else that many files
+/// in turn (every denial is a ring record).
+fn flood(sandbox: &str, me: &std::path::Path, distinct: u32) {
     const N: u32 = 200_000;
+    for i in 0..distinct {
+        std::fs::write(format!("/tmp/bench/denied.{i}"), "x").unwrap();
+    }
     let log = "/tmp/bench/flood.jsonl";
     let _ = std::fs::remove_file(log);
     let t = Instant::now();
     let out = sandbox_run(sandbox, "/tmp/bench/policy-10.yaml", log)
         .arg(me)
-        .args(["flood", &N.to_string()])
+        .args(["flood", &N.to_string(), &distinct.to_string()])
         .output()
         .unwrap();
     let wall = t.elapsed();
@@ -330,7 +404,7 @@ fn flood(sandbox: &str, me: &std::path::Path) {
             .unwrap_or(0)
     };
     let (denied, ns) = (field("denied="), field("ns="));
-    let (mut records, mut lost) = (0u64, 0u64);
+    let (mut records, mut counted, mut lost) = (0u64, 0u64, 0u64);
     for l in std::fs::read_to_string(log).unwrap().lines() {
         let Ok(rec) = serde_json::from_str::<serde_json::Value>(l) else {
             continue;
@@ -339,16 +413,22 @@ fn flood(sandbox: &str, me: &std::path::Path) {
             lost += rec["count"].as_u64().unwrap_or(0);
         } else if l.contains("/tmp/bench/denied") {
             records += 1;
+            counted += rec["count"].as_u64().unwrap_or(1);
         }
     }
+    let what = if distinct == 0 {
+        "one file".to_owned()
+    } else {
+        format!("{distinct} files")
+    };
     println!(
-        "flood: {denied} denied opens in {:.2} s ({:.0}/s produced); {records} records + {lost} \
-         counted as lost = {} (run took {:.2} s)",
+        "flood ({what}): {denied} denied opens in {:.2} s ({:.0}/s produced); {records} \
+         records standing for {counted} + {lost} counted as lost = {} (run took {:.2} s)",
         ns as f64 / 1e9,
         denied as f64 / (ns as f64 / 1e9),
-        records + lost,
+        counted + lost,
         wall.as_secs_f64()
     );
     assert_eq!(u64::from(N), denied, "every flood open must be denied");
-    assert_eq!(records + lost, denied, "denials lost without being counted");
+    assert_eq!(counted + lost, denied, "denials lost without being counted");
 }

@@ -837,11 +837,18 @@ fn op_whoami() -> String {
     )
 }
 
-/// `open-n PATH N`: opens PATH for reading N times; counts the outcomes.
-fn op_open_n(path: &str, n: &str) -> String {
+/// `open-n PATH N [K]`: opens PATH for reading N times (with K: `PATH.0` .. `PATH.K-1`
+/// in turn); counts the outcomes.
+fn op_open_n(path: &str, n: &str, k: &str) -> String {
     let (mut ok, mut denied) = (0u64, 0u64);
-    for _ in 0..n.parse::<u64>().unwrap_or(0) {
-        if op_open(path, "r") == "OK" {
+    let k: u64 = k.parse().unwrap_or(0);
+    for i in 0..n.parse::<u64>().unwrap_or(0) {
+        let p = if k > 0 {
+            format!("{path}.{}", i % k)
+        } else {
+            path.to_owned()
+        };
+        if op_open(&p, "r") == "OK" {
             ok += 1;
         } else {
             denied += 1;
@@ -948,7 +955,7 @@ fn run_op(words: &[String]) -> String {
             kernel::op(a(0), a(1))
         }
         "whoami" => op_whoami(),
-        "open-n" => op_open_n(a(1), a(2)),
+        "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3)),
         "raw-socket" => op_raw_socket(),
         _ => "BADOP".into(),

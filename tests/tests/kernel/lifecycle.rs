@@ -460,6 +460,9 @@ struct EtcSandbox;
 impl EtcSandbox {
     fn new() -> Self {
         std::fs::create_dir_all("/etc/sandbox/users").unwrap();
+        for d in ["/etc/sandbox", "/etc/sandbox/users"] {
+            std::fs::set_permissions(d, PermissionsExt::from_mode(0o755)).unwrap();
+        }
         Self
     }
 }
@@ -491,7 +494,12 @@ fn policies_are_found_in_etc_sandbox() {
     let r = probe_as(User::Agent, &d, None, &ops);
     assert_eq!(r.result(&format!("open {}", path_str(&d, "one"))), OK);
     assert_eq!(r.result(&format!("open {}", path_str(&d, "two"))), OK);
-    assert!(!r.stderr.contains("/etc/sandbox"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("sandbox: policy: the built-in one (no --policy given"),
+        "{}",
+        r.stderr
+    );
     // The host's policy.
     write(Path::new("/etc/sandbox/policy.yaml"), &deny("host", "one"));
     let r = probe_as(User::Agent, &d, None, &ops);
@@ -520,8 +528,52 @@ fn policies_are_found_in_etc_sandbox() {
         "{}",
         r.stderr
     );
-    // Refused, and nothing runs: one the agent could change, then a broken host policy
-    // (an error, not the built-in policy).
+    // A root command whose policy lets it write in /etc (the route: a file it makes
+    // there) cannot choose a later run's policy: /etc/sandbox is read-only to it.
+    let r_dir = workdir_as(User::Root, "etc_sandbox_root");
+    let writer = "name: etc-writer\nfiles:\n  write: [/etc/**]\n";
+    let r = run_as(
+        User::Root,
+        &r_dir,
+        Some(writer),
+        &[
+            "/bin/sh",
+            "-c",
+            "echo x > /etc/kt-etc-route; mkdir /etc/kt-etc-dir; \
+             echo y > /etc/sandbox/users/mallory.yaml; chmod 777 /etc/sandbox; \
+             mv /etc/sandbox /etc/sandbox.moved",
+        ],
+    );
+    assert!(Path::new("/etc/kt-etc-route").exists(), "{}", r.stderr);
+    assert!(Path::new("/etc/kt-etc-dir").is_dir(), "{}", r.stderr);
+    let _ = std::fs::remove_file("/etc/kt-etc-route");
+    let _ = std::fs::remove_dir("/etc/kt-etc-dir");
+    assert!(
+        !Path::new("/etc/sandbox/users/mallory.yaml").exists(),
+        "a confined root command wrote a policy for a later run"
+    );
+    assert!(
+        Path::new("/etc/sandbox").is_dir() && !Path::new("/etc/sandbox.moved").exists(),
+        "a confined root command moved /etc/sandbox away"
+    );
+    assert_eq!(
+        std::fs::metadata("/etc/sandbox")
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o755,
+        "a confined root command changed /etc/sandbox's mode"
+    );
+    // Three denials: the policy written, the chmod, the rename.
+    assert!(
+        r.records("/policy/name", "etc-writer").len() >= 3,
+        "{:#?}",
+        r.audit
+    );
+    // Refused, and nothing runs: one the agent could change, a policy directory the agent
+    // could change (removing the file would choose the policy), then a broken host
+    // policy (an error, not the built-in policy).
     let marker = d.join("ran");
     let refused = |why: &str| {
         let r = run_as(User::Agent, &d, None, &["/bin/sh", "-c", "touch ran"]);
@@ -535,6 +587,9 @@ fn policies_are_found_in_etc_sandbox() {
     .unwrap();
     refused("refusing policy /etc/sandbox/users/agent.yaml");
     std::fs::remove_file("/etc/sandbox/users/agent.yaml").unwrap();
+    std::fs::set_permissions("/etc/sandbox/users", PermissionsExt::from_mode(0o777)).unwrap();
+    refused("/etc/sandbox/users: this directory is writable by every user");
+    std::fs::set_permissions("/etc/sandbox/users", PermissionsExt::from_mode(0o755)).unwrap();
     write(
         Path::new("/etc/sandbox/policy.yaml"),
         "files:\n  dney: [/etc]\n",
