@@ -330,12 +330,21 @@ impl Enforcer {
     /// Unpins the links (they detach with this object) and removes the pin directory. Call
     /// once the run's cgroup is gone, never before: until then the pins keep it confined.
     pub fn release(&mut self) {
-        for p in self.pinned.drain(..) {
-            drop(p.unpin());
-        }
+        drop(self.unpin_all());
+    }
+
+    /// The links, unpinned (they detach when the last copy is closed), and the pin
+    /// directory removed.
+    fn unpin_all(&mut self) -> Vec<aya::programs::links::FdLink> {
+        let links = self
+            .pinned
+            .drain(..)
+            .filter_map(|p| p.unpin().ok())
+            .collect();
         if let Some(dir) = self.pin_dir.take() {
             drop(crate::kernel::pins::remove_dir(&dir));
         }
+        links
     }
 
     /// [`Enforcer::release`] for a set another one has replaced (`attach`'s reload), without
@@ -350,14 +359,7 @@ impl Enforcer {
         a.set(0, 0, 0).map_err(map_err(m::SCOPE_LEVELS))?;
         self.levels = 0;
         crate::kernel::pins::wait_for_running_programs();
-        let links: Vec<_> = self
-            .pinned
-            .drain(..)
-            .filter_map(|p| p.unpin().ok())
-            .collect();
-        if let Some(dir) = self.pin_dir.take() {
-            drop(crate::kernel::pins::remove_dir(&dir));
-        }
+        let links = self.unpin_all();
         std::thread::spawn(move || drop(links));
         Ok(())
     }
@@ -366,14 +368,7 @@ impl Enforcer {
     /// detach is left to a child process ([`pins::hand_links_to_a_child`]), so sandbox
     /// exits without waiting for it. Call once the run's cgroup is gone.
     pub fn release_later(&mut self) {
-        let links: Vec<_> = self
-            .pinned
-            .drain(..)
-            .filter_map(|p| p.unpin().ok())
-            .collect();
-        if let Some(dir) = self.pin_dir.take() {
-            drop(crate::kernel::pins::remove_dir(&dir));
-        }
+        let links = self.unpin_all();
         self.holder = crate::kernel::pins::hand_links_to_a_child().ok();
         // Our copies go first: the child's are then the last, and the detach is its own.
         drop(links);

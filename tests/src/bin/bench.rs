@@ -136,23 +136,18 @@ fn read_tree(dir: &std::path::Path) -> u32 {
 fn make_tree() {
     let _ = std::fs::remove_dir_all(TREE);
     let body = "export function f(a, b) {\n  return a + b; // a line of code\n}\n".repeat(20);
+    let dirs = (0..10)
+        .map(|m| (format!("{TREE}/src/module{m}"), "rs"))
+        .chain((0..90).map(|i| {
+            let (dep, sub) = (i / 3, i % 3);
+            (format!("{TREE}/node_modules/dep{dep}/lib/sub{sub}"), "js")
+        }));
     let mut made = 0;
-    for m in 0..10 {
-        let d = format!("{TREE}/src/module{m}");
+    for (d, ext) in dirs {
         std::fs::create_dir_all(&d).unwrap();
         for f in 0..20 {
-            std::fs::write(format!("{d}/file{f}.rs"), &body).unwrap();
+            std::fs::write(format!("{d}/file{f}.{ext}"), &body).unwrap();
             made += 1;
-        }
-    }
-    for dep in 0..30 {
-        for sub in 0..3 {
-            let d = format!("{TREE}/node_modules/dep{dep}/lib/sub{sub}");
-            std::fs::create_dir_all(&d).unwrap();
-            for f in 0..20 {
-                std::fs::write(format!("{d}/file{f}.js"), &body).unwrap();
-                made += 1;
-            }
         }
     }
     assert_eq!(made, TREE_FILES);
