@@ -10,11 +10,13 @@
 //!
 //!   sandbox-bench                 the driver: prints the table
 //!   sandbox-bench loop PORT       the measured loops (open+close, connect, fork+exec)
-//!   sandbox-bench flood N         N denied opens as fast as possible (the event stream)
+//!   sandbox-bench flood N [K]     N denied opens as fast as possible (the event stream):
+//!                                 of one file, or of K files in turn
 //!
 //! The flood phase checks that no denial is lost silently: every one of the N denied opens
-//! is either a record in the audit log or counted in a `Records Lost` record (OCSF: its
-//! `unmapped.activity` is `audit_loss`, the number lost is its `count`).
+//! is a record in the audit log, counted in a record of identical ones (its `count`), or
+//! counted in a `Records Lost` record (OCSF: its `unmapped.activity` is `audit_loss`, the
+//! number lost is its `count`).
 #![expect(
     clippy::cast_precision_loss,
     reason = "nanosecond counts and rates shown as floats, far below 2^52"
@@ -379,7 +381,11 @@ fn flood(sandbox: &str, me: &std::path::Path, distinct: u32) {
         std::fs::write(format!("/tmp/bench/denied.{i}"), "x").unwrap();
     }
     let log = "/tmp/bench/flood.jsonl";
+    let rotated = |i: u32| format!("{log}.{i}");
     let _ = std::fs::remove_file(log);
+    for i in 1..=9 {
+        let _ = std::fs::remove_file(rotated(i));
+    }
     let t = Instant::now();
     let out = sandbox_run(sandbox, "/tmp/bench/policy-10.yaml", log)
         .arg(me)
@@ -400,7 +406,12 @@ fn flood(sandbox: &str, me: &std::path::Path, distinct: u32) {
     };
     let (denied, ns) = (field("denied="), field("ns="));
     let (mut records, mut counted, mut lost) = (0u64, 0u64, 0u64);
-    for l in std::fs::read_to_string(log).unwrap().lines() {
+    // The log and its rotated copies (it rotates at 100 MB: 200,000 records are more).
+    let text: String = std::iter::once(log.to_owned())
+        .chain((1..=9).map(rotated))
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .collect();
+    for l in text.lines() {
         let Ok(rec) = serde_json::from_str::<serde_json::Value>(l) else {
             continue;
         };
