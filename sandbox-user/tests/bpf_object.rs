@@ -87,6 +87,10 @@ fn expected() -> BTreeMap<&'static str, Shape> {
             map_names::DROPS,
             shape::<u32, u64>(BPF_MAP_TYPE_PERCPU_ARRAY),
         ),
+        (
+            map_names::AGG,
+            shape::<u32, sandbox_common::AggSlot>(BPF_MAP_TYPE_PERCPU_ARRAY),
+        ),
     ])
 }
 

@@ -252,14 +252,17 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
     keep.sort_unstable();
     let write_fd = write.as_raw_fd();
     // Where closing one by one stops when close_range is refused (before 5.9, or a seccomp
-    // filter): the highest descriptor this process may hold.
+    // filter): the highest descriptor this process may hold (the hard limit: the soft one
+    // may have been lowered below descriptors already open).
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `lim` is a valid rlimit to fill.
     let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0 {
-        u32::try_from(lim.rlim_cur).unwrap_or(1 << 20).min(1 << 20)
+        u32::try_from(lim.rlim_cur.max(lim.rlim_max))
+            .unwrap_or(1 << 20)
+            .min(1 << 20)
     } else {
         1 << 20
     };
