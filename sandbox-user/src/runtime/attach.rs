@@ -150,6 +150,11 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     armed
         .orphans
         .extend(crate::kernel::pins::remove_stale_attach(armed.cgroup.id));
+    // Before the line that says SIGHUP reloads: a SIGHUP that arrives before the handler
+    // would end sandbox (the signal's default action).
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
     term::line(&format!(
         "sandbox: enforcing policy '{}' on {} (SIGHUP reloads {}, SIGTERM stops)",
         armed.compiled.name,
@@ -158,9 +163,6 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
             .as_deref()
             .map_or_else(|| "the built-in policy".into(), |p| p.display().to_string()),
     ));
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
     let sinks = Sinks::start(opts.quiet, opts.metrics, &armed.compiled.name).await?;
     // Ready only now: the cgroup is bound, so units ordered after this one start confined.
     notify.ready(&format!(
