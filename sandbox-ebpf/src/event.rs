@@ -285,7 +285,7 @@ fn send_here(rep: &Report) {
         }
     }
     // The acting process's executable (the file path is already copied out of `path`).
-    let (exe_dev, exe_len) = exe(task, &off, path_len);
+    let (exe_dev, exe_len) = exe(exe_file as *const u8, &off, path_len);
     e.exe_dev = exe_dev;
     e.exe_len = exe_len;
     let size = size_of::<EventHeader>() as u64
@@ -316,17 +316,12 @@ fn send_here(rep: &Report) {
     }
 }
 
-/// Builds the path of `current->mm->exe_file` and appends it to the record after the
-/// `path_len` bytes of file path. Returns (s_dev, length), or (0, 0) for kernel threads and
+/// Builds the path of `file` (`current->mm->exe_file`, which the caller read once for the
+/// aggregation key too) and appends it to the record after the `path_len` bytes of file
+/// path. Returns (s_dev, length), or (0, 0) for kernel threads and
 /// paths that do not resolve.
 #[inline(always)]
-fn exe(task: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (u32, u32) {
-    let Ok(mm) = kread::read_ptr(task, off.task_struct_mm) else {
-        return (0, 0);
-    };
-    let Ok(file) = kread::read_ptr(mm, off.mm_struct_exe_file) else {
-        return (0, 0);
-    };
+fn exe(file: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (u32, u32) {
     let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
         return (0, 0);
     };
