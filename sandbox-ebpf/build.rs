@@ -2,7 +2,12 @@
 //! program static linkage, and the verifier checks a static function again at every call
 //! site in every caller state; a global one once per program (see `path.rs`).
 
-const GLOBAL_FUNCTIONS: &[&str] = &["sandbox_resolve", "sandbox_match_name", "sandbox_send"];
+const GLOBAL_FUNCTIONS: &[&str] = &[
+    "sandbox_resolve",
+    "sandbox_whole_path",
+    "sandbox_match_name",
+    "sandbox_send",
+];
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

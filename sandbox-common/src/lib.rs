@@ -29,6 +29,7 @@ pub mod map_names {
     pub const EVENTS: &str = "EVENTS";
     pub const DROPS: &str = "DROPS";
     pub const AGG: &str = "AGG";
+    pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -183,6 +184,22 @@ pub struct ScanStart {
     /// `SB_F_*`.
     pub flags: u32,
 }
+
+/// `DIR_CACHE_CTL` value: whether the programs may keep the scan state of directories
+/// (`sandbox-ebpf/src/dircache.rs`), and what makes it stale.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirCacheCtl {
+    /// 0: no cache (the programs neither read nor fill it). Otherwise the generation of the
+    /// placement maps (`SB_START`, `SB_ROOTS`): the loader writes a new one after every
+    /// change to them, and a directory's state from another generation is not used.
+    pub generation: u64,
+    /// Kernel address of `rename_lock` (fs/dcache.c), whose sequence count every change
+    /// of a dentry's name or parent (`__d_move`) advances: a directory's state is used only
+    /// while the count is the one it was made under.
+    pub rename_lock: u64,
+}
+const _: () = assert!(size_of::<DirCacheCtl>() == 16);
 
 /// `ScanStart::flags`: the file system has roots other than its superblock's (NFS, SMB,
 /// Ceph, 9p mount server directories as separate roots), so a walk ending at a root that is
@@ -352,11 +369,14 @@ pub struct KernelOffsets {
     pub css_set_dfl_cgrp: u32,
     /// `super_block.s_root`: where a connected dentry walk must end.
     pub super_block_s_root: u32,
+    /// `dentry.d_flags`: the directory cache leaves alone directories whose names the
+    /// file system revalidates (`DCACHE_OP_REVALIDATE`: NFS, SMB, FUSE, 9p, Ceph, ...).
+    pub dentry_d_flags: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 168);
+const _: () = assert!(size_of::<KernelOffsets>() == 172);
 
 /// Hooks that report events (`EventHeader::hook`).
 pub mod hook {
@@ -584,6 +604,7 @@ mod pod {
     // padding fields, so every bit pattern is valid and there are no hidden padding bytes.
     unsafe impl aya::Pod for super::PolicyInfo {}
     unsafe impl aya::Pod for super::AggSlot {}
+    unsafe impl aya::Pod for super::DirCacheCtl {}
     unsafe impl aya::Pod for super::ByteClasses {}
     unsafe impl aya::Pod for super::DfaAccept {}
     unsafe impl aya::Pod for super::DfaInfo {}
@@ -643,6 +664,7 @@ impl KernelOffsets {
         task_struct_cgroups: 0,
         css_set_dfl_cgrp: 0,
         super_block_s_root: 0,
+        dentry_d_flags: 0,
         valid: 0,
     };
 }

@@ -41,6 +41,7 @@ const fn newer(name: &'static str, hook: &'static str, arity: usize) -> Program 
 pub const PROGRAMS: &[Program] = &[
     // hooks/file.rs
     prog("file_open", "file_open", 1),
+    prog("inode_free_security", "inode_free_security", 1),
     // hooks/exec.rs
     prog("bprm_check_security", "bprm_check_security", 1),
     // hooks/names.rs

@@ -82,3 +82,21 @@ pub fn atomic_add(p: *mut u64, v: u64) {
         );
     }
 }
+
+/// `*p = new` if `*p == old`, as one atomic instruction (`BPF_ATOMIC | BPF_CMPXCHG`, 5.12+,
+/// fully ordered); whether it swapped.
+#[inline(always)]
+pub fn compare_exchange(p: *mut u64, old: u64, new: u64) -> bool {
+    let seen: u64;
+    // SAFETY: `p` points to an aligned u64 of a map value (the callers pass one).
+    unsafe {
+        core::arch::asm!(
+            "r0 = cmpxchg_64({p} + 0, r0, {new})",
+            p = in(reg) p,
+            new = in(reg) new,
+            inout("r0") old => seen,
+            options(nostack),
+        );
+    }
+    seen == old
+}

@@ -4,11 +4,12 @@
 //! report denies. The programs are in `hooks/`, one file per concern.
 #![no_std]
 #![no_main]
-// `asm!` for the one atomic add (`kread::atomic_add`): the BPF target has no atomic
+// `asm!` for the atomic add and compare-exchange (`kread`): the BPF target has no atomic
 // read-modify-write in `core`.
 #![feature(asm_experimental_arch)]
 
 mod addr;
+mod dircache;
 mod event;
 mod hooks;
 mod kread;

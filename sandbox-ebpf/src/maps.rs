@@ -98,6 +98,17 @@ pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static AGG: PerCpuArray<sandbox_common::AggSlot> = PerCpuArray::with_max_entries(1, 0);
 
+/// Directories' scan states (`dircache.rs`), in slots chosen by inode. Written and read by
+/// the programs only.
+#[map]
+pub static DIR_CACHE: Array<crate::dircache::DirSlot> =
+    Array::with_max_entries(crate::dircache::SLOTS, 0);
+
+/// Whether the directory cache is on, and what makes its states stale. Written by the
+/// loader once every program is attached, and after every change to `SB_START`/`SB_ROOTS`.
+#[map]
+pub static DIR_CACHE_CTL: Array<sandbox_common::DirCacheCtl> = Array::with_max_entries(1, 0);
+
 /// Per-CPU working memory: the path being built and the record being sent.
 #[repr(C)]
 pub struct Scratch {
@@ -107,6 +118,10 @@ pub struct Scratch {
     pub owner: u64,
     pub walk: crate::path::Walk,
     pub scan: crate::path::Scan,
+    /// A directory cache slot being read or filled, and the cache's state for this
+    /// decision (`dircache.rs`).
+    pub dir: crate::dircache::DirSlot,
+    pub now: crate::dircache::Now,
     pub path: [u8; PATH_BUF],
     pub event: EventHeader,
     /// The file path, then the executable's path.

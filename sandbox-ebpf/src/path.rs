@@ -21,6 +21,7 @@ use sandbox_common::{
     SB_F_SUBVOLS, SbKey, SbRootKey, ScanStart,
 };
 
+use crate::dircache;
 use crate::kread::{self, offsets};
 use crate::maps::{
     DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, POLICIES, SB_ROOTS, SB_START,
@@ -41,6 +42,9 @@ pub struct FileFacts {
     pub start: u32,
     /// `EVENT_F_*` of a path that could not be resolved ([`Resolved::Unresolved`]).
     pub flags: u32,
+    /// `SCRATCH.path` holds only the last component (`/name`): the directory's part came
+    /// from the directory cache. A record rebuilds the whole path ([`whole_path`]).
+    pub partial: bool,
 }
 
 #[inline(always)]
@@ -107,6 +111,7 @@ fn facts(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> FileFacts 
         mode: kread::read(inode, off.inode_i_mode).unwrap_or(0),
         start: PATH_END,
         flags: 0,
+        partial: false,
     }
 }
 
@@ -138,6 +143,8 @@ pub struct Walk {
     failed: u32,
     /// The walk ended at a root that is not the superblock's (`s_root`).
     detached: u32,
+    /// Where the `/` before the dentry's own name is (`PATH_END`: the dentry is a root).
+    first: u32,
 }
 
 /// Loop state of the path scan (in the scratch map for the same reason).
@@ -157,13 +164,33 @@ pub struct Scan {
     /// [`SEEK_ONLY`] (`SB_F_SUBDIRS`: nothing is matched until it has) or
     /// [`SEEK_MATCHING`] (`SB_F_SUBVOLS`: matched as below the root's mount meanwhile).
     seeking: u32,
+    /// The scan stops before this position.
+    end: u32,
+    /// At this position (the `/` before the last component) the state is copied to `snap`:
+    /// the directory's state, for the directory cache. `NO_SPLIT`: not copied.
+    split: u32,
     _pad: u32,
     dfa: [DfaInfo; 2],
+    snap: Snap,
 }
+
+/// A scan's state between two bytes: what the directory cache keeps.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Snap {
+    hash: u64,
+    sb_hash: u64,
+    anchored: u32,
+    floating: u32,
+    mask: u32,
+    seeking: u32,
+}
+
+const NO_SPLIT: u32 = u32::MAX;
 
 /// One dentry level: prepend "/name". Stops (returns 1) at the superblock root.
 #[inline(never)]
-extern "C" fn walk_step(_index: u64, _ctx: *mut c_void) -> i64 {
+extern "C" fn walk_step(index: u64, _ctx: *mut c_void) -> i64 {
     let Some(s) = scratch() else {
         return 1;
     };
@@ -201,6 +228,9 @@ extern "C" fn walk_step(_index: u64, _ctx: *mut c_void) -> i64 {
     let pos = pos - 1;
     s.path[(kread::opaque(pos) & MASK) as usize] = b'/';
     s.walk.off = pos;
+    if index == 0 {
+        s.walk.first = pos;
+    }
     s.walk.dentry = parent as u64;
     0
 }
@@ -250,8 +280,18 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
         return 1;
     };
     let pos = s.scan.pos;
-    if pos >= PATH_END {
+    if pos >= PATH_END || pos >= s.scan.end {
         return 1;
+    }
+    if pos == s.scan.split {
+        s.scan.snap = Snap {
+            hash: s.scan.hash,
+            sb_hash: s.scan.sb_hash,
+            anchored: s.scan.anchored,
+            floating: s.scan.floating,
+            mask: s.scan.mask,
+            seeking: s.scan.seeking,
+        };
     }
     let byte = s.path[(kread::opaque(pos) & MASK) as usize];
     let pid = s.scan.policy_id;
@@ -330,6 +370,7 @@ pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
         done: 0,
         failed: 0,
         detached: 0,
+        first: PATH_END,
     };
     // SAFETY: bpf_loop calls walk_step, which needs no context.
     unsafe {
@@ -360,6 +401,7 @@ pub fn resolve(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     let r = sandbox_resolve(policy_id, dentry, facts.dev, facts.ino);
     facts.start = ((r >> packed::START) & packed::START_MASK) as u32;
     facts.flags = ((r >> packed::FLAGS) & packed::FLAGS_MASK) as u32;
+    facts.partial = (r >> packed::PARTIAL) & 1 != 0;
     match r >> packed::VARIANT {
         packed::MATCHED => Resolved::Matched(FileMatch {
             path: (r & packed::KINDS_MASK) as u32,
@@ -375,7 +417,7 @@ pub fn resolve(policy_id: u32, facts: &mut FileFacts) -> Resolved {
 /// [`Resolved`] and what [`resolve`] writes back into `FileFacts`, as the one scalar a
 /// global function may return: the path's and the inode's kinds of rule (`accept::SLOTS`
 /// bits each), where the path starts, the `EVENT_F_*` flags, whether the superblock is
-/// placed, and the variant.
+/// placed, whether the path is only the last component, and the variant.
 mod packed {
     pub const KINDS_MASK: u64 = (1 << sandbox_common::accept::SLOTS) - 1;
     pub const INODE: u64 = 16;
@@ -384,6 +426,7 @@ mod packed {
     pub const FLAGS: u64 = 44;
     pub const FLAGS_MASK: u64 = 0xf;
     pub const SB_KNOWN: u64 = 48;
+    pub const PARTIAL: u64 = 49;
     pub const VARIANT: u64 = 56;
     pub const MATCHED: u64 = 0;
     pub const UNRESOLVED: u64 = 1;
@@ -415,6 +458,7 @@ pub extern "C" fn sandbox_resolve(policy_id: u32, dentry: u64, dev: u32, ino: u6
         mode: 0,
         start: PATH_END,
         flags: 0,
+        partial: false,
     };
     let (variant, m) = match POLICIES.get(policy_id) {
         None => (packed::UNRESOLVED, FileMatch::default()),
@@ -430,11 +474,101 @@ pub extern "C" fn sandbox_resolve(policy_id: u32, dentry: u64, dev: u32, ino: u6
         | ((u64::from(facts.start) & packed::START_MASK) << packed::START)
         | ((u64::from(facts.flags) & packed::FLAGS_MASK) << packed::FLAGS)
         | (u64::from(m.sb_known) << packed::SB_KNOWN)
+        | (u64::from(facts.partial) << packed::PARTIAL)
         | (variant << packed::VARIANT)
+}
+
+/// The directory a dentry is in, into `now` (its dentry and inode as numbers, for the
+/// directory cache), or zeros for a root or names the file system revalidates.
+#[inline(always)]
+fn parent_of(dentry: *const u8, now: &mut dircache::Now) {
+    let off = offsets();
+    now.parent_dentry = 0;
+    now.parent_inode = 0;
+    let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
+        return;
+    };
+    if parent.is_null() || parent == dentry {
+        return;
+    }
+    let inode = kread::read_ptr(parent, off.dentry_d_inode).unwrap_or(core::ptr::null());
+    let flags: u32 = kread::read(parent, off.dentry_d_flags).unwrap_or(u32::MAX);
+    if inode.is_null() || flags & dircache::DCACHE_OP_REVALIDATE != 0 {
+        return;
+    }
+    now.parent_dentry = parent as u64;
+    now.parent_inode = inode as u64;
 }
 
 #[inline(always)]
 fn resolve_here(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
+    // The working memory is this decision's from here (a kept state is copied into it),
+    // and the rename count is read before the parent and the name.
+    let Some(s) = scratch() else {
+        return Resolved::Unresolved;
+    };
+    crate::maps::claim(s);
+    if dircache::now(&mut s.now) {
+        parent_of(facts.dentry, &mut s.now);
+        if dircache::get(&s.now, policy_id, &mut s.dir)
+            && let Some(r) = resolve_below(policy_id, info, facts)
+        {
+            return r;
+        }
+    }
+    resolve_whole(policy_id, info, facts)
+}
+
+/// The path of a file whose directory's scan state is kept (in `SCRATCH.dir`): only
+/// `/name` is placed and scanned. `None` when the name does not fit or a move happened
+/// meanwhile: the whole walk decides then.
+#[inline(always)]
+fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Option<Resolved> {
+    let s = scratch()?;
+    crate::maps::claim(s);
+    let d = &s.dir;
+    let off = offsets();
+    let len: u32 = kread::read(facts.dentry, off.dentry_d_name_len).ok()?;
+    let name = kread::read_ptr(facts.dentry, off.dentry_d_name_name).ok()?;
+    if len >= NAME_MAX as u32 || d.len + len + 1 > PATH_END {
+        return None;
+    }
+    let start = PATH_END - len - 1;
+    // SAFETY: start + 1 < PATH_MAX and len < NAME_MAX: inside the PATH_BUF-sized buffer.
+    let dst = unsafe {
+        s.path
+            .as_mut_ptr()
+            .add((kread::opaque(start + 1) & MASK) as usize)
+    };
+    kread::read_bytes(dst, len, name).ok()?;
+    s.path[(kread::opaque(start) & MASK) as usize] = b'/';
+    let sb_known = d.sb_known != 0;
+    s.scan.hash = d.hash;
+    s.scan.sb_hash = d.sb_hash;
+    s.scan.pos = start;
+    s.scan.anchored = d.anchored;
+    s.scan.floating = d.floating;
+    s.scan.mask = d.mask;
+    s.scan.policy_id = policy_id;
+    s.scan.dev = facts.dev;
+    s.scan.seeking = d.seeking;
+    s.scan.end = PATH_END;
+    s.scan.split = NO_SPLIT;
+    s.scan.dfa = info.dfa;
+    let path = scan_run(policy_id, info, facts.dev);
+    let inode = inode_rules(policy_id, facts);
+    if !dircache::unchanged(&s.now) {
+        return None;
+    }
+    facts.start = start;
+    facts.partial = true;
+    Some(matched(path, inode, sb_known, facts))
+}
+
+/// The whole walk and scan; with the cache on (`SCRATCH.now`), the directory's state is
+/// kept on the way.
+#[inline(always)]
+fn resolve_whole(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
     let Ok(start_off) = build_path(facts.dentry) else {
         facts.flags = sandbox_common::EVENT_F_PATH_TRUNCATED;
         return Resolved::Unresolved;
@@ -466,14 +600,57 @@ fn resolve_here(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Res
             return Resolved::Unplaced;
         }
     }
-    let path = scan(policy_id, info, start_off, sb, facts.dev);
+    let split = match scratch() {
+        Some(s) if s.now.generation != 0 && s.now.parent_inode != 0 && s.walk.first < PATH_END => {
+            s.walk.first
+        }
+        _ => NO_SPLIT,
+    };
+    scan_begin(policy_id, info, start_off, sb, facts.dev, split);
+    let path = scan_run(policy_id, info, facts.dev);
+    let inode = inode_rules(policy_id, facts);
+    let r = matched(path, inode, sb_known, facts);
+    if let (Resolved::Matched(_), Some(s)) = (&r, scratch())
+        && split != NO_SPLIT
+        && dircache::unchanged(&s.now)
+    {
+        let (snap, n) = (&s.scan.snap, &s.now);
+        let d = &mut s.dir;
+        d.inode = n.parent_inode;
+        d.dentry = n.parent_dentry;
+        d.generation = n.generation;
+        d.time = n.time;
+        d.hash = snap.hash;
+        d.sb_hash = snap.sb_hash;
+        d.rename_seq = n.seq;
+        d.policy_id = policy_id;
+        d.anchored = snap.anchored;
+        d.floating = snap.floating;
+        d.mask = snap.mask;
+        d.seeking = snap.seeking;
+        d.len = split - start_off;
+        d.sb_known = u32::from(sb_known);
+        // `put` empties the slot again if another decision took the working memory.
+        dircache::put(&mut s.dir);
+    }
+    r
+}
+
+/// The inode's own rules (files protected by identity, `INODE_RULES`).
+#[inline(always)]
+fn inode_rules(policy_id: u32, facts: &FileFacts) -> u32 {
     let ikey = InodeKey {
         ino: facts.ino,
         dev: facts.dev,
         policy_id,
     };
     // SAFETY: the value is a plain u32 copied out immediately.
-    let inode = unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0);
+    unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0)
+}
+
+/// The result of a scan, once the working memory is known to have stayed this decision's.
+#[inline(always)]
+fn matched(path: u32, inode: u32, sb_known: bool, facts: &mut FileFacts) -> Resolved {
     if !crate::maps::still_mine() {
         return Resolved::Preempted;
     }
@@ -491,14 +668,20 @@ fn resolve_here(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Res
     })
 }
 
-/// Runs the policy's matcher over `SCRATCH.path[start_off..PATH_END]`, from the scan state
-/// after a superblock's mount point (`sb`) or from the very start. Returns the kind mask;
-/// `Scan::seeking` is left at `SEEK_ONLY` for a path of an `SB_F_SUBDIRS` superblock below
-/// none of its mounted directories (the mask is then 0).
+/// Sets up a scan of `SCRATCH.path[start_off..PATH_END]` by the policy's matcher, from the
+/// scan state after a superblock's mount point (`sb`) or from the very start; the state
+/// at `split` is kept in `Scan::snap`.
 #[inline(always)]
-fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>, dev: u32) -> u32 {
+fn scan_begin(
+    policy_id: u32,
+    info: &PolicyInfo,
+    start_off: u32,
+    sb: Option<ScanStart>,
+    dev: u32,
+    split: u32,
+) {
     let Some(s) = scratch() else {
-        return 0;
+        return;
     };
     let flags = sb.map_or(0, |v| v.flags);
     let seeking = if flags & SB_F_SUBDIRS != 0 {
@@ -517,18 +700,28 @@ fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>
             0,
         ),
     };
-    s.scan = Scan {
-        hash: h0,
-        sb_hash: info.seed,
-        pos: start_off,
-        anchored: a0,
-        floating: f0,
-        mask: m0,
-        policy_id,
-        dev,
-        seeking,
-        _pad: 0,
-        dfa: info.dfa,
+    // Field by field: a whole `Scan` would be built on the stack first.
+    s.scan.hash = h0;
+    s.scan.sb_hash = info.seed;
+    s.scan.pos = start_off;
+    s.scan.anchored = a0;
+    s.scan.floating = f0;
+    s.scan.mask = m0;
+    s.scan.policy_id = policy_id;
+    s.scan.dev = dev;
+    s.scan.seeking = seeking;
+    s.scan.end = PATH_END;
+    s.scan.split = split;
+    s.scan.dfa = info.dfa;
+}
+
+/// Runs the scan set up in `SCRATCH.scan` to the end of the path. Returns the kind mask;
+/// `Scan::seeking` is left at `SEEK_ONLY` for a path of an `SB_F_SUBDIRS` superblock below
+/// none of its mounted directories (the mask is then 0).
+#[inline(always)]
+fn scan_run(policy_id: u32, info: &PolicyInfo, dev: u32) -> u32 {
+    let Some(s) = scratch() else {
+        return 0;
     };
     // SAFETY: bpf_loop calls scan_step, which needs no context.
     unsafe {
@@ -555,6 +748,24 @@ fn scan(policy_id: u32, info: &PolicyInfo, start_off: u32, sb: Option<ScanStart>
         | u32::from(accept_of(&a, s.scan.anchored).exact)
         | u32::from(accept_of(&f, s.scan.floating).exact)
         | literal(policy_id, s.scan.hash)
+}
+
+/// The whole path of `dentry` (for a record, when the decision used only its last
+/// component): where it starts in `SCRATCH.path`, or `PATH_END` (no path) when it does
+/// not fit. A global function for the reason [`sandbox_resolve`] is.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sandbox_whole_path(dentry: u64) -> u32 {
+    build_path(dentry as *const u8).unwrap_or(PATH_END)
+}
+
+/// See [`sandbox_whole_path`].
+#[inline(always)]
+pub fn whole_path(facts: &mut FileFacts) {
+    if facts.partial {
+        facts.start = sandbox_whole_path(kread::untyped(facts.dentry)) & MASK;
+        facts.partial = false;
+    }
 }
 
 /// Places `@` and `len` bytes of kernel memory at `src` (an abstract unix socket name) at
@@ -594,7 +805,10 @@ pub fn match_name(policy_id: u32, start_off: u32) -> FileMatch {
 #[inline(never)]
 pub extern "C" fn sandbox_match_name(policy_id: u32, start_off: u32) -> u32 {
     match POLICIES.get(policy_id) {
-        Some(info) => scan(policy_id, info, start_off & MASK, None, 0),
+        Some(info) => {
+            scan_begin(policy_id, info, start_off & MASK, None, 0, NO_SPLIT);
+            scan_run(policy_id, info, 0)
+        }
         None => 0,
     }
 }

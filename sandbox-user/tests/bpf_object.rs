@@ -91,6 +91,10 @@ fn expected() -> BTreeMap<&'static str, Shape> {
             map_names::AGG,
             shape::<u32, sandbox_common::AggSlot>(BPF_MAP_TYPE_PERCPU_ARRAY),
         ),
+        (
+            map_names::DIR_CACHE_CTL,
+            shape::<u32, sandbox_common::DirCacheCtl>(BPF_MAP_TYPE_ARRAY),
+        ),
     ])
 }
 
@@ -100,6 +104,8 @@ const KERNEL_ONLY: &[&str] = &[
     "SCRATCH",
     // The new name of a rename in progress, from path_rename to inode_rename.
     "RENAME_DEST",
+    // Directories' scan states (`sandbox-ebpf/src/dircache.rs`).
+    "DIR_CACHE",
 ];
 
 #[test]

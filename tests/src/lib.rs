@@ -26,9 +26,9 @@ pub use serde_json::{Value, json};
 
 pub use crate::fixtures::{Attached, Bind, DiskFs, DnsServer, Resolution, Tmpfs};
 pub use crate::run::{
-    ANY, Case, EACCES, ENETUNREACH, EPERM, OK, Rec, Run, as_user, check, check_as, probe, probe_as,
-    probe_in_cgroup, probe_outside, probe_outside_as, read_audit, rec, run_as, run_in, start_probe,
-    trusted_dir, wait_probe,
+    ANY, Case, EACCES, ENETUNREACH, EPERM, OK, Rec, Run, as_user, check, check_as, check_as_env,
+    probe, probe_as, probe_in_cgroup, probe_outside, probe_outside_as, read_audit, rec, run_as,
+    run_in, start_probe, trusted_dir, wait_probe,
 };
 
 /// The binaries under test, from the environment `cargo xtask test` sets in the guest.

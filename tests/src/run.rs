@@ -205,7 +205,7 @@ impl<'a> Rec<'a> {
 /// `sandbox run` of `cmd` in `dir` as root, with `HOME=home`; the policy text (if any) is
 /// written to `dir/policy.yaml`, the audit log to `dir/audit.jsonl`.
 pub fn run_in(dir: &Path, policy: Option<&str>, home: &Path, cmd: &[&str]) -> Run {
-    sandbox_run(User::Root, dir, policy, home, cmd)
+    sandbox_run(User::Root, dir, policy, home, cmd, &[])
 }
 
 /// [`run_in`] the way `user` runs it: root as in [`run_in`] with `HOME=dir`; the agent with
@@ -216,10 +216,17 @@ pub fn run_as(user: User, dir: &Path, policy: Option<&str>, cmd: &[&str]) -> Run
         User::Root => dir,
         User::Agent => User::Root.home(),
     };
-    sandbox_run(user, dir, policy, home, cmd)
+    sandbox_run(user, dir, policy, home, cmd, &[])
 }
 
-fn sandbox_run(user: User, dir: &Path, policy: Option<&str>, home: &Path, cmd: &[&str]) -> Run {
+fn sandbox_run(
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    home: &Path,
+    cmd: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let b = bins();
     let files = trusted_dir(dir);
     let audit = files.join("audit.jsonl");
@@ -234,6 +241,7 @@ fn sandbox_run(user: User, dir: &Path, policy: Option<&str>, home: &Path, cmd: &
         c.arg("--policy").arg(&f);
     }
     c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
+    c.envs(env.iter().copied());
     let out = c.output().expect("start sandbox");
     Run::from_output(&out, &audit)
 }
@@ -325,6 +333,30 @@ pub fn check_as(user: User, dir: &Path, policy: Option<&str>, cases: &[Case<'_>]
         .collect();
     let ops: Vec<&[&str]> = words.iter().map(Vec::as_slice).collect();
     let r = probe_as(user, dir, policy, &ops);
+    r.expect_all(cases);
+    r
+}
+
+/// [`check_as`] with `env` set for sandbox (e.g. `SANDBOX_DEBUG`; the command gets it too).
+pub fn check_as_env(
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    env: &[(&str, &str)],
+    cases: &[Case<'_>],
+) -> Run {
+    let words: Vec<Vec<&str>> = cases
+        .iter()
+        .map(|(op, _)| op.split_whitespace().collect())
+        .collect();
+    let ops: Vec<&[&str]> = words.iter().map(Vec::as_slice).collect();
+    let cmd = probe_command(&ops);
+    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let home = match user {
+        User::Root => dir,
+        User::Agent => User::Root.home(),
+    };
+    let r = sandbox_run(user, dir, policy, home, &refs, env);
     r.expect_all(cases);
     r
 }

@@ -68,6 +68,8 @@ pub fn check(
         Resolved::Unplaced => (Deny::because(reason::UNPLACED_MOUNT), 0),
         Resolved::Preempted => (Deny::because(reason::PREEMPTED), 0),
     };
+    // The record names the whole path, not only the last component the decision needed.
+    path::whole_path(&mut facts);
     let mut rep = Report::file(hook_id, scope.policy_id, &facts, f_mode, flags);
     rep.target = target;
     finish(rep, v, audit, errno::EACCES)
@@ -90,3 +92,20 @@ pub fn offsets_or_deny(hook_id: u32, scope: Scope, audit: bool) -> Result<Kernel
 }
 
 hook!(file_open, "file_open", |ctx, scope| open(ctx.arg(0), scope));
+
+/// Every inode freed on the host: a directory's slot in the directory cache is cleared
+/// before its memory can hold another inode (`dircache.rs`). No scope: the directory may
+/// have been used by a confined process and freed by anyone.
+#[aya_ebpf::macros::lsm(hook = "inode_free_security")]
+pub fn inode_free_security(ctx: aya_ebpf::programs::LsmContext) -> i32 {
+    if !crate::dircache::enabled() {
+        return 0;
+    }
+    let inode: *const u8 = ctx.arg(0);
+    let off = kread::offsets();
+    let mode: u16 = kread::read(inode, off.inode_i_mode).unwrap_or(0);
+    if imode::is_dir(mode) {
+        crate::dircache::forget(kread::untyped(inode));
+    }
+    0
+}

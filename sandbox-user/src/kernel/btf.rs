@@ -82,6 +82,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         task_struct_cgroups: f("task_struct", &["cgroups"], Some(8))?,
         css_set_dfl_cgrp: f("css_set", &["dfl_cgrp"], Some(8))?,
         super_block_s_root: f("super_block", &["s_root"], Some(8))?,
+        dentry_d_flags: f("dentry", &["d_flags"], Some(4))?,
         valid: 1,
     })
 }

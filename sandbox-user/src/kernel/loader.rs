@@ -102,6 +102,8 @@ pub struct Enforcer {
     /// After [`Enforcer::release_later`], what lets the child holding the links go; it is
     /// dropped after `ebpf` (fields drop in order), whose links the child holds too.
     holder: Option<std::os::fd::OwnedFd>,
+    /// The directory cache's control value as last written (`generation` 0: off).
+    dir_cache: sandbox_common::DirCacheCtl,
 }
 
 /// Files protected by identity: every existing file named by a literal deny, `read_only` or
@@ -159,6 +161,13 @@ pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Identities {
     out
 }
 
+impl Drop for Enforcer {
+    fn drop(&mut self) {
+        // Before the fields go (the links with `ebpf`, in no particular order).
+        self.dir_cache_off();
+    }
+}
+
 impl Enforcer {
     /// Loads the programs with maps sized for `policy` and attaches them. Nothing is
     /// enforced until [`Enforcer::bind`].
@@ -171,6 +180,8 @@ impl Enforcer {
         pin_dir: Option<&Path>,
     ) -> Result<Self, LoadError> {
         let btf = &kernel.btf;
+        // Read beside the load: /proc/kallsyms is long, and slow to read under emulation.
+        let rename_lock = std::thread::spawn(super::dircache::rename_lock);
         let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, btf)?;
         e.pin_dir = pin_dir.map(Path::to_path_buf);
         if let Err(err) = e.attach(&kernel.programs, btf) {
@@ -178,6 +189,20 @@ impl Enforcer {
             return Err(err);
         }
         e.protect(std::process::id())?;
+        // Only now: the program that clears a freed directory's state is attached.
+        match rename_lock
+            .join()
+            .unwrap_or(Err("the lookup failed".into()))
+        {
+            Ok(addr) => {
+                e.set_dir_cache(sandbox_common::DirCacheCtl {
+                    generation: 1,
+                    rename_lock: addr,
+                })?;
+                super::dircache::on();
+            }
+            Err(why) => super::dircache::off(&why),
+        }
         Ok(e)
     }
 
@@ -230,6 +255,7 @@ impl Enforcer {
             pinned: Vec::new(),
             pin_dir: None,
             holder: None,
+            dir_cache: sandbox_common::DirCacheCtl::default(),
         })
     }
 
@@ -336,6 +362,9 @@ impl Enforcer {
     /// The links, unpinned (they detach when the last copy is closed), and the pin
     /// directory removed.
     fn unpin_all(&mut self) -> Vec<aya::programs::links::FdLink> {
+        // The links detach one by one, the free hook's among them: no program may use a
+        // kept directory state once freed directories can go unnoticed.
+        self.dir_cache_off();
         let links = self
             .pinned
             .drain(..)
@@ -434,8 +463,34 @@ impl Enforcer {
         Ok(())
     }
 
-    /// (Re)writes the superblock start states from the mount table.
+    /// (Re)writes the superblock start states from the mount table. Directory states kept
+    /// with the old placement are stale afterwards, whether the writes all succeeded or not.
     pub fn update_mounts(
+        &mut self,
+        policy: &CompiledPolicy,
+        sbs: &[Superblock],
+    ) -> Result<(), LoadError> {
+        let written = self.write_placement(policy, sbs);
+        if self.dir_cache.generation != 0 {
+            let next = sandbox_common::DirCacheCtl {
+                generation: self.dir_cache.generation + 1,
+                ..self.dir_cache
+            };
+            if let Err(e) = self.set_dir_cache(next) {
+                // The programs must not go on with states from before: cache off.
+                let off = sandbox_common::DirCacheCtl {
+                    generation: 0,
+                    ..self.dir_cache
+                };
+                if self.set_dir_cache(off).is_err() {
+                    return Err(e);
+                }
+            }
+        }
+        written
+    }
+
+    fn write_placement(
         &mut self,
         policy: &CompiledPolicy,
         sbs: &[Superblock],
@@ -513,6 +568,23 @@ impl Enforcer {
         for k in &stale {
             let _ = r.remove(k);
         }
+        Ok(())
+    }
+
+    /// Turns the directory cache off (before any program detaches).
+    fn dir_cache_off(&mut self) {
+        if self.dir_cache.generation != 0 {
+            let off = sandbox_common::DirCacheCtl::default();
+            // On failure it stays marked on, and `Drop` tries again.
+            let _ = self.set_dir_cache(off);
+        }
+    }
+
+    fn set_dir_cache(&mut self, v: sandbox_common::DirCacheCtl) -> Result<(), LoadError> {
+        let mut a: Array<_, sandbox_common::DirCacheCtl> =
+            Array::try_from(self.map(m::DIR_CACHE_CTL)?).map_err(map_err(m::DIR_CACHE_CTL))?;
+        a.set(0, v, 0).map_err(map_err(m::DIR_CACHE_CTL))?;
+        self.dir_cache = v;
         Ok(())
     }
 

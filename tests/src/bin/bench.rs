@@ -3,7 +3,8 @@
 //! Each figure is the median ns/op of a loop, run as a separate process:
 //! - `none`: no BPF programs attached at all;
 //! - `out of scope`: programs attached and a cgroup bound, the loop outside it;
-//! - `in scope, N rules`: the loop is the command of `sandbox run` with an N-rule policy.
+//! - `in scope, N rules`: the loop is the command of `sandbox run` with an N-rule policy;
+//! - `no directory cache`: the same with `SANDBOX_DIR_CACHE=0` (every path walked whole).
 //!
 //! Ratios are against `none` of the same run. Under QEMU/TCG absolute times are inflated;
 //! the ratios are what to read.
@@ -321,6 +322,16 @@ fn main() {
             median((0..REPEAT).map(|_| run_loop(&mut confined(n))).collect()),
         ));
     }
+    // What the directory cache saves: the same as the 1,000-rule row, every path walked
+    // and scanned whole.
+    rows.push((
+        "in scope, 1000 rules, no directory cache".into(),
+        median(
+            (0..REPEAT)
+                .map(|_| run_loop(confined(1_000).env("SANDBOX_DIR_CACHE", "0")))
+                .collect(),
+        ),
+    ));
     let base = rows[0].1[0];
     let mut out = std::io::stdout();
     let mut head = format!("{:<54}", "configuration");

@@ -280,3 +280,76 @@ fn btrfs_subvolumes_place_their_files() {
     );
     r.check_records(&[rec("/file/path", key.as_str()).has("/unmapped/rule", "files.deny[0]")]);
 }
+
+/// A file system moved (outside the sandbox) to a denied place while the command works in
+/// it: once sandbox has placed it again, its files are matched at the new place, also in
+/// directories whose scan state the programs kept from before the move.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_moved_mount_is_matched_at_its_new_place() {
+    let d = workdir("moved_mount");
+    let (from, to) = (d.join("mnt/a"), d.join("mnt/secret"));
+    std::fs::create_dir_all(&from).unwrap();
+    std::fs::create_dir_all(&to).unwrap();
+    let tmpfs = Tmpfs::mount(&from);
+    write(&from.join("dir/f"), "x");
+    let policy = d.join("policy.yaml");
+    write(
+        &policy,
+        &format!("files:\n  deny: [{}/mnt/secret]\n", d.display()),
+    );
+    let child = start_probe(
+        &d,
+        Some(&policy),
+        &[
+            "open",
+            "mnt/a/dir/f",
+            "r",
+            "::",
+            "open",
+            "mnt/a/dir/f",
+            "r",
+            "::",
+            "sleep",
+            "5000",
+            "::",
+            "open",
+            "mnt/secret/dir/f",
+            "r",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let c = |p: &std::path::Path| std::ffi::CString::new(p.display().to_string()).unwrap();
+    let (src, dst) = (c(&from), c(&to));
+    // SAFETY: plain mount(2) with NUL-terminated strings that outlive the call.
+    let moved = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_MOVE,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(
+        moved,
+        0,
+        "mount --move: {}",
+        std::io::Error::last_os_error()
+    );
+    std::mem::forget(tmpfs);
+    let r = wait_probe(child, &d);
+    // Outside the sandbox the file at its new place is readable.
+    let outside = probe_outside(&["open", &path_str(&d, "mnt/secret/dir/f"), "r"]);
+    // SAFETY: plain umount(2) of the path the file system was moved to.
+    unsafe { libc::umount(dst.as_ptr()) };
+    assert_eq!(outside, OK);
+    r.expect_all(&[
+        ("open mnt/a/dir/f r", OK),
+        ("open mnt/a/dir/f r", OK),
+        ("open mnt/secret/dir/f r", EACCES),
+    ]);
+    r.check_records(&[
+        rec("/file/path", path_str(&d, "mnt/secret/dir/f")).has("/unmapped/rule", "files.deny[0]")
+    ]);
+}

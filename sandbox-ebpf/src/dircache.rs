@@ -1,0 +1,248 @@
+//! The scan state of directories, so that a path hook scans only the last component of a
+//! path rather than walking and scanning the whole of it on every open.
+//!
+//! A directory's path within its superblock changes only when a dentry above it, or itself,
+//! is moved or renamed (`__d_move`, always under the kernel's `rename_lock`, whose sequence
+//! count goes up by two each time), and what a scan makes of a path changes only with the
+//! placement maps (`SB_START`, `SB_ROOTS`: the loader writes a new
+//! [`DirCacheCtl::generation`](sandbox_common::DirCacheCtl) after every change to them) or the
+//! policy. So the state after scanning a directory's path is kept, in a slot chosen by the
+//! directory's inode, stamped with the rename count and generation it was made under and
+//! used only while both still hold.
+//!
+//! Invariants:
+//! - A slot is filled only from a full walk and scan that matched, and only when the
+//!   rename count was even (no move in progress) and the same before the walk and after
+//!   the scan: a move during the walk cannot leave a stale state behind.
+//! - A slot is used only when its inode, dentry, policy, generation and rename count are
+//!   those of the lookup; the lookup reads the rename count before it reads the file's
+//!   parent and name, and again after its scan (a move meanwhile: the full walk is done).
+//! - A directory's slot is cleared when its inode is freed (`inode_free_security`), before
+//!   the memory can hold another inode: a slot is never taken for another directory at
+//!   the same address. A filler holds a reference to the directory (the file's or name's
+//!   dentry pins its parent), so no slot is filled for an inode being freed.
+//! - Slots are written in place under a per-slot sequence lock (odd while written; a
+//!   writer that finds it taken gives up), and read as two reads of the lock around the
+//!   copy: a torn copy is never used. The read side relies on x86-64's ordering of loads
+//!   (the loader enables the cache on x86-64 only).
+//! - Disabled (`generation` 0) until the loader has attached every program, the free hook
+//!   included, and found `rename_lock`.
+
+use sandbox_common::DirCacheCtl;
+
+use crate::kread;
+use crate::maps::{DIR_CACHE, DIR_CACHE_CTL};
+
+/// `DCACHE_OP_REVALIDATE` (include/linux/dcache.h, the same bit in every kernel since
+/// 2.6.38): the file system checks this dentry's name against a server or another view
+/// (NFS, SMB, FUSE, 9p, Ceph, procfs, ...), and may drop it and make another for the same
+/// inode without a move there (a rename made on the server). Such directories are not
+/// cached.
+pub const DCACHE_OP_REVALIDATE: u32 = 0x4;
+
+/// Slots (a power of two): directories in use at once by confined processes, beyond
+/// which they take each other's slots (a slot missed costs one full walk).
+pub const SLOTS: u32 = 8192;
+
+/// One directory's scan state ([`crate::path::Scan`] after its path), and what makes it
+/// valid.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DirSlot {
+    /// Sequence lock: odd while a writer fills the slot (set by [`put`], whatever the
+    /// value given).
+    pub lock: u64,
+    /// The directory's `struct inode` (0: empty).
+    pub inode: u64,
+    /// Its dentry.
+    pub dentry: u64,
+    pub generation: u64,
+    /// When it was filled (`bpf_ktime_get_ns`; the coarse clock is not offered to LSM programs on 6.1): a slot older than [`MAX_AGE_NS`]
+    /// is not used, so the 32-bit rename count cannot come round to its stamp again.
+    pub time: u64,
+    pub hash: u64,
+    pub sb_hash: u64,
+    pub rename_seq: u32,
+    pub policy_id: u32,
+    pub anchored: u32,
+    pub floating: u32,
+    pub mask: u32,
+    pub seeking: u32,
+    /// Bytes of the directory's path within its superblock.
+    pub len: u32,
+    pub sb_known: u32,
+}
+
+/// How long a slot stays usable: far less than the 2^31 renames (each taking the global
+/// `rename_lock`) it would take the count to come round.
+pub const MAX_AGE_NS: u64 = 2_000_000_000;
+
+/// The cache's state when a decision starts, and the directory the decision's file is
+/// in. Kept in the working memory (`SCRATCH.now`): the stack of the path functions has
+/// no room left.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Now {
+    /// 0: no cache for this decision (off, or a move in progress).
+    pub generation: u64,
+    pub rename_lock: u64,
+    pub time: u64,
+    /// The file's directory (0: none to use: a root, or revalidated names).
+    pub parent_dentry: u64,
+    pub parent_inode: u64,
+    pub seq: u32,
+    pub _pad: u32,
+}
+
+/// Fills `n` with the cache's generation and the rename count now; whether the cache can
+/// be used (not off, no move in progress).
+#[inline(always)]
+pub fn now(n: &mut Now) -> bool {
+    n.generation = 0;
+    let Some(ctl) = DIR_CACHE_CTL.get(0) else {
+        return false;
+    };
+    let ctl: DirCacheCtl = *ctl;
+    if ctl.generation == 0 {
+        return false;
+    }
+    let Some(seq) = rename_seq(ctl.rename_lock) else {
+        return false;
+    };
+    n.rename_lock = ctl.rename_lock;
+    // SAFETY: plain helper call.
+    n.time = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
+    n.seq = seq;
+    n.generation = ctl.generation;
+    true
+}
+
+/// `rename_lock`'s sequence count (the first field of `seqlock_t`), if even.
+#[inline(always)]
+pub fn rename_seq(rename_lock: u64) -> Option<u32> {
+    let seq: u32 = kread::read(rename_lock as *const u8, 0).ok()?;
+    (seq & 1 == 0).then_some(seq)
+}
+
+/// No move since `now`.
+#[inline(always)]
+pub fn unchanged(now: &Now) -> bool {
+    rename_seq(now.rename_lock) == Some(now.seq)
+}
+
+#[inline(always)]
+fn slot_of(inode: u64) -> Option<*mut DirSlot> {
+    // Inodes are slab objects some hundreds of bytes apart: a multiplicative hash spreads
+    // their addresses over the slots.
+    let i = (inode.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as u32 & (SLOTS - 1);
+    DIR_CACHE.get_ptr_mut(i)
+}
+
+/// Copies the state of the directory of `now` for `policy_id` into `out` (working
+/// memory: the stack has no room for it), if a valid one is kept.
+#[inline(always)]
+pub fn get(now: &Now, policy_id: u32, out: &mut DirSlot) -> bool {
+    let (inode, dentry) = (now.parent_inode, now.parent_dentry);
+    if now.generation == 0 || inode == 0 {
+        return false;
+    }
+    let Some(p) = slot_of(inode) else {
+        return false;
+    };
+    // SAFETY: `p` is a map value of this array; reads are volatile so that the lock is read
+    // before and after the copy, in that order.
+    unsafe {
+        let before = core::ptr::read_volatile(&raw const (*p).lock);
+        if before & 1 != 0 {
+            return false;
+        }
+        copy(p, out);
+        let after = core::ptr::read_volatile(&raw const (*p).lock);
+        after == before
+            && out.inode == inode
+            && out.dentry == dentry
+            && out.policy_id == policy_id
+            && out.generation == now.generation
+            && out.rename_seq == now.seq
+            && now.time.wrapping_sub(out.time) < MAX_AGE_NS
+    }
+}
+
+/// Copies a slot field by field, each a volatile read and a volatile write, in field
+/// order (a whole-struct copy is done through registers and spills to the stack, which
+/// has no room).
+#[inline(always)]
+unsafe fn copy(from: *const DirSlot, to: *mut DirSlot) {
+    macro_rules! fields {
+        ($($f:ident),*) => {
+            $(
+                // SAFETY: both point to whole `DirSlot`s (the callers'); plain data.
+                unsafe {
+                    core::ptr::write_volatile(
+                        &raw mut (*to).$f,
+                        core::ptr::read_volatile(&raw const (*from).$f),
+                    );
+                }
+            )*
+        };
+    }
+    fields!(
+        lock, inode, dentry, generation, time, hash, sb_hash, rename_seq, policy_id, anchored,
+        floating, mask, seeking, len, sb_known
+    );
+}
+
+/// Keeps `v` (this decision's working memory) in its directory's slot, unless another
+/// writer has the slot. If another task's decision took the working memory meanwhile,
+/// what was copied may be a mix of both: the slot is then left empty.
+#[inline(always)]
+pub fn put(v: &mut DirSlot) {
+    let Some(p) = slot_of(v.inode) else {
+        return;
+    };
+    // SAFETY: `p` is a map value of this array; the lock makes this the only writer.
+    unsafe {
+        let lock = &raw mut (*p).lock;
+        let seq = core::ptr::read_volatile(lock);
+        if seq & 1 != 0 || !kread::compare_exchange(lock, seq, seq + 1) {
+            return;
+        }
+        // The copy carries the odd lock value: a reader never sees the lock even while
+        // the fields are being written.
+        v.lock = seq + 1;
+        copy(v, p);
+        if !crate::maps::still_mine() {
+            core::ptr::write_volatile(&raw mut (*p).inode, 0);
+        }
+        kread::atomic_add(lock, 1);
+    }
+}
+
+/// `inode` is being freed: its slot, if it has one, is cleared.
+#[inline(always)]
+pub fn forget(inode: u64) {
+    let Some(p) = slot_of(inode) else {
+        return;
+    };
+    // SAFETY: as in `put`.
+    unsafe {
+        if core::ptr::read_volatile(&raw const (*p).inode) != inode {
+            return;
+        }
+        let lock = &raw mut (*p).lock;
+        let seq = core::ptr::read_volatile(lock);
+        // A writer holding the slot fills it for another directory (one being filled is
+        // referenced, so not being freed).
+        if seq & 1 != 0 || !kread::compare_exchange(lock, seq, seq + 1) {
+            return;
+        }
+        core::ptr::write_volatile(&raw mut (*p).inode, 0);
+        kread::atomic_add(lock, 1);
+    }
+}
+
+/// Whether the cache is on (the free hook pays for nothing else when it is off).
+#[inline(always)]
+pub fn enabled() -> bool {
+    DIR_CACHE_CTL.get(0).is_some_and(|c| c.generation != 0)
+}
