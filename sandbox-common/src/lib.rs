@@ -30,6 +30,7 @@ pub mod map_names {
     pub const DROPS: &str = "DROPS";
     pub const AGG: &str = "AGG";
     pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
+    pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).

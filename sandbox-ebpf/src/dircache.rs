@@ -25,13 +25,18 @@
 //!   writer that finds it taken gives up), and read as two reads of the lock around the
 //!   copy: a torn copy is never used. The read side relies on x86-64's ordering of loads
 //!   (the loader enables the cache on x86-64 only).
+//! - A slot is used for 2 s at most ([`MAX_AGE_NS`]): the 32-bit count cannot come round
+//!   to its stamp in that time.
+//! - Directories whose names the file system revalidates are never cached
+//!   ([`DCACHE_OP_REVALIDATE`]).
 //! - Disabled (`generation` 0) until the loader has attached every program, the free hook
-//!   included, and found `rename_lock`.
+//!   included, found `rename_lock` and seen the count move with a rename of its own
+//!   ([`note_rename`]); disabled again before any program is detached.
 
 use sandbox_common::DirCacheCtl;
 
 use crate::kread;
-use crate::maps::{DIR_CACHE, DIR_CACHE_CTL};
+use crate::maps::{DIR_CACHE, DIR_CACHE_CTL, DIR_CACHE_PROBE};
 
 /// `DCACHE_OP_REVALIDATE` (include/linux/dcache.h, the same bit in every kernel since
 /// 2.6.38): the file system checks this dentry's name against a server or another view
@@ -57,8 +62,8 @@ pub struct DirSlot {
     /// Its dentry.
     pub dentry: u64,
     pub generation: u64,
-    /// When it was filled (`bpf_ktime_get_ns`; the coarse clock is not offered to LSM programs on 6.1): a slot older than [`MAX_AGE_NS`]
-    /// is not used, so the 32-bit rename count cannot come round to its stamp again.
+    /// When it was filled (`bpf_ktime_get_ns`; 6.1 does not offer LSM programs the coarse
+    /// clock): a slot older than [`MAX_AGE_NS`] is not used.
     pub time: u64,
     pub hash: u64,
     pub sb_hash: u64,
@@ -239,6 +244,33 @@ pub fn forget(inode: u64) {
         core::ptr::write_volatile(&raw mut (*p).inode, 0);
         kread::atomic_add(lock, 1);
     }
+}
+
+/// The loader's check of the address it found (`DIR_CACHE_PROBE`): while slot 0 holds its
+/// tgid, its own renames record the count they see in slot 1. Always true (a pre-test of
+/// `inode_rename` that lets every rename on).
+#[inline(always)]
+pub fn note_rename() -> bool {
+    let Some(watched) = DIR_CACHE_PROBE.get(0) else {
+        return true;
+    };
+    if *watched == 0 {
+        return true;
+    }
+    // SAFETY: plain helper call.
+    let tgid = unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() } >> 32;
+    if *watched != tgid {
+        return true;
+    }
+    let Some(ctl) = DIR_CACHE_CTL.get(0) else {
+        return true;
+    };
+    let seq: u32 = kread::read(ctl.rename_lock as *const u8, 0).unwrap_or(1);
+    if let Some(p) = DIR_CACHE_PROBE.get_ptr_mut(1) {
+        // SAFETY: a value of this array.
+        unsafe { *p = u64::from(seq) | 1 << 32 };
+    }
+    true
 }
 
 /// Whether the cache is on (the free hook pays for nothing else when it is off).

@@ -109,6 +109,12 @@ pub static DIR_CACHE: Array<crate::dircache::DirSlot> =
 #[map]
 pub static DIR_CACHE_CTL: Array<sandbox_common::DirCacheCtl> = Array::with_max_entries(1, 0);
 
+/// The loader's check that `DIR_CACHE_CTL.rename_lock` is a count renames move: 0 -> the
+/// loader's tgid while it checks (0: not checking), 1 -> the count its last rename saw
+/// (bit 32 set once written). Written by the loader and `inode_rename`.
+#[map]
+pub static DIR_CACHE_PROBE: Array<u64> = Array::with_max_entries(2, 0);
+
 /// Per-CPU working memory: the path being built and the record being sent.
 #[repr(C)]
 pub struct Scratch {

@@ -95,6 +95,10 @@ fn expected() -> BTreeMap<&'static str, Shape> {
             map_names::DIR_CACHE_CTL,
             shape::<u32, sandbox_common::DirCacheCtl>(BPF_MAP_TYPE_ARRAY),
         ),
+        (
+            map_names::DIR_CACHE_PROBE,
+            shape::<u32, u64>(BPF_MAP_TYPE_ARRAY),
+        ),
     ])
 }
 

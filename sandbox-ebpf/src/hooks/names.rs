@@ -84,7 +84,12 @@ name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE);
 // rename(old, new): the old name at inode_rename, the new one at path_rename (both names
 // change). The kernel calls inode_rename a second time with the names swapped for
 // RENAME_EXCHANGE, so each moving name is seen there as the old one, with its directories.
-hook!(inode_rename, "inode_rename", |ctx, scope| {
+// Before the scope lookup, for any task: the loader's check that the directory cache
+// reads the right rename count (`dircache::note_rename`).
+hook!(
+    inode_rename,
+    "inode_rename",
+    |ctx, scope| {
     let (old_dir, new_dir): (*const u8, *const u8) = (ctx.arg(0), ctx.arg(2));
     let new: *const u8 = ctx.arg(3);
     let key = pid_tgid();
@@ -101,7 +106,9 @@ hook!(inode_rename, "inode_rename", |ctx, scope| {
         guard::MOVE
     };
     check_name(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard)
-});
+    },
+    if crate::dircache::note_rename()
+);
 hook!(path_rename, "path_rename", |ctx, scope| {
     let new: *const u8 = ctx.arg(3);
     check_name_noting(hook::RENAME, scope, new, guard::NEW, |m| {

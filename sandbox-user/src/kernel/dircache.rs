@@ -56,17 +56,72 @@ fn kernel_is_x86_64() -> bool {
     m.to_bytes() == b"x86_64"
 }
 
-/// The address of data symbol `name` on a `/proc/kallsyms` line
-/// (`ffffffff82a05040 D rename_lock`), if the line is that symbol's (not a module's).
+/// The address of symbol `name` on a `/proc/kallsyms` line
+/// (`ffffffff82a05040 D rename_lock`), if the line is that symbol's (not a module's). The
+/// type letter is not trusted (7.3 lists `rename_lock` as `T`): the address is checked by
+/// renaming (`moved_by_one_rename`).
 fn symbol(line: &str, name: &str) -> Option<u64> {
     let mut f = line.split_ascii_whitespace();
     let addr = f.next()?;
-    let kind = f.next()?;
+    let _kind = f.next()?;
     let sym = f.next()?;
-    if sym != name || f.next().is_some() || !matches!(kind, "D" | "d" | "B" | "b") {
+    if sym != name || f.next().is_some() {
         return None;
     }
     u64::from_str_radix(addr, 16).ok()
+}
+
+/// Renames a file of a fresh directory twice, with `watch(true)` before and `watch(false)`
+/// after; returns what `read` gave after each rename (the count `inode_rename` saw, bit
+/// 32 set once written).
+pub fn renames_seen(
+    read: impl Fn() -> Result<u64, String>,
+    watch: impl Fn(bool) -> Result<(), String>,
+) -> Result<[u64; 2], String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        ".sandbox-rename-check-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    let run = || -> Result<[u64; 2], String> {
+        std::fs::write(&a, b"").map_err(|e| format!("{}: {e}", a.display()))?;
+        watch(true)?;
+        std::fs::rename(&a, &b).map_err(|e| format!("rename: {e}"))?;
+        let first = read()?;
+        std::fs::rename(&b, &a).map_err(|e| format!("rename: {e}"))?;
+        let second = read()?;
+        Ok([first, second])
+    };
+    let seen = run();
+    let stopped = watch(false);
+    let _ = std::fs::remove_file(&a);
+    let _ = std::fs::remove_file(&b);
+    let _ = std::fs::remove_dir(&dir);
+    stopped?;
+    seen
+}
+
+/// Whether two counts seen by consecutive renames (before each one's move) show the first
+/// move: both recorded, even, the second 2 or more above the first (other renames on the
+/// host may come between) and not absurdly far.
+pub fn moved_by_one_rename(seen: [u64; 2]) -> Result<(), String> {
+    const WRITTEN: u64 = 1 << 32;
+    let [a, b] = seen;
+    if a & WRITTEN == 0 || b & WRITTEN == 0 {
+        return Err("inode_rename did not record the count".into());
+    }
+    let (a, b) = ((a & 0xffff_ffff) as u32, (b & 0xffff_ffff) as u32);
+    let step = b.wrapping_sub(a);
+    if a % 2 != 0 || b % 2 != 0 || !(2..=1 << 24).contains(&step) {
+        return Err(format!(
+            "rename_lock's count did not follow a rename ({a} then {b}): not the address it seemed"
+        ));
+    }
+    Ok(())
 }
 
 /// Says, under `SANDBOX_DEBUG`, why the cache is off.
@@ -85,7 +140,22 @@ pub fn on() {
 
 #[cfg(test)]
 mod tests {
-    use super::symbol;
+    use super::{moved_by_one_rename, symbol};
+
+    #[test]
+    fn a_count_that_moved_with_the_rename() {
+        const W: u64 = 1 << 32;
+        assert!(moved_by_one_rename([W + 10, W + 12]).is_ok());
+        // Others renamed meanwhile.
+        assert!(moved_by_one_rename([W + 10, W + 40]).is_ok());
+        // Wrapped round.
+        assert!(moved_by_one_rename([W + 0xffff_fffe, W]).is_ok());
+        // Not moved, odd, not recorded, or some other number.
+        assert!(moved_by_one_rename([W + 10, W + 10]).is_err());
+        assert!(moved_by_one_rename([W + 11, W + 13]).is_err());
+        assert!(moved_by_one_rename([10, W + 12]).is_err());
+        assert!(moved_by_one_rename([W + 10, W + 0x7000_0000]).is_err());
+    }
 
     #[test]
     fn kallsyms_lines() {
@@ -97,10 +167,10 @@ mod tests {
             symbol("0000000000000000 D rename_lock\n", "rename_lock"),
             Some(0)
         );
-        // A function of that name, or a module's symbol, is not the lock.
+        // Kernels differ in the type letter (7.3: `T`); a module's symbol is not the lock.
         assert_eq!(
-            symbol("ffffffff81000000 T rename_lock\n", "rename_lock"),
-            None
+            symbol("ffffffffa4409800 T rename_lock\n", "rename_lock"),
+            Some(0xffff_ffff_a440_9800)
         );
         assert_eq!(
             symbol("ffffffffc0000000 d rename_lock\t[ext4]\n", "rename_lock"),

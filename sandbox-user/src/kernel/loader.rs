@@ -190,10 +190,11 @@ impl Enforcer {
         }
         e.protect(std::process::id())?;
         // Only now: the program that clears a freed directory's state is attached.
-        match rename_lock
+        let checked = rename_lock
             .join()
             .unwrap_or(Err("the lookup failed".into()))
-        {
+            .and_then(|addr| e.check_rename_count(addr).map(|()| addr));
+        match checked {
             Ok(addr) => {
                 e.set_dir_cache(sandbox_common::DirCacheCtl {
                     generation: 1,
@@ -569,6 +570,37 @@ impl Enforcer {
             let _ = r.remove(k);
         }
         Ok(())
+    }
+
+    /// Checks that `addr` is a count renames move, as the programs read it: the cache
+    /// stays off (the control value has generation 0) while this process renames a file
+    /// of its own twice and `inode_rename` records what it reads for this process's
+    /// renames only; the second must see the first's move (the count up by 2 or more,
+    /// even). A wrong address would make every move go unnoticed.
+    fn check_rename_count(&mut self, addr: u64) -> Result<(), String> {
+        let off = sandbox_common::DirCacheCtl {
+            generation: 0,
+            rename_lock: addr,
+        };
+        self.set_dir_cache(off).map_err(|e| e.to_string())?;
+        let map = self.map(m::DIR_CACHE_PROBE).map_err(|e| e.to_string())?;
+        let probe =
+            std::cell::RefCell::new(Array::<_, u64>::try_from(map).map_err(|e| e.to_string())?);
+        let seen = super::dircache::renames_seen(
+            || probe.borrow().get(&1, 0).map_err(|e| e.to_string()),
+            |watch| {
+                let tgid = if watch {
+                    u64::from(std::process::id())
+                } else {
+                    0
+                };
+                let mut p = probe.borrow_mut();
+                p.set(1, 0, 0)
+                    .and_then(|()| p.set(0, tgid, 0))
+                    .map_err(|e| e.to_string())
+            },
+        )?;
+        super::dircache::moved_by_one_rename(seen)
     }
 
     /// Turns the directory cache off (before any program detaches).
