@@ -212,11 +212,15 @@ pub fn run_in(dir: &Path, policy: Option<&str>, home: &Path, cmd: &[&str]) -> Ru
 /// `sudo sandbox run` (`SUDO_UID`/`SUDO_GID` set, `HOME=/root`), so sandbox drops to the
 /// agent and `~` in the policy is `/home/agent`.
 pub fn run_as(user: User, dir: &Path, policy: Option<&str>, cmd: &[&str]) -> Run {
-    let home = match user {
+    sandbox_run(user, dir, policy, home_of(user, dir), cmd, &[])
+}
+
+/// `HOME` for a run by `user` in `dir` (see [`run_as`]).
+fn home_of(user: User, dir: &Path) -> &Path {
+    match user {
         User::Root => dir,
         User::Agent => User::Root.home(),
-    };
-    sandbox_run(user, dir, policy, home, cmd, &[])
+    }
 }
 
 fn sandbox_run(
@@ -327,14 +331,7 @@ pub fn check(dir: &Path, policy: Option<&str>, cases: &[Case<'_>]) -> Run {
 
 /// [`check`] run by `user` (see [`run_as`]).
 pub fn check_as(user: User, dir: &Path, policy: Option<&str>, cases: &[Case<'_>]) -> Run {
-    let words: Vec<Vec<&str>> = cases
-        .iter()
-        .map(|(op, _)| op.split_whitespace().collect())
-        .collect();
-    let ops: Vec<&[&str]> = words.iter().map(Vec::as_slice).collect();
-    let r = probe_as(user, dir, policy, &ops);
-    r.expect_all(cases);
-    r
+    check_as_env(user, dir, policy, &[], cases)
 }
 
 /// [`check_as`] with `env` set for sandbox (e.g. `SANDBOX_DEBUG`; the command gets it too).
@@ -352,11 +349,7 @@ pub fn check_as_env(
     let ops: Vec<&[&str]> = words.iter().map(Vec::as_slice).collect();
     let cmd = probe_command(&ops);
     let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let home = match user {
-        User::Root => dir,
-        User::Agent => User::Root.home(),
-    };
-    let r = sandbox_run(user, dir, policy, home, &refs, env);
+    let r = sandbox_run(user, dir, policy, home_of(user, dir), &refs, env);
     r.expect_all(cases);
     r
 }
