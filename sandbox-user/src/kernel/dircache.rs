@@ -5,9 +5,10 @@
 //! Without it the cache stays off and every path is walked and scanned whole: slower,
 //! never less strict. It is off on kernels other than x86-64 too (the programs' lock-free
 //! read of a slot relies on x86-64 keeping loads in order), and when `SANDBOX_DIR_CACHE=0`
-//! (to measure what it saves). The whole of `/proc/kallsyms` is read (on a thread beside
-//! the load): a second `rename_lock` would make the address doubtful, and the cache stays
-//! off.
+//! (to measure what it saves). `/proc/kallsyms` is read on a thread beside the load, up to
+//! the first `rename_lock` (the core kernel's symbols come before the modules'); what
+//! vouches for the address is not the listing but the rename check
+//! ([`moved_by_one_rename`]).
 
 use std::io::BufRead;
 
@@ -21,25 +22,22 @@ pub fn rename_lock() -> Result<u64, String> {
         return Err("SANDBOX_DIR_CACHE=0".into());
     }
     let f = std::fs::File::open("/proc/kallsyms").map_err(|e| format!("/proc/kallsyms: {e}"))?;
-    let mut found: Vec<u64> = Vec::new();
     let mut line = String::new();
     let mut r = std::io::BufReader::with_capacity(1 << 16, f);
     loop {
         line.clear();
         match r.read_line(&mut line) {
-            Ok(0) => break,
+            Ok(0) => {
+                return Err("rename_lock is not in /proc/kallsyms (CONFIG_KALLSYMS_ALL)".into());
+            }
             Ok(_) => {}
             Err(e) => return Err(format!("/proc/kallsyms: {e}")),
         }
-        if let Some(addr) = symbol(&line, "rename_lock") {
-            found.push(addr);
+        match symbol(&line, "rename_lock") {
+            Some(0) => return Err("/proc/kallsyms hides addresses (kernel.kptr_restrict)".into()),
+            Some(addr) => return Ok(addr),
+            None => {}
         }
-    }
-    match found[..] {
-        [] => Err("rename_lock is not in /proc/kallsyms (CONFIG_KALLSYMS_ALL)".into()),
-        [0] => Err("/proc/kallsyms hides addresses (kernel.kptr_restrict)".into()),
-        [addr] => Ok(addr),
-        _ => Err("more than one rename_lock in /proc/kallsyms".into()),
     }
 }
 
