@@ -327,6 +327,9 @@ fn exe(file: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (
     };
     let sb = kread::read_ptr(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
     let dev: u32 = kread::read(sb, off.super_block_s_dev).unwrap_or(0);
+    if let Some(s) = scratch() {
+        crate::maps::claim(s);
+    }
     let Ok(start) = crate::path::build_path(dentry) else {
         return (0, 0);
     };

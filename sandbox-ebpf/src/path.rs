@@ -360,10 +360,11 @@ fn set_start(scan: &mut Scan, v: &ScanStart) {
 
 /// Builds the path of `dentry` within its superblock into `SCRATCH.path[start..PATH_END]`
 /// and returns `start`. Fails when the path does not fit or a read fails.
+/// The caller has claimed the working memory (`maps::claim`): a decision claims it once,
+/// at its start, so that a preemption anywhere in it shows in `still_mine`.
 #[inline(always)]
 pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
     let s = scratch().ok_or(())?;
-    crate::maps::claim(s);
     s.walk = Walk {
         dentry: dentry as u64,
         off: PATH_END,
@@ -524,8 +525,8 @@ fn resolve_here(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Res
 /// meanwhile: the whole walk decides then.
 #[inline(always)]
 fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Option<Resolved> {
+    // Claimed by `resolve_here`, before the slot was copied in.
     let s = scratch()?;
-    crate::maps::claim(s);
     let d = &s.dir;
     let off = offsets();
     let len: u32 = kread::read(facts.dentry, off.dentry_d_name_len).ok()?;
@@ -756,6 +757,9 @@ fn scan_run(policy_id: u32, info: &PolicyInfo, dev: u32) -> u32 {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn sandbox_whole_path(dentry: u64) -> u32 {
+    if let Some(s) = scratch() {
+        crate::maps::claim(s);
+    }
     build_path(dentry as *const u8).unwrap_or(PATH_END)
 }
 
