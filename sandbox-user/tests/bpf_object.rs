@@ -6,100 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use aya_obj::generated::bpf_map_type::{
-    self, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LPM_TRIE, BPF_MAP_TYPE_PERCPU_ARRAY,
-    BPF_MAP_TYPE_RINGBUF,
-};
-use sandbox_common::{
-    ByteClasses, DfaAccept, InodeKey, LiteralKey, LpmKey, NetKeyV4, NetKeyV6, NetRules, PolicyInfo,
-    SbKey, SbRootKey, ScanStart, map_names,
-};
+use sandbox_user::kernel::maps::{SHAPES, Shape};
 
-/// What the userspace side expects of a map: its type, key size and value size.
-#[derive(Debug, PartialEq, Eq)]
-struct Shape {
-    map_type: u32,
-    key: usize,
-    value: usize,
-}
-
-fn shape<K, V>(map_type: bpf_map_type) -> Shape {
-    Shape {
-        map_type: map_type as u32,
-        key: size_of::<K>(),
-        value: size_of::<V>(),
-    }
-}
-
-/// Every map `sandbox_common::map_names` names, with the types the loader uses for it.
-/// Written once, here; a map in the object that is not in this table fails the test.
+/// Every map the loader has a typed handle for (`kernel::maps`), by name. A map in the
+/// object that is not in this table fails the test.
 fn expected() -> BTreeMap<&'static str, Shape> {
-    BTreeMap::from([
-        (
-            map_names::SCOPE_LEVELS,
-            shape::<u32, u64>(BPF_MAP_TYPE_ARRAY),
-        ),
-        (
-            map_names::CGROUP_POLICY,
-            shape::<u64, u32>(BPF_MAP_TYPE_HASH),
-        ),
-        (
-            map_names::POLICIES,
-            shape::<u32, PolicyInfo>(BPF_MAP_TYPE_ARRAY),
-        ),
-        (
-            map_names::DFA_CLASSES,
-            shape::<u32, ByteClasses>(BPF_MAP_TYPE_ARRAY),
-        ),
-        (map_names::DFA_TRANS, shape::<u32, u32>(BPF_MAP_TYPE_ARRAY)),
-        (
-            map_names::DFA_ACCEPT,
-            shape::<u32, DfaAccept>(BPF_MAP_TYPE_ARRAY),
-        ),
-        (
-            map_names::SB_START,
-            shape::<SbKey, ScanStart>(BPF_MAP_TYPE_HASH),
-        ),
-        (
-            map_names::SB_ROOTS,
-            shape::<SbRootKey, ScanStart>(BPF_MAP_TYPE_HASH),
-        ),
-        (
-            map_names::LITERALS,
-            shape::<LiteralKey, u32>(BPF_MAP_TYPE_HASH),
-        ),
-        (
-            map_names::INODE_RULES,
-            shape::<InodeKey, u32>(BPF_MAP_TYPE_HASH),
-        ),
-        (
-            map_names::NET_V4,
-            shape::<LpmKey<NetKeyV4>, NetRules>(BPF_MAP_TYPE_LPM_TRIE),
-        ),
-        (
-            map_names::NET_V6,
-            shape::<LpmKey<NetKeyV6>, NetRules>(BPF_MAP_TYPE_LPM_TRIE),
-        ),
-        (map_names::PROTECTED, shape::<u32, u32>(BPF_MAP_TYPE_HASH)),
-        // A ring buffer has no key or value: records are sized one by one.
-        (map_names::EVENTS, shape::<(), ()>(BPF_MAP_TYPE_RINGBUF)),
-        (
-            map_names::DROPS,
-            shape::<u32, u64>(BPF_MAP_TYPE_PERCPU_ARRAY),
-        ),
-        (
-            map_names::AGG,
-            shape::<u32, sandbox_common::AggSlot>(BPF_MAP_TYPE_PERCPU_ARRAY),
-        ),
-        (
-            map_names::DIR_CACHE_CTL,
-            shape::<u32, sandbox_common::DirCacheCtl>(BPF_MAP_TYPE_ARRAY),
-        ),
-        (
-            map_names::DIR_CACHE_PROBE,
-            shape::<u32, u64>(BPF_MAP_TYPE_ARRAY),
-        ),
-    ])
+    SHAPES.iter().map(|s| (s.name, *s)).collect()
 }
 
 /// Maps only the programs use (userspace never opens them, so no shared type exists).
@@ -125,11 +37,12 @@ fn every_map_matches_the_shared_types() {
         }
         let Some(want) = expected.remove(name.as_str()) else {
             wrong.push(format!(
-                "{name}: in the object, but not in this test's table (nor in map_names?)"
+                "{name}: in the object, but without a handle in kernel::maps (nor in KERNEL_ONLY)"
             ));
             continue;
         };
         let got = Shape {
+            name: want.name,
             map_type: map.map_type(),
             key: map.key_size() as usize,
             value: map.value_size() as usize,
@@ -141,7 +54,7 @@ fn every_map_matches_the_shared_types() {
         }
     }
     for name in expected.keys() {
-        wrong.push(format!("{name}: named in map_names, but not in the object"));
+        wrong.push(format!("{name}: has a handle, but is not in the object"));
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

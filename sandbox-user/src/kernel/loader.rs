@@ -8,18 +8,19 @@ use std::collections::HashMap as StdHashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use aya::maps::lpm_trie::Key;
-use aya::maps::{Array, HashMap, LpmTrie, MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, RingBuf};
 use aya::programs::Lsm;
 use aya::{Btf, Ebpf, EbpfLoader};
 use sandbox_common::{
-    ByteClasses, DfaAccept, InodeKey, KernelOffsets, LISTEN_ID_BASE, LiteralKey, NetKeyV4,
-    NetKeyV6, OFFSETS_GLOBAL, SbKey, SbRootKey, ScanStart, map_names as m,
+    ByteClasses, DfaAccept, InodeKey, KernelOffsets, LISTEN_ID_BASE, LiteralKey, OFFSETS_GLOBAL,
+    SbKey, SbRootKey, ScanStart,
 };
 
 use crate::compile::CompiledPolicy;
 use crate::host::cgroup::Cgroup;
 use crate::host::mounts::{self, Superblock};
+use crate::kernel::bulk::index;
+use crate::kernel::maps::{self, Maps};
 
 pub use sandbox_common::programs::{PROGRAMS, Program};
 
@@ -82,13 +83,6 @@ pub enum LoadError {
     Attach { hook: String, detail: String },
     #[error("map {map}: {detail}")]
     Map { map: &'static str, detail: String },
-}
-
-fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> LoadError {
-    move |e| LoadError::Map {
-        map,
-        detail: e.to_string(),
-    }
 }
 
 /// The loaded programs and their maps, with one policy (id 0) applied.
@@ -225,28 +219,24 @@ impl Enforcer {
         } else {
             0
         };
-        let size = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
-        let ebpf = EbpfLoader::new()
+        let sizes = maps::sizes(
+            mt.anchored.trans.len() + mt.floating.trans.len(),
+            mt.anchored.accept.len() + mt.floating.accept.len(),
+            mt.literals.len(),
+            identity_count,
+            (
+                policy.net.v4.len() + policy.net.listen_v4.len() + host_room,
+                policy.net.v6.len() + policy.net.listen_v6.len() + host_room,
+            ),
+        );
+        let mut loader = EbpfLoader::new();
+        loader
             .btf(Some(btf))
-            .override_global(OFFSETS_GLOBAL, offsets, true)
-            .map_max_entries(
-                m::DFA_TRANS,
-                size(mt.anchored.trans.len() + mt.floating.trans.len()),
-            )
-            .map_max_entries(
-                m::DFA_ACCEPT,
-                size(mt.anchored.accept.len() + mt.floating.accept.len()),
-            )
-            .map_max_entries(m::LITERALS, size(mt.literals.len()))
-            .map_max_entries(m::INODE_RULES, size(identity_count))
-            .map_max_entries(
-                m::NET_V4,
-                size(policy.net.v4.len() + policy.net.listen_v4.len() + host_room),
-            )
-            .map_max_entries(
-                m::NET_V6,
-                size(policy.net.v6.len() + policy.net.listen_v6.len() + host_room),
-            )
+            .override_global(OFFSETS_GLOBAL, offsets, true);
+        for (name, entries) in sizes {
+            loader.map_max_entries(name, entries);
+        }
+        let ebpf = loader
             .load(crate::BPF_OBJECT)
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         Ok(Self {
@@ -384,9 +374,9 @@ impl Enforcer {
     /// ever write and can be drained at once; the links detach on a thread of their own
     /// (seconds on 6.1 and 6.12, one RCU-tasks wait per link).
     pub fn release_in_background(&mut self) -> Result<(), LoadError> {
-        let mut a: Array<_, u64> =
-            Array::try_from(self.map(m::SCOPE_LEVELS)?).map_err(map_err(m::SCOPE_LEVELS))?;
-        a.set(0, 0, 0).map_err(map_err(m::SCOPE_LEVELS))?;
+        let mut maps = self.maps();
+        let mut a = maps.scope_levels()?;
+        a.set(0, 0, 0).map_err(a.err())?;
         self.levels = 0;
         crate::kernel::pins::wait_for_running_programs();
         let links = self.unpin_all();
@@ -424,14 +414,14 @@ impl Enforcer {
             trans.extend_from_slice(&d.trans);
             accepts.extend_from_slice(&d.accept);
         }
-        write_mapped(self.map(m::DFA_TRANS)?, m::DFA_TRANS, &trans)?;
-        write_mapped(self.map(m::DFA_ACCEPT)?, m::DFA_ACCEPT, &accepts)?;
+        let mut maps = self.maps();
+        maps.dfa_trans()?.write_all(&trans)?;
+        maps.dfa_accept()?.write_all(&accepts)?;
         {
-            let mut c: Array<_, ByteClasses> =
-                Array::try_from(self.map(m::DFA_CLASSES)?).map_err(map_err(m::DFA_CLASSES))?;
+            let mut c = maps.dfa_classes()?;
             for (k, d) in dfas.iter().enumerate() {
                 c.set(2 * pid + k as u32, ByteClasses { classes: d.classes }, 0)
-                    .map_err(map_err(m::DFA_CLASSES))?;
+                    .map_err(c.err())?;
             }
         }
         let (keys, masks): (Vec<LiteralKey>, Vec<u32>) = mt
@@ -446,10 +436,10 @@ impl Enforcer {
                 (key, *mask)
             })
             .unzip();
-        update_batch(self.map(m::LITERALS)?, m::LITERALS, &keys, &masks)?;
+        maps.literals()?.update(&keys, &masks)?;
         self.update_mounts(policy, sbs)?;
         let (keys, masks): (Vec<InodeKey>, Vec<u32>) = ids.entries.iter().copied().unzip();
-        update_batch(self.map(m::INODE_RULES)?, m::INODE_RULES, &keys, &masks)?;
+        self.maps().inode_rules()?.update(&keys, &masks)?;
         self.put_tables(pid, &policy.net.v4, &policy.net.v6)?;
         self.put_tables(
             pid + LISTEN_ID_BASE,
@@ -457,10 +447,9 @@ impl Enforcer {
             &policy.net.listen_v6,
         )?;
         // The header last: until `live` is set the hooks treat the policy as absent.
-        let mut p: Array<_, sandbox_common::PolicyInfo> =
-            Array::try_from(self.map(m::POLICIES)?).map_err(map_err(m::POLICIES))?;
-        p.set(pid, policy.info(bases), 0)
-            .map_err(map_err(m::POLICIES))?;
+        let mut maps = self.maps();
+        let mut p = maps.policies()?;
+        p.set(pid, policy.info(bases), 0).map_err(p.err())?;
         Ok(())
     }
 
@@ -511,9 +500,9 @@ impl Enforcer {
         };
         // Mounted directories first: a superblock flagged as placed by them must find them.
         let mut dirs: HashSet<SbRootKey> = HashSet::new();
+        let mut maps = self.maps();
         {
-            let mut r: HashMap<_, SbRootKey, ScanStart> =
-                HashMap::try_from(self.map(m::SB_ROOTS)?).map_err(map_err(m::SB_ROOTS))?;
+            let mut r = maps.sb_roots()?;
             for sb in sbs {
                 for d in &sb.dirs {
                     let key = SbRootKey {
@@ -527,14 +516,13 @@ impl Enforcer {
                         0
                     };
                     r.insert(key, start(&d.mount_point, flags), 0)
-                        .map_err(map_err(m::SB_ROOTS))?;
+                        .map_err(r.err())?;
                     dirs.insert(key);
                 }
             }
         }
         {
-            let mut h: HashMap<_, SbKey, ScanStart> =
-                HashMap::try_from(self.map(m::SB_START)?).map_err(map_err(m::SB_START))?;
+            let mut h = maps.sb_start()?;
             // Superblocks gone from the mount table: their device numbers are reused by the
             // next file system mounted, which must not inherit their place.
             let live: HashSet<u32> = sbs.iter().map(|sb| sb.dev).collect();
@@ -555,12 +543,11 @@ impl Enforcer {
                     start(&sb.mount_point, sb.flags()),
                     0,
                 )
-                .map_err(map_err(m::SB_START))?;
+                .map_err(h.err())?;
             }
         }
         // Mounted directories no longer mounted (after their superblocks stopped using them).
-        let mut r: HashMap<_, SbRootKey, ScanStart> =
-            HashMap::try_from(self.map(m::SB_ROOTS)?).map_err(map_err(m::SB_ROOTS))?;
+        let mut r = maps.sb_roots()?;
         let stale: Vec<SbRootKey> = r
             .keys()
             .filter_map(Result::ok)
@@ -583,9 +570,8 @@ impl Enforcer {
             rename_lock: addr,
         };
         self.set_dir_cache(off).map_err(|e| e.to_string())?;
-        let map = self.map(m::DIR_CACHE_PROBE).map_err(|e| e.to_string())?;
-        let probe =
-            std::cell::RefCell::new(Array::<_, u64>::try_from(map).map_err(|e| e.to_string())?);
+        let mut maps = self.maps();
+        let probe = std::cell::RefCell::new(maps.dir_cache_probe().map_err(|e| e.to_string())?);
         let seen = super::dircache::renames_seen(
             || probe.borrow().get(&1, 0).map_err(|e| e.to_string()),
             |watch| {
@@ -613,9 +599,9 @@ impl Enforcer {
     }
 
     fn set_dir_cache(&mut self, v: sandbox_common::DirCacheCtl) -> Result<(), LoadError> {
-        let mut a: Array<_, sandbox_common::DirCacheCtl> =
-            Array::try_from(self.map(m::DIR_CACHE_CTL)?).map_err(map_err(m::DIR_CACHE_CTL))?;
-        a.set(0, v, 0).map_err(map_err(m::DIR_CACHE_CTL))?;
+        let mut maps = self.maps();
+        let mut a = maps.dir_cache_ctl()?;
+        a.set(0, v, 0).map_err(a.err())?;
         self.dir_cache = v;
         Ok(())
     }
@@ -716,121 +702,45 @@ impl Enforcer {
         v4: &[crate::compile::net::Entry<4>],
         v6: &[crate::compile::net::Entry<16>],
     ) -> Result<(), LoadError> {
-        let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
-            LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
+        let mut maps = self.maps();
         for e in v4 {
-            let data = NetKeyV4 {
-                policy_id_be: pid.to_be_bytes(),
-                addr: e.addr,
-            };
-            let key = Key::new(32 + u32::from(e.prefix_len), data);
-            t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V4))?;
+            maps.net_insert(pid, e.addr.into(), e.prefix_len, e.rules)?;
         }
-        let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
-            LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
         for e in v6 {
-            let data = NetKeyV6 {
-                policy_id_be: pid.to_be_bytes(),
-                addr: e.addr,
-            };
-            let key = Key::new(32 + u32::from(e.prefix_len), data);
-            t.insert(&key, e.rules, 0).map_err(map_err(m::NET_V6))?;
+            maps.net_insert(pid, e.addr.into(), e.prefix_len, e.rules)?;
         }
         Ok(())
     }
 
+    /// One address's own entry (a /32 or /128) under policy id `pid`.
     fn put_net(
         &mut self,
         pid: u32,
         addr: std::net::IpAddr,
         rules: sandbox_common::NetRules,
     ) -> Result<(), LoadError> {
-        match addr {
-            std::net::IpAddr::V4(a) => {
-                let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
-                    LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
-                t.insert(
-                    &Key::new(
-                        64,
-                        NetKeyV4 {
-                            policy_id_be: pid.to_be_bytes(),
-                            addr: a.octets(),
-                        },
-                    ),
-                    rules,
-                    0,
-                )
-                .map_err(map_err(m::NET_V4))
-            }
-            std::net::IpAddr::V6(a) => {
-                let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
-                    LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
-                t.insert(
-                    &Key::new(
-                        160,
-                        NetKeyV6 {
-                            policy_id_be: pid.to_be_bytes(),
-                            addr: a.octets(),
-                        },
-                    ),
-                    rules,
-                    0,
-                )
-                .map_err(map_err(m::NET_V6))
-            }
-        }
+        self.maps().net_insert(pid, addr, full_prefix(addr), rules)
     }
 
     fn remove_net(&mut self, pid: u32, addr: std::net::IpAddr) -> Result<(), LoadError> {
-        match addr {
-            std::net::IpAddr::V4(a) => {
-                let mut t: LpmTrie<_, NetKeyV4, sandbox_common::NetRules> =
-                    LpmTrie::try_from(self.map(m::NET_V4)?).map_err(map_err(m::NET_V4))?;
-                t.remove(&Key::new(
-                    64,
-                    NetKeyV4 {
-                        policy_id_be: pid.to_be_bytes(),
-                        addr: a.octets(),
-                    },
-                ))
-                .map_err(map_err(m::NET_V4))
-            }
-            std::net::IpAddr::V6(a) => {
-                let mut t: LpmTrie<_, NetKeyV6, sandbox_common::NetRules> =
-                    LpmTrie::try_from(self.map(m::NET_V6)?).map_err(map_err(m::NET_V6))?;
-                t.remove(&Key::new(
-                    160,
-                    NetKeyV6 {
-                        policy_id_be: pid.to_be_bytes(),
-                        addr: a.octets(),
-                    },
-                ))
-                .map_err(map_err(m::NET_V6))
-            }
-        }
+        self.maps().net_remove(pid, addr, full_prefix(addr))
     }
 
     /// Puts `cgroup` (and everything below it) under the policy.
     pub fn bind(&mut self, cgroup: &Cgroup) -> Result<(), LoadError> {
         let policy_id = self.policy_id;
-        let mut h: HashMap<_, u64, u32> =
-            HashMap::try_from(self.map(m::CGROUP_POLICY)?).map_err(map_err(m::CGROUP_POLICY))?;
-        h.insert(cgroup.id, policy_id, 0)
-            .map_err(map_err(m::CGROUP_POLICY))?;
         self.levels |= 1 << cgroup.level;
         let levels = self.levels;
-        let mut a: Array<_, u64> =
-            Array::try_from(self.map(m::SCOPE_LEVELS)?).map_err(map_err(m::SCOPE_LEVELS))?;
-        a.set(0, levels, 0).map_err(map_err(m::SCOPE_LEVELS))
+        let mut maps = self.maps();
+        let mut h = maps.cgroup_policy()?;
+        h.insert(cgroup.id, policy_id, 0).map_err(h.err())?;
+        let mut a = maps.scope_levels()?;
+        a.set(0, levels, 0).map_err(a.err())
     }
 
     /// The event ring buffer (can be taken once).
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
-        let map = self.ebpf.take_map(m::EVENTS).ok_or(LoadError::Map {
-            map: m::EVENTS,
-            detail: "already taken".into(),
-        })?;
-        RingBuf::try_from(map).map_err(map_err(m::EVENTS))
+        self.maps().take_events()
     }
 
     /// (program, runs, total time in them) of every program that ran, when the kernel
@@ -847,175 +757,33 @@ impl Enforcer {
 
     /// Makes process `tgid` untouchable for in-scope tasks (signals, ptrace).
     pub fn protect(&mut self, tgid: u32) -> Result<(), LoadError> {
-        let mut h: HashMap<_, u32, u32> =
-            HashMap::try_from(self.map(m::PROTECTED)?).map_err(map_err(m::PROTECTED))?;
-        h.insert(tgid, 1, 0).map_err(map_err(m::PROTECTED))
+        let mut maps = self.maps();
+        let mut h = maps.protected()?;
+        h.insert(tgid, 1, 0).map_err(h.err())
     }
 
     /// Records dropped because the ring buffer was full, summed over CPUs.
     pub fn drops(&mut self) -> Result<u64, LoadError> {
-        let a: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(self.map(m::DROPS)?).map_err(map_err(m::DROPS))?;
-        Ok(a.get(&0, 0).map_err(map_err(m::DROPS))?.iter().sum())
+        let mut maps = self.maps();
+        let a = maps.drops()?;
+        Ok(a.get(&0, 0).map_err(a.err())?.iter().sum())
     }
 
     /// Every CPU's aggregation slot (index: the CPU).
     pub fn agg_slots(&mut self) -> Result<Vec<sandbox_common::AggSlot>, LoadError> {
-        let a: PerCpuArray<_, sandbox_common::AggSlot> =
-            PerCpuArray::try_from(self.map(m::AGG)?).map_err(map_err(m::AGG))?;
-        Ok(a.get(&0, 0)
-            .map_err(map_err(m::AGG))?
-            .iter()
-            .copied()
-            .collect())
+        let mut maps = self.maps();
+        let a = maps.agg()?;
+        Ok(a.get(&0, 0).map_err(a.err())?.iter().copied().collect())
     }
 
-    fn map(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, LoadError> {
-        self.ebpf.map_mut(name).ok_or(LoadError::Map {
-            map: name,
-            detail: "missing from the object".into(),
-        })
+    fn maps(&mut self) -> Maps<'_> {
+        Maps(&mut self.ebpf)
     }
 }
 
-/// An index into a map sized from the same collection (map sizes are u32).
-fn index(n: usize) -> u32 {
-    u32::try_from(n).expect("map sizes are checked against u32 when the maps are created")
-}
-
-/// Writes `values` at indices `0..` of a `BPF_F_MMAPABLE` array through a shared mapping
-/// of the map: one copy, no system call per element. Elements are 8-byte aligned in the
-/// kernel's array (`round_up(value_size, 8)`), and the mapping shows that layout.
-fn write_mapped<V: aya::Pod>(
-    map: &mut aya::maps::Map,
-    name: &'static str,
-    values: &[V],
-) -> Result<(), LoadError> {
-    use std::os::fd::{AsFd, AsRawFd};
-
-    let aya::maps::Map::Array(d) = map else {
-        return Err(LoadError::Map {
-            map: name,
-            detail: "not an array map".into(),
-        });
-    };
-    let info = d.info().map_err(map_err(name))?;
-    let elem = size_of::<V>().next_multiple_of(8);
-    if info.value_size() as usize != size_of::<V>() || (info.max_entries() as usize) < values.len()
-    {
-        return Err(LoadError::Map {
-            map: name,
-            detail: format!(
-                "{} values of {} bytes do not fit {} entries of {} bytes",
-                values.len(),
-                size_of::<V>(),
-                info.max_entries(),
-                info.value_size()
-            ),
-        });
-    }
-    let len = (info.max_entries() as usize * elem).max(1);
-    let fd = d.fd().as_fd().as_raw_fd();
-    // SAFETY: a fresh shared mapping of the map's memory (the kernel checks that the map
-    // is mmapable and that `len` fits it); nothing else in this process aliases it.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(LoadError::Map {
-            map: name,
-            detail: format!("cannot map it: {}", std::io::Error::last_os_error()),
-        });
-    }
-    for (i, v) in values.iter().enumerate() {
-        // SAFETY: `i < max_entries`, so `i * elem + size_of::<V>() <= len`.
-        unsafe {
-            base.cast::<u8>()
-                .add(i * elem)
-                .cast::<V>()
-                .write_unaligned(*v)
-        };
-    }
-    // SAFETY: `base`/`len` are the mapping made above.
-    unsafe { libc::munmap(base, len) };
-    Ok(())
-}
-
-/// Writes `keys[i] -> values[i]` into an array or hash map with `BPF_MAP_UPDATE_BATCH`
-/// (kernel 5.6+): one system call per 64k elements instead of one per element.
-fn update_batch<K: aya::Pod, V: aya::Pod>(
-    map: &mut aya::maps::Map,
-    name: &'static str,
-    keys: &[K],
-    values: &[V],
-) -> Result<(), LoadError> {
-    use std::os::fd::{AsFd, AsRawFd};
-
-    /// The `batch` member of `union bpf_attr`.
-    #[repr(C)]
-    #[derive(Default)]
-    struct BatchAttr {
-        in_batch: u64,
-        out_batch: u64,
-        keys: u64,
-        values: u64,
-        count: u32,
-        map_fd: u32,
-        elem_flags: u64,
-        flags: u64,
-    }
-    const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
-    const CHUNK: usize = 1 << 16;
-
-    assert_eq!(keys.len(), values.len());
-    let fd = match map {
-        aya::maps::Map::Array(d) | aya::maps::Map::HashMap(d) => d.fd().as_fd().as_raw_fd(),
-        _ => {
-            return Err(LoadError::Map {
-                map: name,
-                detail: "not an array or hash map".into(),
-            });
-        }
-    };
-    for (k, v) in keys.chunks(CHUNK).zip(values.chunks(CHUNK)) {
-        let mut attr = BatchAttr {
-            keys: k.as_ptr() as u64,
-            values: v.as_ptr() as u64,
-            count: index(k.len()),
-            map_fd: fd.cast_unsigned(),
-            ..BatchAttr::default()
-        };
-        // SAFETY: `attr` is a valid `bpf_attr.batch` whose key and value pointers cover
-        // `count` elements of the map's key and value sizes (K and V are the map's types);
-        // the kernel only reads them.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_UPDATE_BATCH,
-                &raw mut attr,
-                size_of::<BatchAttr>(),
-            )
-        };
-        if r != 0 {
-            return Err(LoadError::Map {
-                map: name,
-                detail: format!(
-                    "batch update failed after {} of {} elements: {}",
-                    attr.count,
-                    k.len(),
-                    std::io::Error::last_os_error()
-                ),
-            });
-        }
-    }
-    Ok(())
+/// The prefix length of one whole address.
+fn full_prefix(addr: std::net::IpAddr) -> u8 {
+    if addr.is_ipv4() { 32 } else { 128 }
 }
 
 /// An error and its sources on one line (aya puts the verifier log in a source).

@@ -3,6 +3,8 @@
 //! pins that outlive a run.
 
 pub mod btf;
+pub mod bulk;
 pub mod dircache;
 pub mod loader;
+pub mod maps;
 pub mod pins;

@@ -17,9 +17,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, Map, MapData, PerCpuArray, RingBuf};
-use sandbox_common::map_names;
 
 use crate::host::cgroup::Cgroup;
+use crate::kernel::maps::Orphaned;
 
 /// Where runs pin their links.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/sandbox";
@@ -178,8 +178,8 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
             continue;
         };
         let Ok(info) = data.info() else { continue };
-        match info.name_as_str() {
-            Some(map_names::EVENTS) => {
+        match Orphaned::of(info.name_as_str()) {
+            Some(Orphaned::Events) => {
                 let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
                 let mut ring = RingBuf::try_from(map).map_err(|e| e.to_string())?;
                 while let Some(item) = ring.next() {
@@ -190,7 +190,7 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
                 }
                 found_ring = true;
             }
-            Some(map_names::AGG) => {
+            Some(Orphaned::Agg) => {
                 let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
                 let a: PerCpuArray<_, sandbox_common::AggSlot> =
                     PerCpuArray::try_from(map).map_err(|e| e.to_string())?;
@@ -201,13 +201,13 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
                     .copied()
                     .collect();
             }
-            Some(map_names::DROPS) => {
+            Some(Orphaned::Drops) => {
                 let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
                 let a: PerCpuArray<_, u64> =
                     PerCpuArray::try_from(map).map_err(|e| e.to_string())?;
                 drops = a.get(&0, 0).map_err(|e| e.to_string())?.iter().sum();
             }
-            _ => {}
+            None => {}
         }
     }
     let reported = MapData::from_pin(dir.join(REPORTED_DROPS))
