@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::runtime::run::{RunOptions, Target};
+use crate::host::user::Target;
+use crate::runtime::run::RunOptions;
 use crate::{compile, explain, kernel::loader, policy, preflight, runtime::run};
 
 /// Exit status when sandbox itself fails (as `env` and `timeout` do): the command did not run.
@@ -346,7 +347,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
                 Some(p) => Some(p),
                 None => invoker_policy()?,
             };
-            let p = run::load_policy(file.as_deref(), &ctx)?;
+            let p = crate::runtime::arm::load_policy(file.as_deref(), &ctx)?;
             let c = compile::compile(&p, compile::FIXED_SEED)?;
             let d = match what {
                 ExplainWhat::Read { path } => explain::file(&c, &path, explain::Access::Read)?,
@@ -451,7 +452,7 @@ fn print_all(bytes: &[u8]) -> anyhow::Result<i32> {
 /// would run it as, from the passwd entry of `SUDO_UID` or the caller) without `--policy`:
 /// see [`policy::lookup`].
 fn invoker_policy() -> anyhow::Result<Option<PathBuf>> {
-    let target = run::Target::detect()?;
+    let target = crate::host::user::Target::detect()?;
     Ok(policy::lookup(
         target.name.as_deref(),
         Some(&target.agent()),
@@ -481,7 +482,7 @@ fn preflight_cmd(policy_file: Option<&std::path::Path>, json: bool) -> anyhow::R
         return Ok(out.end(1));
     }
     let ctx = context()?;
-    let p = run::load_policy(policy_file, &ctx)?;
+    let p = crate::runtime::arm::load_policy(policy_file, &ctx)?;
     let c = compile::compile(&p, compile::FIXED_SEED)?;
     let host = match crate::backend::detect(&c) {
         Ok(h) => h,

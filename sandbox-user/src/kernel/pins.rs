@@ -184,7 +184,7 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
                 let mut ring = RingBuf::try_from(map).map_err(|e| e.to_string())?;
                 while let Some(item) = ring.next() {
                     out.records.push(item.to_vec());
-                    if out.records.len() >= crate::runtime::run::FINAL_DRAIN {
+                    if out.records.len() >= crate::runtime::session::FINAL_DRAIN {
                         break;
                     }
                 }

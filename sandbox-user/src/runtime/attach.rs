@@ -12,19 +12,18 @@
 //!   dies instead, the pinned programs keep enforcing (see `pins`).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
-use tokio::io::unix::AsyncFd;
+use anyhow::Context as _;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::audit::{AuditFile, Formatter};
+use crate::audit::AuditFile;
 use crate::backend::Host;
 use crate::compile::{self, CompiledPolicy};
 use crate::host::safepath::Agent;
 use crate::policy::{self, Context, Policy};
-use crate::runtime::hosts::HostState;
-use crate::runtime::run::{self, Armed, Bind, Pump, Sinks};
+use crate::runtime::arm::{self, Armed, Bind};
+use crate::runtime::run;
+use crate::runtime::session::{self, Event, Ring, Session, Sinks};
 use crate::term;
 
 pub struct AttachOptions {
@@ -82,7 +81,7 @@ fn fallback_check(p: &Policy, host: &Host, allow_degraded: bool) -> anyhow::Resu
 /// to one) is refused: it must be root's, in directories only root can write. Which user
 /// the service runs as is not known here, so no non-root user may be able to change it.
 fn read_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
-    let p = run::load_trusted_policy(path, ctx, &Agent::AnyNonRoot)?;
+    let p = arm::load_trusted_policy(path, ctx, &Agent::AnyNonRoot)?;
     for w in policy::lint::lint(&p) {
         term::line(&format!("sandbox: warning: {w}"));
     }
@@ -95,7 +94,7 @@ fn compile_policy(
     audit: &AuditFile,
     path: Option<&Path>,
 ) -> anyhow::Result<CompiledPolicy> {
-    run::protect_own_files(&mut p, audit, path);
+    arm::protect_own_files(&mut p, audit, path);
     Ok(compile::compile(&p, compile::random_seed())?)
 }
 
@@ -103,14 +102,6 @@ fn debug(what: &str) {
     if std::env::var_os("SANDBOX_DEBUG").is_some() {
         term::line(&format!("sandbox: debug: {what}"));
     }
-}
-
-type Ring = AsyncFd<aya::maps::RingBuf<aya::maps::MapData>>;
-
-fn events(armed: &mut Armed) -> anyhow::Result<Ring> {
-    let ring = armed.enforcer.take_events()?;
-    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists.
-    unsafe { AsyncFd::register(ring) }.map_err(|e| anyhow!("polling the event ring buffer: {e}"))
 }
 
 pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
@@ -145,16 +136,18 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     term::line(&format!("sandbox: {}", host.backend.describe()));
     fallback_check(&policy, &host, opts.allow_degraded)?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
-    let mut armed = run::arm(compiled, Bind::Existing(&opts.cgroup), &host)?;
-    let mut ring = events(&mut armed)?;
+    let mut armed = arm::arm(compiled, Bind::Existing(&opts.cgroup), &host)?;
+    let mut ring = session::events(&mut armed)?;
     armed
         .orphans
         .extend(crate::kernel::pins::remove_stale_attach(armed.cgroup.id));
     // Before the line that says SIGHUP reloads: a SIGHUP that arrives before the handler
     // would end sandbox (the signal's default action).
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut signals = [
+        (libc::SIGHUP, signal(SignalKind::hangup())?),
+        (libc::SIGTERM, signal(SignalKind::terminate())?),
+        (libc::SIGINT, signal(SignalKind::interrupt())?),
+    ];
     term::line(&format!(
         "sandbox: enforcing policy '{}' on {} (SIGHUP reloads {}, SIGTERM stops)",
         armed.compiled.name,
@@ -171,8 +164,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         armed.cgroup.path.display()
     ));
     loop {
-        let signals = (&mut sighup, &mut sigterm, &mut sigint);
-        let reload = serve(&mut armed, &mut ring, &mut audit, &sinks, signals).await?;
+        let reload = serve(&mut armed, &mut ring, &mut audit, &sinks, &mut signals).await?;
         if !reload {
             break;
         }
@@ -181,8 +173,8 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         let next = read_policy(opts.policy.as_deref(), &ctx).and_then(|p| {
             fallback_check(&p, &host, opts.allow_degraded)?;
             let c = compile_policy(p, &audit, opts.policy.as_deref())?;
-            let mut new = run::arm(c, Bind::Existing(&armed.cgroup.path), &host)?;
-            let new_ring = events(&mut new)?;
+            let mut new = arm::arm(c, Bind::Existing(&armed.cgroup.path), &host)?;
+            let new_ring = session::events(&mut new)?;
             Ok((new, new_ring))
         });
         match next {
@@ -239,72 +231,22 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Streams events of `armed` and keeps its `allow_hosts` current until a signal: `true`
-/// for a reload (SIGHUP), `false` to stop.
+/// Streams events of `armed` and keeps its maps current until a signal: `true` for a
+/// reload (SIGHUP), `false` to stop.
 async fn serve(
     armed: &mut Armed,
     ring: &mut Ring,
     audit: &mut AuditFile,
     sinks: &Sinks,
-    (sighup, sigterm, sigint): (&mut Signal, &mut Signal, &mut Signal),
+    signals: &mut [(i32, Signal)],
 ) -> anyhow::Result<bool> {
-    let fmt = Formatter::new(&armed.compiled, armed.mounts.clone(), &armed.identities)?;
-    let mut pump = Pump {
-        fmt,
-        audit,
-        sinks: sinks.clone(),
-        reported_drops: armed.reported_drops,
-        exec_denials: 0,
-        agg: std::mem::take(&mut armed.agg),
-    };
-    pump.write_orphans(std::mem::take(&mut armed.orphans))?;
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    let has_hosts = !armed.compiled.net.hosts.is_empty();
-    let lookup = tokio::time::sleep_until(armed.hosts.next_lookup());
-    tokio::pin!(lookup);
-    let mut resolving: Option<tokio::task::JoinHandle<crate::runtime::hosts::Round>> = None;
+    let mut session = Session::new(armed, ring, audit, sinks, signals)?;
     let reload = loop {
-        tokio::select! {
-            guard = ring.readable_mut() => {
-                let mut guard = guard?;
-                if pump.drain(guard.get_inner_mut(), run::DRAIN_BATCH)? {
-                    guard.clear_ready();
-                } else {
-                    // Still more: let the runtime look at signals and timers first (the
-                    // loop would otherwise never give it the chance under a flood).
-                    drop(guard);
-                    tokio::task::yield_now().await;
-                }
-            }
-            _ = sighup.recv() => break true,
-            _ = sigterm.recv() => break false,
-            _ = sigint.recv() => break false,
-            _ = tick.tick() => pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?,
-            changed = armed.mount_watch.changed() => {
-                changed?;
-                let m = run::remount(&mut armed.enforcer, &armed.compiled)?;
-                pump.fmt.mounts.clone_from(&m);
-                armed.mounts = m;
-            }
-            changed = armed.host_addrs.changed() => {
-                changed?;
-                armed.host_addrs.refresh(&mut armed.enforcer, &armed.compiled)?;
-            }
-
-            () = &mut lookup, if has_hosts && resolving.is_none() => {
-                resolving = Some(HostState::start_lookup(&armed.compiled));
-            }
-            done = async { resolving.as_mut().expect("guarded").await }, if resolving.is_some() => {
-                resolving = None;
-                let next = armed.hosts.take_round(done, &mut armed.enforcer, &armed.compiled)?;
-                lookup.as_mut().reset(next);
-            }
+        if let Event::Signal(sig) = session.next().await? {
+            break sig == libc::SIGHUP;
         }
     };
-    pump.check_drops(&mut armed.enforcer, armed.reported_map.as_mut())?;
-    pump.flush()?;
-    armed.reported_drops = pump.reported_drops;
-    armed.agg = pump.agg;
+    session.close()?;
     Ok(reload)
 }
 
@@ -315,19 +257,5 @@ fn finish(
     audit: &mut AuditFile,
     sinks: &Sinks,
 ) -> anyhow::Result<()> {
-    let mut pump = Pump {
-        fmt: Formatter::new(&armed.compiled, armed.mounts.clone(), &armed.identities)?,
-        audit,
-        sinks: sinks.clone(),
-        reported_drops: armed.reported_drops,
-        exec_denials: 0,
-        agg: std::mem::take(&mut armed.agg),
-    };
-    pump.last_drain(
-        ring.get_mut(),
-        &mut armed.enforcer,
-        armed.reported_map.as_mut(),
-    )?;
-    armed.reported_drops = pump.reported_drops;
-    Ok(())
+    Session::new(armed, ring, audit, sinks, &mut [])?.finish()
 }

@@ -1,0 +1,445 @@
+//! Arming: everything between a policy file and programs enforcing on a bound cgroup, for
+//! `run` and `attach` alike. The policy is read where the command cannot change it
+//! (`safepath`), sandbox's own files become read-only rules, then load, apply, bind (see
+//! `kernel::loader` for the order), with the mount table and this host's addresses
+//! followed from before they are read.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow, bail};
+use aya::maps::{Array, MapData};
+
+use crate::audit::AuditFile;
+use crate::audit::aggregate::Aggregates;
+use crate::backend::{self, Host};
+use crate::compile::CompiledPolicy;
+use crate::host::cgroup::Cgroup;
+use crate::host::mounts::{self, Superblock};
+use crate::host::safepath::{self, Agent};
+use crate::host::user::Target;
+use crate::kernel::loader::{self, Enforcer};
+use crate::policy::{self, Context, PathRule, Policy};
+use crate::runtime::hosts::HostState;
+use crate::{preflight, term};
+
+/// Loads the policy named on the command line, or the built-in default.
+pub fn load_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
+    Ok(match path {
+        Some(p) => policy::load_file(p, ctx)?,
+        None => policy::load_str(policy::DEFAULT_POLICY, "<built-in default policy>", ctx)?,
+    })
+}
+
+/// Loads the policy for enforcement, read through `safepath`: a policy file that `agent`
+/// could change (or a link it planted) is refused. `attach` re-reads the file on SIGHUP
+/// while the agent runs; `run` reads it once, before the command starts (and the command
+/// cannot change it while it runs, see [`protect_own_files`]), but a command that could
+/// change it between runs would decide the next run's rules, capabilities and where root
+/// writes its log.
+pub fn load_trusted_policy(
+    path: Option<&Path>,
+    ctx: &Context,
+    agent: &Agent,
+) -> anyhow::Result<Policy> {
+    let Some(p) = path else {
+        return load_policy(None, ctx);
+    };
+    let text = match safepath::read_file(p, agent) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map_err(|_| anyhow!("{}: the policy is not valid UTF-8", p.display()))?,
+        Err(e @ safepath::SafeError::Unsafe { .. }) => bail!(
+            "refusing policy {}: {e}. Whoever can change it decides the next run (or reload): \
+             its rules, its capabilities, where root writes the log. Keep policies where only \
+             root can write, e.g. `sudo install -m 644 {} /etc/sandbox/`",
+            p.display(),
+            p.display()
+        ),
+        Err(e) => bail!("{e}"),
+    };
+    Ok(policy::load_str(&text, &p.display().to_string(), ctx)?)
+}
+
+/// Makes sandbox's own files read-only for the command, whatever the policy says and even
+/// when the command runs as root: the audit log (and its rotated copies), the policy
+/// file, `/etc/sandbox` (where later runs find theirs), and sandbox's own `/proc/PID`
+/// entries. Added as `files.read_only` rules, which beat `files.write`.
+pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Option<&Path>) {
+    let mut add = |what: &str, glob: String, literal: Option<PathBuf>| {
+        policy.files.read_only.push(PathRule {
+            field: format!("files.read_only (implicit: {what})"),
+            source: glob.clone(),
+            glob,
+            literal,
+            written: None,
+        });
+    };
+    if let Some(file) = audit.regular_file() {
+        let glob = policy::expand::escape_glob(&file.display().to_string());
+        add("audit log", glob.clone(), Some(file));
+        add("rotated audit logs", format!("{glob}.*"), None);
+    }
+    // sandbox's own /proc entries: `oom_score_adj` (make the OOM killer pick sandbox),
+    // `comm`, `attr/*`, ... are not all behind the kernel's ptrace check.
+    add(
+        "sandbox's own process",
+        format!("/proc/{}/**", std::process::id()),
+        None,
+    );
+    // The policies of later runs (`policy::lookup`): a command allowed to write to /etc
+    // must not choose the next user's policy (its rules, capabilities, audit path), nor
+    // make, rename, chown or chmod the directory. A literal rule covers the directory and
+    // everything below it; both its written and its canonical form (the kernel matches
+    // canonical paths, and /etc/sandbox may be a link root made).
+    let dir = PathBuf::from(policy::SYSTEM_DIR);
+    let canonical = std::fs::canonicalize(&dir).ok().filter(|c| *c != dir);
+    for p in std::iter::once(dir).chain(canonical) {
+        add(
+            "policies of later runs",
+            policy::expand::escape_glob(&p.display().to_string()),
+            Some(p),
+        );
+    }
+    if let Some(p) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) {
+        add(
+            "policy file",
+            policy::expand::escape_glob(&p.display().to_string()),
+            Some(p),
+        );
+    }
+}
+
+/// Everything set up and enforcing, before the command starts.
+pub struct Armed {
+    pub enforcer: Enforcer,
+    pub compiled: CompiledPolicy,
+    pub mounts: Vec<Superblock>,
+    /// Opened before `mounts` was read, so no later change goes unnoticed.
+    pub mount_watch: mounts::MountWatch,
+    pub identities: loader::Identities,
+    /// Installed `allow_hosts` addresses.
+    pub hosts: HostState,
+    /// Ring-buffer drops already written to the audit log.
+    pub reported_drops: u64,
+    /// Counts of identical denials already written (kept across `attach`'s pumps).
+    pub agg: Aggregates,
+    /// The drop count, pinned with the links: what a later clean-up need not report again
+    /// if this sandbox dies (see `pins`).
+    pub reported_map: Option<Array<MapData, u64>>,
+    /// What runs whose sandbox died left in their ring buffers, for the audit log.
+    pub orphans: Vec<crate::kernel::pins::Orphans>,
+    pub cgroup: Cgroup,
+    /// Addresses this host gained while sandbox runs, denied as its own (`block_private`).
+    pub host_addrs: HostAddrs,
+}
+
+/// The host's own addresses, followed while sandbox runs (with `block_private`).
+pub struct HostAddrs {
+    /// Opened before the addresses are read again, so no change goes unnoticed.
+    pub watch: Option<crate::host::netif::AddrWatch>,
+    /// Added after compilation (the compiled ones are in the policy).
+    pub added: std::collections::BTreeSet<std::net::IpAddr>,
+}
+
+impl HostAddrs {
+    /// Starts following the addresses and denies those gained since the policy was
+    /// compiled. Without `block_private` there is nothing to follow.
+    fn start(enforcer: &mut Enforcer, compiled: &CompiledPolicy) -> anyhow::Result<Self> {
+        let mut me = Self {
+            watch: None,
+            added: std::collections::BTreeSet::new(),
+        };
+        if compiled.net.host_rule.is_some() {
+            me.watch = Some(
+                crate::host::netif::AddrWatch::new()
+                    .context("watching this host's network addresses (netlink)")?,
+            );
+            me.refresh(enforcer, compiled)?;
+        }
+        Ok(me)
+    }
+
+    /// After a change: denies the addresses gained.
+    pub fn refresh(
+        &mut self,
+        enforcer: &mut Enforcer,
+        compiled: &CompiledPolicy,
+    ) -> anyhow::Result<()> {
+        let now = crate::host::netif::addresses();
+        match enforcer.deny_host_addrs(compiled, &now, &mut self.added) {
+            Ok(new) if !new.is_empty() && std::env::var_os("SANDBOX_DEBUG").is_some() => {
+                term::line(&format!("sandbox: debug: this host gained {new:?}: denied"));
+            }
+            Ok(_) => {}
+            // Enforcement goes on; the address is what the policy said about it before.
+            Err(e) => term::line(&format!(
+                "sandbox: warning: this host gained a network address that could not be added \
+                 to the private set ({e}); connections to it are judged by the rest of the \
+                 policy"
+            )),
+        }
+        Ok(())
+    }
+
+    /// Waits for a change (never, when not following).
+    pub async fn changed(&mut self) -> std::io::Result<()> {
+        match &mut self.watch {
+            Some(w) => w.changed().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// After the mount table changed (a file system mounted or moved after load): re-reads
+/// it and tells the programs where every file system is, before it is used.
+pub fn remount(
+    enforcer: &mut Enforcer,
+    compiled: &CompiledPolicy,
+) -> anyhow::Result<Vec<Superblock>> {
+    let m = mounts::read()?;
+    enforcer.update_mounts(compiled, &m)?;
+    if std::env::var_os("SANDBOX_DEBUG").is_some() {
+        term::line(&format!(
+            "sandbox: debug: mount table changed: {} file systems",
+            m.len()
+        ));
+    }
+    Ok(m)
+}
+
+/// Which cgroup a policy is bound to.
+#[derive(Debug, Clone, Copy)]
+pub enum Bind<'a> {
+    /// A new cgroup `<root>/sandbox/<name>`, created once the programs are attached.
+    NewRun(&'a str),
+    /// An existing cgroup (`sandbox attach`): never created or removed by sandbox.
+    Existing(&'a Path),
+}
+
+/// Load, apply, create (or open) and bind the cgroup, with the backend `host` says
+/// (`backend::detect` ran the preflight checks).
+pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Result<Armed> {
+    let mut t = Timer::new();
+    let kernel = &host.kernel;
+    let fallback = host.backend.is_fallback();
+    // The fallback has no file programs: no identities to find.
+    let ids = if fallback {
+        loader::Identities::default()
+    } else {
+        loader::identities(&compiled, 0)
+    };
+    t.lap("identities");
+    let root = host.cgroup_root.clone();
+    let swept = crate::kernel::pins::sweep(&root);
+    for line in &swept.lines {
+        term::line(&format!("sandbox: {line}"));
+    }
+    let existing = match bind {
+        Bind::Existing(p) => {
+            let abs = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                root.join(p)
+            };
+            Some(Cgroup::open(&root, &abs)?)
+        }
+        Bind::NewRun(_) => None,
+    };
+    let pin_dir = crate::kernel::pins::own_dir(existing.as_ref().map(|c| c.id))
+        .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
+        .ok();
+    let enforcer = if fallback {
+        Enforcer::load_fallback(&compiled, kernel, ids.entries.len(), pin_dir.as_deref())
+    } else {
+        Enforcer::load(&compiled, kernel, ids.entries.len(), pin_dir.as_deref())
+    }
+    .map_err(|e| anyhow!(preflight::explain_load_failure(&e)));
+    if enforcer.is_err()
+        && let Some(d) = &pin_dir
+    {
+        drop(crate::kernel::pins::remove_dir(d));
+    }
+    let mut enforcer = enforcer?;
+    let reported_map = pin_dir.as_deref().and_then(|d| {
+        crate::kernel::pins::reported_drops(d)
+            .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
+            .ok()
+    });
+    t.lap("load and attach");
+    match arm_loaded(
+        &mut enforcer,
+        &compiled,
+        &ids,
+        (&root, fallback),
+        bind,
+        existing,
+        &mut t,
+    ) {
+        Ok((mounts, mount_watch, hosts, host_addrs, cgroup)) => Ok(Armed {
+            enforcer,
+            compiled,
+            mounts,
+            mount_watch,
+            identities: ids,
+            hosts,
+            host_addrs,
+            cgroup,
+            reported_drops: 0,
+            agg: Aggregates::default(),
+            reported_map,
+            orphans: swept.orphans,
+        }),
+        Err(e) => {
+            enforcer.release();
+            Err(e)
+        }
+    }
+}
+
+/// The steps after the programs are attached; on an error the caller unpins them.
+fn arm_loaded(
+    enforcer: &mut Enforcer,
+    compiled: &CompiledPolicy,
+    ids: &loader::Identities,
+    (root, fallback): (&Path, bool),
+    bind: Bind<'_>,
+    existing: Option<Cgroup>,
+    t: &mut Timer,
+) -> anyhow::Result<(
+    Vec<Superblock>,
+    mounts::MountWatch,
+    HostState,
+    HostAddrs,
+    Cgroup,
+)> {
+    let mount_watch = mounts::MountWatch::new().context("watching /proc/self/mountinfo")?;
+    let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
+    enforcer.apply(compiled, &mounts, ids)?;
+    let mut hosts = HostState::default();
+    if !compiled.net.hosts.is_empty() {
+        let round = crate::runtime::hosts::resolve(compiled);
+        for w in &round.warnings {
+            term::line(&format!("sandbox: warning: {w}"));
+        }
+        hosts.install(&round, enforcer, compiled)?;
+    }
+    let host_addrs = HostAddrs::start(enforcer, compiled)?;
+    t.lap("apply");
+    let cgroup = match (existing, bind) {
+        (Some(c), _) => {
+            enforcer.bind(&c)?;
+            c
+        }
+        (None, Bind::NewRun(name)) => {
+            let cgroup = Cgroup::create(root, name)?;
+            if let Err(e) = enforcer.bind(&cgroup) {
+                let _ = cgroup.destroy();
+                return Err(e.into());
+            }
+            cgroup
+        }
+        (None, Bind::Existing(p)) => bail!("cgroup {} was not opened", p.display()),
+    };
+    // The fallback's programs run for the cgroup they are attached to: attached now,
+    // before anything joins it (the maps are complete and the cgroup bound).
+    if fallback && let Err(e) = enforcer.attach_cgroup(&cgroup) {
+        if matches!(bind, Bind::NewRun(_)) {
+            let _ = cgroup.destroy();
+        }
+        return Err(anyhow!(preflight::explain_load_failure(&e)));
+    }
+    t.lap("cgroup bound");
+    Ok((mounts, mount_watch, hosts, host_addrs, cgroup))
+}
+
+/// Says which backend is in force; in the fallback, lists what it does not enforce,
+/// refuses a policy with rules it cannot enforce unless the user accepted that
+/// (`--allow-degraded`, `fallback.allow_degraded`), and builds the Landlock ruleset
+/// (before the fork: the child only restricts itself).
+pub fn fallback_rules(
+    policy: &Policy,
+    host: &Host,
+    target: &Target,
+    allow_degraded: bool,
+) -> anyhow::Result<Option<crate::landlock::Ruleset>> {
+    term::line(&format!("sandbox: {}", host.backend.describe()));
+    let backend::Backend::Fallback { landlock, .. } = &host.backend else {
+        return Ok(None);
+    };
+    let facts = crate::fallback::HostFacts {
+        landlock: landlock.clone(),
+        cgroup_root: host.cgroup_root.clone(),
+        root_command: target.uid == 0,
+        attach: false,
+    };
+    let (plan, cov) = crate::fallback::plan(policy, &facts);
+    let refused: Vec<String> = cov
+        .refused()
+        .map(|g| format!("  {}: {}", g.rule, g.why))
+        .collect();
+    // Without Landlock no file rule holds at all: that is never accepted by the policy
+    // alone (the built-in policy accepts the fallback's gaps), only on the command line.
+    let no_landlock = landlock.is_err() && !refused.is_empty();
+    if no_landlock && !allow_degraded {
+        bail!(
+            "this kernel has neither BPF LSM nor Landlock ({}), so no file or exec rule of \
+             this policy can be enforced; nothing was started:\n{}\nTo run with the network \
+             rules only, pass --allow-degraded. To enforce the policy, use a kernel with BPF \
+             LSM or Landlock (see `sandbox preflight`)",
+            landlock.as_ref().err().map_or("", String::as_str),
+            refused.join("\n")
+        );
+    }
+    if !refused.is_empty() && !allow_degraded && !policy.allow_degraded {
+        bail!(
+            "the fallback backend cannot enforce {} rule(s) of this policy; nothing was \
+             started:\n{}\nTo run anyway with these rules not enforced, pass \
+             --allow-degraded or set `fallback: {{allow_degraded: true}}` in the policy. To \
+             enforce every rule, use a kernel with BPF LSM (see `sandbox preflight`)",
+            refused.len(),
+            refused.join("\n")
+        );
+    }
+    for line in crate::fallback::report(&cov) {
+        term::line(&format!("sandbox: {line}"));
+    }
+    let Some(plan) = plan else {
+        return Ok(None);
+    };
+    let rs = plan
+        .ruleset()
+        .map_err(|e| anyhow!("building the Landlock ruleset: {e}; nothing was started"))?;
+    if std::env::var_os("SANDBOX_DEBUG").is_some() {
+        term::line(&format!(
+            "sandbox: debug: Landlock ABI {}: {} rules, {} split directories",
+            plan.abi,
+            rs.rules,
+            plan.split.len()
+        ));
+    }
+    Ok(Some(rs))
+}
+
+/// Phase timings on stderr when `SANDBOX_DEBUG` is set.
+pub(crate) struct Timer {
+    pub on: bool,
+    last: std::time::Instant,
+}
+
+impl Timer {
+    pub(crate) fn new() -> Self {
+        Self {
+            on: std::env::var_os("SANDBOX_DEBUG").is_some(),
+            last: std::time::Instant::now(),
+        }
+    }
+
+    pub fn lap(&mut self, what: &str) {
+        if self.on {
+            term::line(&format!(
+                "sandbox: debug: {what}: {:.0?}",
+                self.last.elapsed()
+            ));
+        }
+        self.last = std::time::Instant::now();
+    }
+}

@@ -1,0 +1,553 @@
+//! The one session loop of `sandbox run` and `sandbox attach` (rust-analyzer's `main_loop`
+//! shape): everything a running session waits for is an [`Event`] of one closed set, and
+//! what enforcement needs from any of them (records from the ring, flood counts and drops,
+//! mount and address changes, `allow_hosts` lookups) is handled here, once. The events
+//! that are the command's to decide (a signal, the command's exit, a deadline it set) are
+//! handed back by [`Session::next`].
+
+use std::pin::Pin;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use aya::maps::{Array, MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::Signal;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Interval, Sleep};
+
+use crate::audit::aggregate::{Aggregates, Repeat};
+use crate::audit::{AuditFile, Event as Kernel, Formatter, Record};
+use crate::compile::CompiledPolicy;
+use crate::host::cgroup::Cgroup;
+use crate::host::mounts::{MountWatch, Superblock};
+use crate::kernel::loader::Enforcer;
+use crate::runtime::arm::{Armed, HostAddrs, remount};
+use crate::runtime::hosts::{HostState, Round};
+use crate::runtime::metrics::Metrics;
+use crate::term;
+
+/// The event ring buffer, polled by the runtime.
+pub type Ring = AsyncFd<RingBuf<MapData>>;
+
+/// Registers the ring buffer of `armed` with the runtime.
+pub fn events(armed: &mut Armed) -> anyhow::Result<Ring> {
+    let ring = armed.enforcer.take_events()?;
+    // SAFETY: the ring buffer owns its fd for as long as the AsyncFd exists; nothing else
+    // closes it.
+    unsafe { AsyncFd::register(ring) }
+        .map_err(|e| anyhow::anyhow!("polling the event ring buffer: {e}"))
+}
+
+/// Everything a session waits for.
+#[derive(Debug)]
+pub enum Event {
+    /// The ring buffer had records; `more`: it still has (a flood), so the loop lets the
+    /// runtime look at signals and timers before reading on.
+    Records { more: bool },
+    /// The periodic look at the counts of floods that stopped and at drops.
+    Tick,
+    /// The mount table changed.
+    Mounts,
+    /// This host's network addresses changed.
+    HostAddrs,
+    /// Time to look the `allow_hosts` names up again.
+    LookupDue,
+    /// A lookup round finished.
+    LookedUp(Result<Round, tokio::task::JoinError>),
+    /// A watched signal arrived (the command decides).
+    Signal(i32),
+    /// The command exited (`run`; the command decides).
+    Exited(ExitStatus),
+    /// The deadline set with [`Session::deadline`] passed (the command decides).
+    Deadline,
+}
+
+/// One armed set of programs being served: its records pumped to the sinks, its maps kept
+/// current.
+pub struct Session<'a> {
+    enforcer: &'a mut Enforcer,
+    compiled: &'a CompiledPolicy,
+    mounts: &'a mut Vec<Superblock>,
+    mount_watch: &'a mut MountWatch,
+    hosts: &'a mut HostState,
+    host_addrs: &'a mut HostAddrs,
+    reported_map: Option<&'a mut Array<MapData, u64>>,
+    /// Where the pump's drop count and flood counts go back when the session ends
+    /// (`attach` serves one armed set in several sessions).
+    kept: (&'a mut u64, &'a mut Aggregates),
+    /// The bound cgroup.
+    pub cgroup: &'a Cgroup,
+    ring: &'a mut Ring,
+    pub pump: Pump<'a>,
+    signals: &'a mut [(i32, Signal)],
+    child: Option<tokio::process::Child>,
+    tick: Interval,
+    lookup: Pin<Box<Sleep>>,
+    resolving: Option<JoinHandle<Round>>,
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+impl<'a> Session<'a> {
+    /// Starts serving `armed` (whose ring is `ring`): first writes what runs whose sandbox
+    /// died left behind. `signals` are the signals the caller decides on.
+    pub fn new(
+        armed: &'a mut Armed,
+        ring: &'a mut Ring,
+        audit: &'a mut AuditFile,
+        sinks: &Sinks,
+        signals: &'a mut [(i32, Signal)],
+    ) -> anyhow::Result<Self> {
+        let Armed {
+            enforcer,
+            compiled,
+            mounts,
+            mount_watch,
+            identities,
+            hosts,
+            reported_drops,
+            agg,
+            reported_map,
+            orphans,
+            cgroup,
+            host_addrs,
+        } = armed;
+        let orphans = std::mem::take(orphans);
+        let mut pump = Pump {
+            fmt: Formatter::new(compiled, mounts.clone(), identities)?,
+            audit,
+            sinks: sinks.clone(),
+            reported_drops: *reported_drops,
+            exec_denials: 0,
+            agg: std::mem::take(agg),
+        };
+        pump.write_orphans(orphans)?;
+        let lookup = Box::pin(tokio::time::sleep_until(hosts.next_lookup()));
+        Ok(Self {
+            enforcer,
+            compiled,
+            mounts,
+            mount_watch,
+            hosts,
+            host_addrs,
+            reported_map: reported_map.as_mut(),
+            kept: (reported_drops, agg),
+            cgroup,
+            ring,
+            pump,
+            signals,
+            child: None,
+            tick: tokio::time::interval(Duration::from_millis(500)),
+            lookup,
+            resolving: None,
+            deadline: None,
+        })
+    }
+
+    /// From now on the session also waits for `child` to exit ([`Event::Exited`]).
+    pub fn watch_child(&mut self, child: tokio::process::Child) {
+        self.child = Some(child);
+    }
+
+    /// Sets (or clears) the moment for [`Event::Deadline`].
+    pub fn deadline(&mut self, at: Option<Instant>) {
+        self.deadline = at.map(|t| Box::pin(tokio::time::sleep_until(t)));
+    }
+
+    /// Serves the session until an event that is the caller's to decide.
+    pub async fn next(&mut self) -> anyhow::Result<Event> {
+        loop {
+            let event = self.wait().await?;
+            if let Some(theirs) = self.handle(event).await? {
+                return Ok(theirs);
+            }
+        }
+    }
+
+    /// The next event, from whichever source is ready first. Records are drained here,
+    /// where the ring says it is readable (its readiness is cleared only once it is empty).
+    async fn wait(&mut self) -> anyhow::Result<Event> {
+        let Self {
+            ring,
+            pump,
+            signals,
+            child,
+            tick,
+            mount_watch,
+            host_addrs,
+            lookup,
+            resolving,
+            deadline,
+            compiled,
+            ..
+        } = self;
+        let has_hosts = !compiled.net.hosts.is_empty();
+        Ok(tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                let empty = pump.drain(guard.get_inner_mut(), DRAIN_BATCH)?;
+                if empty {
+                    guard.clear_ready();
+                }
+                Event::Records { more: !empty }
+            }
+            sig = next_signal(signals) => Event::Signal(sig),
+            status = async { child.as_mut().expect("guarded").wait().await }, if child.is_some() => {
+                *child = None;
+                Event::Exited(status?)
+            }
+            () = async { deadline.as_mut().expect("guarded").await }, if deadline.is_some() => {
+                *deadline = None;
+                Event::Deadline
+            }
+            _ = tick.tick() => Event::Tick,
+            changed = mount_watch.changed() => {
+                changed?;
+                Event::Mounts
+            }
+            changed = host_addrs.changed() => {
+                changed?;
+                Event::HostAddrs
+            }
+            () = lookup.as_mut(), if has_hosts && resolving.is_none() => Event::LookupDue,
+            done = async { resolving.as_mut().expect("guarded").await }, if resolving.is_some() => {
+                *resolving = None;
+                Event::LookedUp(done)
+            }
+        })
+    }
+
+    /// Does what enforcement needs for `event`; hands back the caller's events.
+    async fn handle(&mut self, event: Event) -> anyhow::Result<Option<Event>> {
+        match event {
+            // A flood: let the runtime look at signals and timers before reading on (the
+            // loop would otherwise never give it the chance).
+            Event::Records { more: true } => tokio::task::yield_now().await,
+            Event::Records { more: false } => {}
+            Event::Tick => self
+                .pump
+                .check_drops(self.enforcer, self.reported_map.as_deref_mut())?,
+            Event::Mounts => {
+                let m = remount(self.enforcer, self.compiled)?;
+                self.pump.fmt.mounts.clone_from(&m);
+                *self.mounts = m;
+            }
+            Event::HostAddrs => self.host_addrs.refresh(self.enforcer, self.compiled)?,
+            Event::LookupDue => self.resolving = Some(HostState::start_lookup(self.compiled)),
+            Event::LookedUp(done) => {
+                let next = self.hosts.take_round(done, self.enforcer, self.compiled)?;
+                self.lookup.as_mut().reset(next);
+            }
+            theirs @ (Event::Signal(_) | Event::Exited(_) | Event::Deadline) => {
+                return Ok(Some(theirs));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The last drain, once the programs have nothing more to judge (see
+    /// [`Pump::last_drain`]).
+    pub fn last_drain(&mut self) -> anyhow::Result<()> {
+        self.pump.last_drain(
+            self.ring.get_mut(),
+            self.enforcer,
+            self.reported_map.as_deref_mut(),
+        )
+    }
+
+    /// Ends the session with the armed set still enforcing: drops written, the log
+    /// flushed, the counts kept for the next session of the same set.
+    pub fn close(mut self) -> anyhow::Result<()> {
+        self.pump
+            .check_drops(self.enforcer, self.reported_map.as_deref_mut())?;
+        self.pump.flush()?;
+        *self.kept.0 = self.pump.reported_drops;
+        *self.kept.1 = std::mem::take(&mut self.pump.agg);
+        Ok(())
+    }
+
+    /// Ends the session of a released set: whatever is left in its ring is written.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        self.last_drain()?;
+        *self.kept.0 = self.pump.reported_drops;
+        Ok(())
+    }
+}
+
+/// The first of `signals` to arrive.
+async fn next_signal(signals: &mut [(i32, Signal)]) -> i32 {
+    std::future::poll_fn(|cx| {
+        for (n, s) in signals.iter_mut() {
+            if let Poll::Ready(Some(())) = s.poll_recv(cx) {
+                return Poll::Ready(*n);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Where records go besides the audit log: a line on the terminal (unless quiet), and the
+/// metrics when they are served.
+#[derive(Clone, Default)]
+pub struct Sinks {
+    pub quiet: bool,
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+impl Sinks {
+    /// Starts serving metrics on `addr` (if any) for the policy `name`.
+    pub async fn start(
+        quiet: bool,
+        addr: Option<std::net::SocketAddr>,
+        name: &str,
+    ) -> anyhow::Result<Self> {
+        let metrics = match addr {
+            Some(addr) => {
+                let m = Arc::new(Metrics::default());
+                m.policy(name);
+                crate::runtime::metrics::serve(addr, m.clone()).await?;
+                Some(m)
+            }
+            None => None,
+        };
+        Ok(Self { quiet, metrics })
+    }
+
+    pub fn metrics(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &self.metrics {
+            f(m);
+        }
+    }
+}
+
+/// Moves records from the ring buffer to the audit sinks.
+pub struct Pump<'a> {
+    pub fmt: Formatter<'a>,
+    pub audit: &'a mut AuditFile,
+    pub sinks: Sinks,
+    pub reported_drops: u64,
+    /// Denied execs seen (`sandbox run`: was the command's own exec denied?).
+    pub exec_denials: u64,
+    /// Counts of identical denials, matched to their records.
+    pub agg: Aggregates,
+}
+
+/// Records written after the command ended (bounded: processes it left may still be
+/// producing them until the cgroup is killed).
+pub const FINAL_DRAIN: usize = 1 << 20;
+
+/// Records handled per wake-up before the event loop looks at signals and timers again: a
+/// process flooding denials must not starve the rest of sandbox.
+pub const DRAIN_BATCH: usize = 4096;
+
+impl Pump<'_> {
+    /// One record to the log, counted in the metrics.
+    fn write(&mut self, rec: &Record) -> std::io::Result<()> {
+        self.sinks.metrics(|m| m.record(rec));
+        self.audit.write(rec)
+    }
+
+    /// Hands what is buffered to the log file; the metrics learn what it could not write.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.audit.flush()?;
+        let lost = self.audit.lost_total();
+        self.sinks.metrics(|m| m.set_write_lost(lost));
+        Ok(())
+    }
+
+    /// Writes up to `max` records; `true` when the ring buffer is empty.
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
+        for _ in 0..max {
+            let Some(item) = ring.next() else {
+                self.flush()?;
+                return Ok(true);
+            };
+            match Kernel::decode(&item) {
+                Ok(e) if e.header.flags & sandbox_common::EVENT_F_REPEATS != 0 => {
+                    if let Some(r) = self.agg.on_event(&e) {
+                        self.write_repeat(r, None)?;
+                    }
+                }
+                Ok(e) => {
+                    self.agg.on_event(&e);
+                    if e.hook == crate::audit::Hook::Exec
+                        && e.header.decision == sandbox_common::decision::DENY
+                    {
+                        self.exec_denials += 1;
+                    }
+                    let rec = self.fmt.record(&e);
+                    self.write(&rec)?;
+                    if !self.sinks.quiet {
+                        term::line(&self.fmt.line(&e));
+                    }
+                }
+                Err(err) => {
+                    self.write(&Record::error(
+                        format!("undecodable kernel record: {err}"),
+                        None,
+                    ))?;
+                    term::line(&format!(
+                        "sandbox: warning: undecodable kernel record: {err}"
+                    ));
+                }
+            }
+        }
+        self.flush()?;
+        Ok(false)
+    }
+
+    /// One record for denials the kernel counted: the record they repeat, with the count.
+    fn write_repeat(&mut self, r: Repeat, orphaned: Option<&str>) -> std::io::Result<()> {
+        match r {
+            Repeat::Of {
+                key,
+                count,
+                last_ns,
+            } => {
+                let mut rec = match orphaned {
+                    Some(run) => self.fmt.orphan_record(&key, run),
+                    None => self.fmt.record(&key),
+                };
+                let last = crate::audit::wall_ms(last_ns);
+                rec.start_time = Some(rec.time);
+                rec.end_time = Some(last);
+                rec.time = last;
+                rec.time_dt = crate::audit::rfc3339_ms(last);
+                rec.count = Some(count);
+                rec.message = format!("{} ({count} more times)", rec.message);
+                self.write(&rec)?;
+                if !self.sinks.quiet {
+                    term::line(&format!("{} ({count} more times)", self.fmt.line(&key)));
+                }
+                Ok(())
+            }
+            Repeat::Unknown { count } => {
+                self.sinks.metrics(|m| m.ring_lost(count));
+                self.audit.write(&Record::loss(
+                    count,
+                    "identical denials counted in the kernel whose first record was not read",
+                    orphaned,
+                ))
+            }
+        }
+    }
+
+    /// Writes the counts the CPUs' slots hold for floods that stopped (`end`: all of them;
+    /// after the last drain).
+    pub fn sweep(&mut self, enforcer: &mut Enforcer, end: bool) -> anyhow::Result<()> {
+        let slots = enforcer.agg_slots()?;
+        let now = (!end).then(crate::audit::boot_ns_now);
+        for r in self.agg.sweep(&slots, now) {
+            self.write_repeat(r, None)?;
+        }
+        Ok(())
+    }
+
+    /// The drain once the programs have nothing more to judge: what is in the ring (up to
+    /// [`FINAL_DRAIN`]), every count still in the slots, the drops.
+    pub fn last_drain(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        enforcer: &mut Enforcer,
+        reported: Option<&mut Array<MapData, u64>>,
+    ) -> anyhow::Result<()> {
+        self.drain(ring, FINAL_DRAIN)?;
+        self.sweep(enforcer, true)?;
+        self.check_drops(enforcer, reported)?;
+        self.flush()?;
+        Ok(())
+    }
+
+    /// Writes drops the kernel counted since the last call as one `audit_loss` record, and
+    /// the new total where a later clean-up finds it (`reported`) if this sandbox dies.
+    pub fn check_drops(
+        &mut self,
+        enforcer: &mut Enforcer,
+        reported: Option<&mut Array<MapData, u64>>,
+    ) -> anyhow::Result<()> {
+        self.sweep(enforcer, false)?;
+        let total = enforcer.drops()?;
+        if total > self.reported_drops {
+            let n = total - self.reported_drops;
+            self.audit
+                .write(&Record::loss(n, "ring buffer full", None))?;
+            self.flush()?;
+            term::line(&format!(
+                "sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log"
+            ));
+            self.reported_drops = total;
+            if let Some(r) = reported {
+                drop(r.set(0, total, 0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what runs whose sandbox died left in their ring buffers (see `pins`).
+    pub fn write_orphans(
+        &mut self,
+        orphans: Vec<crate::kernel::pins::Orphans>,
+    ) -> anyhow::Result<()> {
+        for o in orphans {
+            let mut n = 0u64;
+            let mut agg = Aggregates::default();
+            for bytes in &o.records {
+                match Kernel::decode(bytes) {
+                    Ok(e) if e.header.flags & sandbox_common::EVENT_F_REPEATS != 0 => {
+                        if let Some(r) = agg.on_event(&e) {
+                            self.write_repeat(r, Some(&o.run))?;
+                        }
+                    }
+                    Ok(e) => {
+                        agg.on_event(&e);
+                        self.write(&self.fmt.orphan_record(&e, &o.run))?;
+                    }
+                    Err(err) => self.write(&Record::error(
+                        format!("undecodable kernel record: {err}"),
+                        Some(&o.run),
+                    ))?,
+                }
+                n += 1;
+            }
+            // Counts the dead run's slots still hold (some may have been written by the
+            // dead run itself already: counted again rather than lost).
+            for r in agg.sweep(&o.pending, None) {
+                self.write_repeat(r, Some(&o.run))?;
+            }
+            if o.lost > 0 {
+                self.write(&Record::loss(
+                    o.lost,
+                    "ring buffer full after the run's sandbox died",
+                    Some(&o.run),
+                ))?;
+            }
+            if let Some(err) = &o.error {
+                self.write(&Record::error(
+                    format!("records left by a sandbox that died could not be read: {err}"),
+                    Some(&o.run),
+                ))?;
+                term::line(&format!(
+                    "sandbox: warning: records left by a sandbox that died ({}) could not be \
+                     read: {err}",
+                    o.run
+                ));
+            }
+            if n > 0 || o.lost > 0 {
+                term::line(&format!(
+                    "sandbox: {n} record(s) left by a sandbox that died ({}) written to the \
+                     audit log{}",
+                    o.run,
+                    if o.lost > 0 {
+                        format!(", {} more lost (ring buffer full)", o.lost)
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+        self.flush()?;
+        Ok(())
+    }
+}
