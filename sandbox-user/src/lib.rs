@@ -9,6 +9,7 @@ pub mod audit;
 pub mod backend;
 pub mod cli;
 pub mod compile;
+pub mod diag;
 pub mod events;
 pub mod explain;
 pub mod fallback;

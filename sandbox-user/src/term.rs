@@ -46,7 +46,9 @@ pub fn journal_levels() {
 /// The syslog level of one of sandbox's lines, from how it starts.
 fn level(text: &str) -> u8 {
     let body = text.strip_prefix("sandbox: ").unwrap_or(text);
-    if body.starts_with("warning") {
+    if body.starts_with("debug") || body.starts_with("trace") {
+        7
+    } else if body.starts_with("warning") {
         4
     } else if body.starts_with("denied") || body.starts_with("would deny") {
         5

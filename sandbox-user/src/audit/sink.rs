@@ -310,11 +310,11 @@ impl AuditFile {
         self.lost_total += n;
         if !self.failing {
             self.failing = true;
-            crate::term::line(&format!(
-                "sandbox: warning: cannot write the audit log {}: records are counted and \
+            tracing::warn!(
+                "cannot write the audit log {}: records are counted and \
                  reported when writing works again; enforcement continues",
                 self.path.display()
-            ));
+            );
         }
         // Drop what is stuck in the buffer (it is counted), keep the file.
         if let Ok(f) = self.out.get_ref().try_clone() {

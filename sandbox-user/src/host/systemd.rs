@@ -32,11 +32,11 @@ impl Notifier {
             .ok()
             .and_then(|a| UnixDatagram::unbound().ok().map(|s| (s, a)));
         if target.is_none() {
-            crate::term::line(&format!(
-                "sandbox: warning: NOTIFY_SOCKET={} is not a socket address: the service \
+            tracing::warn!(
+                "NOTIFY_SOCKET={} is not a socket address: the service \
                  manager will not hear that sandbox is ready",
                 name.to_string_lossy()
-            ));
+            );
         }
         Self { target }
     }
@@ -50,9 +50,7 @@ impl Notifier {
         if let Some((sock, addr)) = &self.target
             && let Err(e) = sock.send_to_addr(state.as_bytes(), addr)
         {
-            crate::term::line(&format!(
-                "sandbox: warning: notifying the service manager failed: {e}"
-            ));
+            tracing::warn!("notifying the service manager failed: {e}");
         }
     }
 

@@ -8,6 +8,12 @@ use std::os::fd::{AsFd, AsRawFd};
 use super::loader::LoadError;
 use super::maps::{Bulk, map_err};
 
+/// The bytes of a plain-data value (`aya::Pod`: `repr(C)`, no padding holes read).
+fn aya_pod_bytes<V: aya::Pod>(v: &V) -> &[u8] {
+    // SAFETY: `V: Pod` is plain data of `size_of::<V>()` bytes, valid for reads as bytes.
+    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), size_of::<V>()) }
+}
+
 /// An index into a map sized from the same collection (map sizes are u32).
 pub fn index(n: usize) -> u32 {
     u32::try_from(n).expect("map sizes are checked against u32 when the maps are created")
@@ -37,36 +43,22 @@ impl<V: aya::Pod> Bulk<'_, u32, V> {
             });
         }
         let len = (info.max_entries() as usize * elem).max(1);
-        let fd = self.data.fd().as_fd().as_raw_fd();
         // SAFETY: a fresh shared mapping of the map's memory (the kernel checks that the
-        // map is mmapable and that `len` fits it); nothing else in this process aliases it.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(LoadError::Map {
-                map: name,
-                detail: format!("cannot map it: {}", std::io::Error::last_os_error()),
-            });
+        // map is mmapable and that `len` fits it); nothing else in this process aliases it,
+        // and the programs only read the array.
+        let mut mem = unsafe {
+            memmap2::MmapOptions::new()
+                .len(len)
+                .map_mut(self.data.fd().as_fd().as_raw_fd())
         }
+        .map_err(|e| LoadError::Map {
+            map: name,
+            detail: format!("cannot map it: {e}"),
+        })?;
         for (i, v) in values.iter().enumerate() {
-            // SAFETY: `i < max_entries`, so `i * elem + size_of::<V>() <= len`.
-            unsafe {
-                base.cast::<u8>()
-                    .add(i * elem)
-                    .cast::<V>()
-                    .write_unaligned(*v);
-            }
+            let bytes = aya_pod_bytes(v);
+            mem[i * elem..i * elem + bytes.len()].copy_from_slice(bytes);
         }
-        // SAFETY: `base`/`len` are the mapping made above.
-        unsafe { libc::munmap(base, len) };
         Ok(())
     }
 }

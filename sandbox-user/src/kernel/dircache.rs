@@ -122,18 +122,14 @@ pub fn moved_by_one_rename(seen: [u64; 2]) -> Result<(), String> {
     Ok(())
 }
 
-/// Says, under `SANDBOX_DEBUG`, why the cache is off.
+/// Says (a debug diagnostic) why the cache is off.
 pub fn off(why: &str) {
-    if std::env::var_os("SANDBOX_DEBUG").is_some() {
-        eprintln!("sandbox: debug: directory cache off: {why}");
-    }
+    tracing::debug!("directory cache off: {why}");
 }
 
-/// Says, under `SANDBOX_DEBUG`, that the cache is on.
+/// Says (a debug diagnostic) that the cache is on.
 pub fn on() {
-    if std::env::var_os("SANDBOX_DEBUG").is_some() {
-        eprintln!("sandbox: debug: directory cache on");
-    }
+    tracing::debug!("directory cache on");
 }
 
 #[cfg(test)]

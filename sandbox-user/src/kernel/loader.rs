@@ -845,7 +845,7 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
         .map_or(1, std::num::NonZero::get)
         .min(progs.len());
     let queue = std::sync::Mutex::new(progs.iter_mut().enumerate());
-    let debug = std::env::var_os("SANDBOX_DEBUG").is_some();
+    let debug = crate::diag::debug_on();
     let mut failed: Vec<(usize, LoadError)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
@@ -885,7 +885,7 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
     failed.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
 }
 
-/// `SANDBOX_DEBUG`: what verifying one program cost (instructions the verifier processed,
+/// `SANDBOX_LOG=debug`: what verifying one program cost (instructions the verifier processed,
 /// the kernel's `verified_insns`, and the time to load it).
 fn debug_line(name: &str, prog: &Lsm, took: std::time::Duration) {
     let insns = prog
@@ -893,9 +893,7 @@ fn debug_line(name: &str, prog: &Lsm, took: std::time::Duration) {
         .ok()
         .and_then(|i| i.verified_instruction_count())
         .map_or_else(|| "?".to_owned(), |n| n.to_string());
-    crate::term::line(&format!(
-        "sandbox: debug: verified {name}: {insns} instructions in {took:.0?}"
-    ));
+    tracing::debug!("verified {name}: {insns} instructions in {took:.0?}");
 }
 
 /// Whether the fallback backend's cgroup programs load here (loaded, not attached).

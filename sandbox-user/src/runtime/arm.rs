@@ -166,16 +166,16 @@ impl HostAddrs {
     ) -> anyhow::Result<()> {
         let now = crate::host::netif::addresses();
         match enforcer.deny_host_addrs(compiled, &now, &mut self.added) {
-            Ok(new) if !new.is_empty() && std::env::var_os("SANDBOX_DEBUG").is_some() => {
-                term::line(&format!("sandbox: debug: this host gained {new:?}: denied"));
+            Ok(new) if !new.is_empty() => {
+                tracing::debug!("this host gained {new:?}: denied");
             }
             Ok(_) => {}
             // Enforcement goes on; the address is what the policy said about it before.
-            Err(e) => term::line(&format!(
-                "sandbox: warning: this host gained a network address that could not be added \
+            Err(e) => tracing::warn!(
+                "this host gained a network address that could not be added \
                  to the private set ({e}); connections to it are judged by the rest of the \
                  policy"
-            )),
+            ),
         }
         Ok(())
     }
@@ -197,12 +197,7 @@ pub fn remount(
 ) -> anyhow::Result<Vec<Superblock>> {
     let m = mounts::read()?;
     enforcer.update_mounts(compiled, &m)?;
-    if std::env::var_os("SANDBOX_DEBUG").is_some() {
-        term::line(&format!(
-            "sandbox: debug: mount table changed: {} file systems",
-            m.len()
-        ));
-    }
+    tracing::debug!("mount table changed: {} file systems", m.len());
     Ok(m)
 }
 
@@ -245,7 +240,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Res
         Bind::NewRun(_) => None,
     };
     let pin_dir = crate::kernel::pins::own_dir(existing.as_ref().map(|c| c.id))
-        .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
+        .inspect_err(|w| tracing::warn!("{w}"))
         .ok();
     let enforcer = if fallback {
         Enforcer::load_fallback(&compiled, kernel, ids.entries.len(), pin_dir.as_deref())
@@ -261,7 +256,7 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Res
     let mut enforcer = enforcer?;
     let reported_map = pin_dir.as_deref().and_then(|d| {
         crate::kernel::pins::reported_drops(d)
-            .inspect_err(|w| term::line(&format!("sandbox: warning: {w}")))
+            .inspect_err(|w| tracing::warn!("{w}"))
             .ok()
     });
     t.lap("load and attach");
@@ -318,7 +313,7 @@ fn arm_loaded(
     if !compiled.net.hosts.is_empty() {
         let round = crate::runtime::hosts::resolve(compiled);
         for w in &round.warnings {
-            term::line(&format!("sandbox: warning: {w}"));
+            tracing::warn!("{w}");
         }
         hosts.install(&round, enforcer, compiled)?;
     }
@@ -408,18 +403,16 @@ pub fn fallback_rules(
     let rs = plan
         .ruleset()
         .map_err(|e| anyhow!("building the Landlock ruleset: {e}; nothing was started"))?;
-    if std::env::var_os("SANDBOX_DEBUG").is_some() {
-        term::line(&format!(
-            "sandbox: debug: Landlock ABI {}: {} rules, {} split directories",
-            plan.abi,
-            rs.rules,
-            plan.split.len()
-        ));
-    }
+    tracing::debug!(
+        "Landlock ABI {}: {} rules, {} split directories",
+        plan.abi,
+        rs.rules,
+        plan.split.len()
+    );
     Ok(Some(rs))
 }
 
-/// Phase timings on stderr when `SANDBOX_DEBUG` is set.
+/// Phase timings as debug diagnostics (`SANDBOX_LOG=debug`).
 pub(crate) struct Timer {
     pub on: bool,
     last: std::time::Instant,
@@ -428,17 +421,14 @@ pub(crate) struct Timer {
 impl Timer {
     pub(crate) fn new() -> Self {
         Self {
-            on: std::env::var_os("SANDBOX_DEBUG").is_some(),
+            on: crate::diag::debug_on(),
             last: std::time::Instant::now(),
         }
     }
 
     pub fn lap(&mut self, what: &str) {
         if self.on {
-            term::line(&format!(
-                "sandbox: debug: {what}: {:.0?}",
-                self.last.elapsed()
-            ));
+            tracing::debug!("{what}: {:.0?}", self.last.elapsed());
         }
         self.last = std::time::Instant::now();
     }

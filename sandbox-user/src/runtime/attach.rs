@@ -83,7 +83,7 @@ fn fallback_check(p: &Policy, host: &Host, allow_degraded: bool) -> anyhow::Resu
 fn read_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
     let p = arm::load_trusted_policy(path, ctx, &Agent::AnyNonRoot)?;
     for w in policy::lint::lint(&p) {
-        term::line(&format!("sandbox: warning: {w}"));
+        tracing::warn!("{w}");
     }
     Ok(p)
 }
@@ -96,12 +96,6 @@ fn compile_policy(
 ) -> anyhow::Result<CompiledPolicy> {
     arm::protect_own_files(&mut p, audit, path);
     Ok(compile::compile(&p, compile::random_seed())?)
-}
-
-fn debug(what: &str) {
-    if std::env::var_os("SANDBOX_DEBUG").is_some() {
-        term::line(&format!("sandbox: debug: {what}"));
-    }
 }
 
 pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
@@ -168,7 +162,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         if !reload {
             break;
         }
-        debug("reload requested");
+        tracing::debug!("reload requested");
         notify.reloading();
         let next = read_policy(opts.policy.as_deref(), &ctx).and_then(|p| {
             fallback_check(&p, &host, opts.allow_degraded)?;
@@ -183,15 +177,13 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
                 // records are written; its links detach meanwhile on their own thread.
                 let mut old = std::mem::replace(&mut armed, new);
                 let mut old_ring = std::mem::replace(&mut ring, new_ring);
-                debug("new set bound");
+                tracing::debug!("new set bound");
                 if let Err(e) = old.enforcer.release_in_background() {
-                    term::line(&format!(
-                        "sandbox: warning: the old set stays attached until its links close: {e}"
-                    ));
+                    tracing::warn!("the old set stays attached until its links close: {e}");
                     old.enforcer.release();
                 }
                 finish(&mut old, &mut old_ring, &mut audit, &sinks)?;
-                debug("old set released and drained");
+                tracing::debug!("old set released and drained");
                 term::line(&format!(
                     "sandbox: reloaded: policy '{}' in force on {}",
                     armed.compiled.name,

@@ -8,6 +8,11 @@
 //! - `sandbox_records_lost_total{cause}`: `ring_buffer` (the kernel could not deliver),
 //!   `log_write` (the log could not be written).
 //! - `sandbox_reloads_total{result}`: `applied`, `refused` (`sandbox attach`).
+//! - `sandbox_aggregates_total`: records that stand for identical denials counted in the
+//!   kernel (a record with `count` > 1); the denials themselves are in `records_total`.
+//! - `sandbox_host_lookups_total{result}`: rounds of `allow_hosts` lookups, `ok` or
+//!   `failed` (some name not resolved; its expired addresses left the allowlist);
+//!   `sandbox_host_addresses`: addresses the names allow now.
 //! - `sandbox_policy_info{name}`: 1, the policy in force.
 
 use std::collections::BTreeMap;
@@ -34,6 +39,10 @@ struct Inner {
     lost_write: u64,
     reloads_applied: u64,
     reloads_refused: u64,
+    aggregates: u64,
+    lookups_ok: u64,
+    lookups_failed: u64,
+    host_addresses: u64,
     policy: String,
 }
 
@@ -66,7 +75,12 @@ impl Metrics {
         } else {
             1
         };
-        self.with(|m| *m.records.entry((class, decision, rule)).or_default() += n);
+        self.with(|m| {
+            *m.records.entry((class, decision, rule)).or_default() += n;
+            if n > 1 {
+                m.aggregates += 1;
+            }
+        });
     }
 
     pub fn ring_lost(&self, n: u64) {
@@ -85,6 +99,18 @@ impl Metrics {
             } else {
                 m.reloads_refused += 1;
             }
+        });
+    }
+
+    /// A round of `allow_hosts` lookups; `addresses`: how many the names allow after it.
+    pub fn lookup(&self, failed: bool, addresses: usize) {
+        self.with(|m| {
+            if failed {
+                m.lookups_failed += 1;
+            } else {
+                m.lookups_ok += 1;
+            }
+            m.host_addresses = addresses as u64;
         });
     }
 
@@ -128,6 +154,27 @@ impl Metrics {
                     let _ = writeln!(out, "{name}{{{key}=\"{value}\"}} {n}");
                 }
             }
+            let lookups = [("result", "ok", m.lookups_ok), ("result", "failed", m.lookups_failed)];
+            let _ = writeln!(
+                out,
+                "# HELP sandbox_host_lookups_total Rounds of allow_hosts lookups, by result.\n\
+                 # TYPE sandbox_host_lookups_total counter"
+            );
+            for (key, value, n) in lookups {
+                let _ = writeln!(out, "sandbox_host_lookups_total{{{key}=\"{value}\"}} {n}");
+            }
+            let _ = writeln!(
+                out,
+                "# HELP sandbox_aggregates_total Records standing for identical denials counted in the kernel.\n\
+                 # TYPE sandbox_aggregates_total counter\nsandbox_aggregates_total {}",
+                m.aggregates
+            );
+            let _ = writeln!(
+                out,
+                "# HELP sandbox_host_addresses Addresses the allow_hosts names allow now.\n\
+                 # TYPE sandbox_host_addresses gauge\nsandbox_host_addresses {}",
+                m.host_addresses
+            );
             out.push_str(
                 "# HELP sandbox_policy_info The policy in force.\n# TYPE sandbox_policy_info gauge\n",
             );
@@ -209,7 +256,18 @@ mod tests {
         m.set_write_lost(3);
         m.reload(true);
         m.reload(false);
+        m.lookup(false, 3);
+        m.lookup(true, 2);
+        m.lookup(false, 4);
         let text = m.render();
+        for want in [
+            "sandbox_aggregates_total 1",
+            "sandbox_host_lookups_total{result=\"ok\"} 2",
+            "sandbox_host_lookups_total{result=\"failed\"} 1",
+            "sandbox_host_addresses 4",
+        ] {
+            assert!(text.contains(want), "{want} missing from\n{text}");
+        }
         assert!(text.contains(
             "sandbox_records_total{class=\"file\",decision=\"deny\",rule=\"files.read_only (implicit: \\\"audit\\\" log)\"} 2"
         ), "{text}");

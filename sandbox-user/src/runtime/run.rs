@@ -84,16 +84,16 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     };
     let mut policy = load_trusted_policy(policy_file.as_deref(), &ctx, &agent)?;
     for w in policy::lint::lint(&policy) {
-        term::line(&format!("sandbox: warning: {w}"));
+        tracing::warn!("{w}");
     }
     if !policy.files.write.is_empty() && target.home.starts_with(&policy.files.workspace) {
-        term::line(&format!(
-            "sandbox: warning: the workspace {} holds the home directory {}: the command may \
+        tracing::warn!(
+            "the workspace {} holds the home directory {}: the command may \
              write anywhere in it but the policy's read_only list. Start sandbox in a \
              project directory to keep its writes there",
             policy.files.workspace.display(),
             target.home.display()
-        ));
+        );
     }
     let mut keep = CapSet::default_kept().union(policy.process.keep_caps);
     for c in &opts.keep_caps {
@@ -124,15 +124,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     // Per-program run counts and times for the debug summary below: BPF_ENABLE_STATS
     // keeps them on while the returned descriptor is open (they cost a little on every
     // BPF program of the host: debug only).
-    let _stats = t.on.then(|| {
-        let mut attr = [0u32; 4]; // { type: BPF_STATS_RUN_TIME }
-        // SAFETY: BPF_ENABLE_STATS (32) reads `type` from the attribute.
-        let fd = unsafe { libc::syscall(libc::SYS_bpf, 32, attr.as_mut_ptr(), 16usize) };
-        // SAFETY: a descriptor the kernel just returned, owned here.
-        (fd >= 0).then(|| unsafe {
-            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32)
-        })
-    });
+    let _stats =
+        t.on.then(|| aya::sys::enable_stats(aya::sys::Stats::RunTime).ok());
     let name = format!("run-{}", std::process::id());
     let mut armed = arm(compiled, Bind::NewRun(&name), &host)?;
     t.lap("arm (total)");
@@ -167,20 +160,20 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     t.lap("supervise");
     if t.on {
         for (name, runs, time) in armed.enforcer.program_stats() {
-            term::line(&format!(
-                "sandbox: debug: {name}: {runs} runs, {:.0} ns each",
+            tracing::debug!(
+                "{name}: {runs} runs, {:.0} ns each",
                 time.as_nanos() as f64 / runs as f64
-            ));
+            );
         }
     }
     match armed.cgroup.destroy() {
         // Only with the cgroup gone may the programs go.
         Ok(()) => armed.enforcer.release_later(),
-        Err(e) => term::line(&format!(
-            "sandbox: warning: removing {}: {e}; its programs stay pinned until the next \
+        Err(e) => tracing::warn!(
+            "removing {}: {e}; its programs stay pinned until the next \
              sandbox run cleans up",
             armed.cgroup.path.display()
-        )),
+        ),
     }
     t.lap("teardown");
     result

@@ -236,7 +236,10 @@ impl<'a> Session<'a> {
             Event::HostAddrs => self.host_addrs.refresh(self.enforcer, self.compiled)?,
             Event::LookupDue => self.resolving = Some(HostState::start_lookup(self.compiled)),
             Event::LookedUp(done) => {
+                let failed = done.as_ref().map_or(true, |r| r.failed);
                 let next = self.hosts.take_round(done, self.enforcer, self.compiled)?;
+                let addresses = self.hosts.installed.len();
+                self.pump.sinks.metrics(|m| m.lookup(failed, addresses));
                 self.lookup.as_mut().reset(next);
             }
             theirs @ (Event::Signal(_) | Event::Exited(_) | Event::Deadline) => {
@@ -388,9 +391,7 @@ impl Pump<'_> {
                         format!("undecodable kernel record: {err}"),
                         None,
                     ))?;
-                    term::line(&format!(
-                        "sandbox: warning: undecodable kernel record: {err}"
-                    ));
+                    tracing::warn!("undecodable kernel record: {err}");
                 }
             }
         }
@@ -474,9 +475,7 @@ impl Pump<'_> {
             self.audit
                 .write(&Record::loss(n, "ring buffer full", None))?;
             self.flush()?;
-            term::line(&format!(
-                "sandbox: warning: {n} audit records lost (ring buffer full); counted in the audit log"
-            ));
+            tracing::warn!("{n} audit records lost (ring buffer full); counted in the audit log");
             self.reported_drops = total;
             if let Some(r) = reported {
                 drop(r.set(0, total, 0));
@@ -528,11 +527,11 @@ impl Pump<'_> {
                     format!("records left by a sandbox that died could not be read: {err}"),
                     Some(&o.run),
                 ))?;
-                term::line(&format!(
-                    "sandbox: warning: records left by a sandbox that died ({}) could not be \
+                tracing::warn!(
+                    "records left by a sandbox that died ({}) could not be \
                      read: {err}",
                     o.run
-                ));
+                );
             }
             if n > 0 || o.lost > 0 {
                 term::line(&format!(
