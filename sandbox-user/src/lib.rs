@@ -19,6 +19,7 @@ pub mod landlock;
 pub mod policy;
 pub mod preflight;
 pub mod runtime;
+pub mod sys;
 pub mod term;
 
 /// The BPF object built from `sandbox-ebpf` by build.rs, embedded so that kernel and user

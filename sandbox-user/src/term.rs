@@ -15,6 +15,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::os::fd::AsFd as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 use std::sync::{Mutex, OnceLock};
@@ -67,10 +68,11 @@ fn level(text: &str) -> u8 {
 /// closed pipe does not kill it (`SIGPIPE`): both are ignored, and the command gets the
 /// default back before it starts (see `run`).
 pub fn start() {
-    // SAFETY: setting signal dispositions to SIG_IGN; no handlers involved.
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: setting dispositions to SIG_IGN; no handler runs.
     unsafe {
-        libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        let _ = signal(Signal::SIGTTOU, SigHandler::SigIgn);
+        let _ = signal(Signal::SIGPIPE, SigHandler::SigIgn);
     }
     TERM.get_or_init(|| {
         let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE_LINES);
@@ -85,7 +87,7 @@ pub fn start() {
                     std::thread::yield_now();
                 };
                 for bytes in rx {
-                    if t.dead.load(Ordering::Relaxed) || write_all(2, &bytes).is_err() {
+                    if t.dead.load(Ordering::Relaxed) || write_all(&bytes).is_err() {
                         t.dead.store(true, Ordering::Relaxed);
                         t.dropped.fetch_add(1, Ordering::Relaxed);
                     }
@@ -101,29 +103,21 @@ pub fn start() {
     });
 }
 
-/// Writes `bytes` to `fd`, retrying on interruption (and waiting when someone made the
+/// Writes `bytes` to stderr, retrying on interruption (and waiting when someone made the
 /// descriptor non-blocking). Runs on the writer thread only: it may block there.
-fn write_all(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
+fn write_all(mut bytes: &[u8]) -> std::io::Result<()> {
+    use nix::errno::Errno;
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let err = std::io::stderr();
     while !bytes.is_empty() {
-        // SAFETY: writing from a valid slice.
-        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-        if n >= 0 {
-            bytes = &bytes[n.cast_unsigned()..];
-            continue;
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => {}
-            Some(libc::EAGAIN) => {
-                let mut p = libc::pollfd {
-                    fd,
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&raw mut p, 1, -1) };
+        match nix::unistd::write(&err, bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let mut p = [PollFd::new(err.as_fd(), PollFlags::POLLOUT)];
+                let _ = poll(&mut p, PollTimeout::NONE);
             }
-            _ => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -139,7 +133,7 @@ pub fn line(text: &str) {
     bytes.extend_from_slice(text.as_bytes());
     bytes.push(b'\n');
     let Some(t) = TERM.get() else {
-        drop(write_all(2, &bytes));
+        drop(write_all(&bytes));
         return;
     };
     let guard =

@@ -415,15 +415,9 @@ pub fn wall_ms(boot_ns: u64) -> u64 {
 /// `CLOCK_BOOTTIME` now, in nanoseconds (the kernel's `bpf_ktime_get_boot_ns`); 0 if the
 /// clock cannot be read.
 pub fn boot_ns_now() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec.unsigned_abs() * 1_000_000_000 + ts.tv_nsec.unsigned_abs()
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_or(0, |ts| {
+        ts.tv_sec().unsigned_abs() * 1_000_000_000 + ts.tv_nsec().unsigned_abs()
+    })
 }
 
 fn now_ms() -> u64 {

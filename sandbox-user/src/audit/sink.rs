@@ -67,8 +67,6 @@ fn open_log(
     dir: &safepath::Dir,
     name: &std::ffi::OsStr,
 ) -> Result<(File, bool), safepath::SafeError> {
-    use std::os::fd::AsRawFd;
-
     let here = dir.path.join(name);
     let unsafe_file = |why: String| safepath::SafeError::Unsafe {
         path: here.clone(),
@@ -105,7 +103,7 @@ fn open_log(
         }
     }
     let fd = fd.ok_or_else(|| unsafe_file("keeps appearing and disappearing".into()))?;
-    let st = safepath::fstat(fd.as_raw_fd()).map_err(|err| safepath::SafeError::Io {
+    let st = safepath::fstat(&fd).map_err(|err| safepath::SafeError::Io {
         path: here.clone(),
         err,
     })?;
@@ -142,19 +140,23 @@ fn open_log(
     if regular {
         // Our log (made now, or root's and already in our format) with one name: make it
         // owner-only (fchmod on what was opened, never on a name).
-        // SAFETY: plain syscall on our descriptor.
-        if st.st_mode & 0o077 != 0 && unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } != 0 {
+        if st.st_mode & 0o077 != 0
+            && let Err(e) =
+                nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_retain(0o600))
+        {
             return Err(safepath::SafeError::Io {
                 path: here,
-                err: std::io::Error::last_os_error(),
+                err: e.into(),
             });
         }
     }
     // Back to blocking writes: the file is ours (this open file description is not shared).
-    // SAFETY: fcntl on our descriptor.
-    unsafe {
-        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+    {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        if let Ok(fl) = fcntl(&fd, FcntlArg::F_GETFL) {
+            let fl = OFlag::from_bits_retain(fl) & !OFlag::O_NONBLOCK;
+            let _ = fcntl(&fd, FcntlArg::F_SETFL(fl));
+        }
     }
     Ok((File::from(fd), regular))
 }
@@ -164,7 +166,6 @@ fn open_log(
 /// `schema_version` of the records before OCSF).
 fn is_a_log(dir: &safepath::Dir, name: &std::ffi::OsStr, st: &libc::stat) -> bool {
     use std::io::Read;
-    use std::os::fd::AsRawFd;
 
     let Ok(fd) = safepath::openat(
         &dir.fd,
@@ -174,9 +175,7 @@ fn is_a_log(dir: &safepath::Dir, name: &std::ffi::OsStr, st: &libc::stat) -> boo
     ) else {
         return false;
     };
-    if !safepath::fstat(fd.as_raw_fd())
-        .is_ok_and(|r| r.st_dev == st.st_dev && r.st_ino == st.st_ino)
-    {
+    if !safepath::fstat(&fd).is_ok_and(|r| r.st_dev == st.st_dev && r.st_ino == st.st_ino) {
         return false;
     }
     let mut head = Vec::new();
@@ -365,21 +364,12 @@ impl AuditFile {
     }
 }
 
-fn cname(name: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
-    use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(name.as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-}
-
 fn unlinkat(dir: &safepath::Dir, name: &std::ffi::OsStr) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let c = cname(name)?;
-    // SAFETY: NUL-terminated name relative to an open directory.
-    if unsafe { libc::unlinkat(dir.fd.as_raw_fd(), c.as_ptr(), 0) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    Ok(nix::unistd::unlinkat(
+        &dir.fd,
+        std::path::Path::new(name),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    )?)
 }
 
 fn renameat(
@@ -387,15 +377,12 @@ fn renameat(
     from: &std::ffi::OsStr,
     to: &std::ffi::OsStr,
 ) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let (f, t) = (cname(from)?, cname(to)?);
-    let d = dir.fd.as_raw_fd();
-    // SAFETY: NUL-terminated names relative to the same open directory.
-    if unsafe { libc::renameat(d, f.as_ptr(), d, t.as_ptr()) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    Ok(nix::fcntl::renameat(
+        &dir.fd,
+        std::path::Path::new(from),
+        &dir.fd,
+        std::path::Path::new(to),
+    )?)
 }
 
 #[cfg(test)]

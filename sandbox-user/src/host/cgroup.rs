@@ -65,22 +65,20 @@ pub fn root_or_mount() -> Result<(PathBuf, bool), CgroupError> {
     }
     let dir = Path::new(FALLBACK_MOUNT);
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    // SAFETY: NUL-terminated strings; no data argument.
-    let r = unsafe {
-        libc::mount(
-            c"none".as_ptr(),
-            c"/run/sandbox/cgroup2".as_ptr(),
-            c"cgroup2".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        )
-    };
-    if r != 0 {
-        return Err(CgroupError::Io {
-            path: format!("mounting cgroup2 at {FALLBACK_MOUNT}"),
-            source: std::io::Error::last_os_error(),
-        });
-    }
+
+    nix::mount::mount(
+        Some("none"),
+        dir,
+        Some("cgroup2"),
+        nix::mount::MsFlags::MS_NOSUID
+            | nix::mount::MsFlags::MS_NODEV
+            | nix::mount::MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| CgroupError::Io {
+        path: format!("mounting cgroup2 at {FALLBACK_MOUNT}"),
+        source: e.into(),
+    })?;
     Ok((root()?, true))
 }
 
@@ -147,8 +145,11 @@ impl Cgroup {
         let kill = self.path.join("cgroup.kill");
         if std::fs::write(&kill, b"1").is_err() {
             for pid in self.pids() {
-                // SAFETY: plain syscall; a pid that is gone just fails.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                // A pid that is gone just fails.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid.cast_signed()),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
         let deadline = Instant::now() + Duration::from_secs(5);

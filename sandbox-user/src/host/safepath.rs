@@ -22,8 +22,11 @@
 //! like root: they have no human members by convention.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::OwnedFd;
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 /// Whose writes sandbox must not trust.
@@ -40,22 +43,10 @@ impl Agent {
     /// supplementary groups (from the group database).
     pub fn user(uid: u32, gid: u32, name: Option<&str>) -> Self {
         let mut gids = vec![gid];
-        if let Some(c) = name.and_then(|n| CString::new(n).ok()) {
-            let mut room: usize = 64;
-            while room <= 65_536 {
-                let mut buf = vec![0 as libc::gid_t; room];
-                let mut n = libc::c_int::try_from(room).unwrap_or(libc::c_int::MAX);
-                // SAFETY: `buf` holds `n` gids; getgrouplist writes at most that many and
-                // sets `n` to how many there are.
-                let r =
-                    unsafe { libc::getgrouplist(c.as_ptr(), gid, buf.as_mut_ptr(), &raw mut n) };
-                if r >= 0 {
-                    buf.truncate(usize::try_from(n).unwrap_or(0));
-                    gids.extend(buf);
-                    break;
-                }
-                room *= 4;
-            }
+        if let Some(c) = name.and_then(|n| CString::new(n).ok())
+            && let Ok(all) = nix::unistd::getgrouplist(&c, nix::unistd::Gid::from_raw(gid))
+        {
+            gids.extend(all.into_iter().map(nix::unistd::Gid::as_raw));
         }
         gids.sort_unstable();
         gids.dedup();
@@ -149,64 +140,32 @@ fn cstr(name: &OsStr) -> std::io::Result<CString> {
 }
 
 fn fstatat(dir: &OwnedFd, name: &OsStr) -> std::io::Result<libc::stat> {
-    let c = cstr(name)?;
-    // SAFETY: zeroed stat is a valid out-parameter; `c` is NUL-terminated.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let r = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &raw mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r == 0 {
-        Ok(st)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    Ok(nix::sys::stat::fstatat(
+        dir,
+        cstr(name)?.as_c_str(),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )?)
 }
 
-pub fn fstat(fd: i32) -> std::io::Result<libc::stat> {
-    // SAFETY: zeroed stat is a valid out-parameter.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &raw mut st) } == 0 {
-        Ok(st)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+pub fn fstat(fd: impl std::os::fd::AsFd) -> std::io::Result<libc::stat> {
+    Ok(nix::sys::stat::fstat(fd)?)
 }
 
-/// `openat(dir, name, flags, mode)` as an owned descriptor.
+/// `openat(dir, name, flags, mode)` as an owned descriptor (always `O_CLOEXEC`).
 pub fn openat(dir: &OwnedFd, name: &OsStr, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
-    let c = cstr(name)?;
-    // SAFETY: NUL-terminated name; the descriptor returned is owned by the caller.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        // SAFETY: a descriptor the kernel just returned.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
+    Ok(nix::fcntl::openat(
+        dir,
+        cstr(name)?.as_c_str(),
+        OFlag::from_bits_retain(flags) | OFlag::O_CLOEXEC,
+        Mode::from_bits_retain(mode),
+    )?)
 }
 
 fn readlinkat(dir: &OwnedFd, name: &OsStr) -> std::io::Result<PathBuf> {
-    let c = cstr(name)?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: `buf` has room for PATH_MAX bytes.
-    let n = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    buf.truncate(n.cast_unsigned());
-    Ok(PathBuf::from(OsString::from_vec(buf)))
+    Ok(PathBuf::from(nix::fcntl::readlinkat(
+        dir,
+        cstr(name)?.as_c_str(),
+    )?))
 }
 
 /// A directory opened through [`open_dir`]: every later operation goes through `fd`.
@@ -246,7 +205,7 @@ fn parts(path: &Path) -> std::collections::VecDeque<OsString> {
 
 impl Walker<'_> {
     fn check_dir(&self, fd: &OwnedFd, path: &Path) -> Result<(), SafeError> {
-        let st = fstat(fd.as_raw_fd()).map_err(|e| SafeError::io(path, e))?;
+        let st = fstat(fd).map_err(|e| SafeError::io(path, e))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(SafeError::io(
                 path,
@@ -266,21 +225,12 @@ impl Walker<'_> {
     fn open_dir(&mut self, path: &Path) -> Result<Dir, SafeError> {
         let abs = absolute(path).map_err(|e| SafeError::io(path, e))?;
         let open_root = || -> Result<OwnedFd, SafeError> {
-            // SAFETY: NUL-terminated literal path; the descriptor is owned below.
-            let fd = unsafe {
-                libc::open(
-                    c"/".as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return Err(SafeError::io(
-                    Path::new("/"),
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            // SAFETY: a descriptor the kernel just returned.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+            nix::fcntl::open(
+                c"/",
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| SafeError::io(Path::new("/"), e.into()))
         };
         let root = open_root()?;
         self.check_dir(&root, Path::new("/"))?;
@@ -300,11 +250,9 @@ impl Walker<'_> {
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) && self.create => {
                     let mode = if todo.is_empty() { 0o700 } else { 0o755 };
                     let c = cstr(&name).map_err(|e| SafeError::io(&here, e))?;
-                    // SAFETY: NUL-terminated name relative to an open directory.
-                    let r = unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), mode) };
-                    let err = std::io::Error::last_os_error();
-                    if r != 0 && err.raw_os_error() != Some(libc::EEXIST) {
-                        return Err(SafeError::io(&here, err));
+                    match nix::sys::stat::mkdirat(cur, c.as_c_str(), Mode::from_bits_retain(mode)) {
+                        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+                        Err(e) => return Err(SafeError::io(&here, e.into())),
                     }
                     fstatat(cur, &name).map_err(|e| SafeError::io(&here, e))?
                 }
@@ -434,7 +382,7 @@ pub fn read_file(path: &Path, agent: &Agent) -> Result<Vec<u8>, SafeError> {
             0,
         )
         .map_err(|e| SafeError::io(&here, e))?;
-        let st = fstat(fd.as_raw_fd()).map_err(|e| SafeError::io(&here, e))?;
+        let st = fstat(&fd).map_err(|e| SafeError::io(&here, e))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(SafeError::Unsafe {
                 path: here,

@@ -78,13 +78,9 @@ fn one_line(s: &str) -> String {
 
 /// `CLOCK_MONOTONIC` in microseconds, as `RELOADING=1` wants it.
 fn monotonic_usec() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    ts.tv_sec.unsigned_abs() * 1_000_000 + ts.tv_nsec.unsigned_abs() / 1000
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |ts| {
+        ts.tv_sec().unsigned_abs() * 1_000_000 + ts.tv_nsec().unsigned_abs() / 1000
+    })
 }
 
 /// Whether stderr is connected to the journal: `$JOURNAL_STREAM` (`dev:ino`) names the
@@ -99,12 +95,7 @@ pub fn stderr_is_journal() -> bool {
     let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
         return false;
     };
-    // SAFETY: fstat into a zeroed stat we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(2, &raw mut st) } != 0 {
-        return false;
-    }
-    st.st_dev == dev && st.st_ino == ino
+    nix::sys::stat::fstat(std::io::stderr()).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
 }
 
 #[cfg(test)]

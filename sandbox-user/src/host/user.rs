@@ -1,7 +1,6 @@
 //! The user a command runs as (`sandbox run`: the sudo caller, `--user`, or root when
 //! asked), from the passwd database.
 
-use std::ffi::CString;
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail};
@@ -33,8 +32,7 @@ impl Target {
     /// Who `sandbox run` starts the command as: the user who called `sudo`, the `--user`,
     /// or root when `--as-root` says so. Root by default (no sudo, no flag) is refused.
     pub fn for_run(as_root: bool, user: Option<&str>) -> anyhow::Result<Self> {
-        // SAFETY: plain syscall.
-        let euid = unsafe { libc::geteuid() };
+        let euid = nix::unistd::geteuid().as_raw();
         if let Some(u) = user {
             if euid != 0 {
                 bail!(
@@ -67,8 +65,7 @@ impl Target {
     }
 
     fn sudo_caller() -> anyhow::Result<Option<Self>> {
-        // SAFETY: plain syscall.
-        let euid = unsafe { libc::geteuid() };
+        let euid = nix::unistd::geteuid().as_raw();
         let sudo = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
         if euid == 0
             && let (Some(uid), Some(gid)) = (sudo("SUDO_UID"), sudo("SUDO_GID"))
@@ -88,8 +85,10 @@ impl Target {
     }
 
     fn current() -> Self {
-        // SAFETY: plain syscalls.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
         let home = std::env::var_os("HOME")
             .map(PathBuf::from)
             .or_else(|| passwd(uid).map(|p| p.3))
@@ -118,44 +117,14 @@ fn account(user: &str) -> Option<Account> {
     if let Ok(uid) = user.parse::<u32>() {
         return passwd(uid);
     }
-    let c = CString::new(user).ok()?;
-    lookup(|pw, buf, out| {
-        // SAFETY: see `lookup`.
-        unsafe { libc::getpwnam_r(c.as_ptr(), pw, buf.as_mut_ptr().cast(), buf.len(), out) }
-    })
+    entry(nix::unistd::User::from_name(user))
 }
 
 fn passwd(uid: u32) -> Option<Account> {
-    lookup(|pw, buf, out| {
-        // SAFETY: see `lookup`.
-        unsafe { libc::getpwuid_r(uid, pw, buf.as_mut_ptr().cast(), buf.len(), out) }
-    })
+    entry(nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)))
 }
 
-/// Runs a `getpw*_r` call and copies the entry out.
-fn lookup(
-    call: impl FnOnce(*mut libc::passwd, &mut [u8], *mut *mut libc::passwd) -> libc::c_int,
-) -> Option<Account> {
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: zeroed passwd is a valid out-parameter; the call writes strings into `buf`,
-    // which outlives the reads below.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    let rc = call(&raw mut pw, &mut buf, &raw mut out);
-    if rc != 0 || out.is_null() {
-        return None;
-    }
-    // SAFETY: on success both fields point to NUL-terminated strings inside `buf`.
-    let (name, dir) = unsafe {
-        (
-            std::ffi::CStr::from_ptr(pw.pw_name),
-            std::ffi::CStr::from_ptr(pw.pw_dir),
-        )
-    };
-    Some((
-        name.to_string_lossy().into_owned(),
-        pw.pw_uid,
-        pw.pw_gid,
-        PathBuf::from(dir.to_string_lossy().into_owned()),
-    ))
+fn entry(found: nix::Result<Option<nix::unistd::User>>) -> Option<Account> {
+    let u = found.ok()??;
+    Some((u.name, u.uid.as_raw(), u.gid.as_raw(), u.dir))
 }

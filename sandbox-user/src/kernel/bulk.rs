@@ -67,52 +67,26 @@ impl<K: aya::Pod, V: aya::Pod> Bulk<'_, K, V> {
     /// Writes `keys[i] -> values[i]` with `BPF_MAP_UPDATE_BATCH` (kernel 5.6+): one system
     /// call per 64k elements instead of one per element.
     pub fn update(&mut self, keys: &[K], values: &[V]) -> Result<(), LoadError> {
-        /// The `batch` member of `union bpf_attr`.
-        #[repr(C)]
-        #[derive(Default)]
-        struct BatchAttr {
-            in_batch: u64,
-            out_batch: u64,
-            keys: u64,
-            values: u64,
-            count: u32,
-            map_fd: u32,
-            elem_flags: u64,
-            flags: u64,
-        }
-        const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
         const CHUNK: usize = 1 << 16;
-
         assert_eq!(keys.len(), values.len());
-        let fd = self.data.fd().as_fd().as_raw_fd();
+        let fd = self.data.fd().as_fd();
         for (k, v) in keys.chunks(CHUNK).zip(values.chunks(CHUNK)) {
-            let mut attr = BatchAttr {
-                keys: k.as_ptr() as u64,
-                values: v.as_ptr() as u64,
-                count: index(k.len()),
-                map_fd: fd.cast_unsigned(),
-                ..BatchAttr::default()
-            };
-            // SAFETY: `attr` is a valid `bpf_attr.batch` whose key and value pointers cover
-            // `count` elements of the map's key and value sizes (K and V are the map's
-            // types: the handle table says so and `tests/bpf_object.rs` checks it); the
-            // kernel only reads them.
+            // SAFETY: `k` and `v` hold `k.len()` keys and values of the map's types (K and
+            // V: the handle table says so and `tests/bpf_object.rs` checks it).
             let r = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_MAP_UPDATE_BATCH,
-                    &raw mut attr,
-                    size_of::<BatchAttr>(),
+                crate::sys::bpf_map_update_batch(
+                    fd,
+                    k.as_ptr().cast(),
+                    v.as_ptr().cast(),
+                    index(k.len()),
                 )
             };
-            if r != 0 {
+            if let Err((e, done)) = r {
                 return Err(LoadError::Map {
                     map: self.name,
                     detail: format!(
-                        "batch update failed after {} of {} elements: {}",
-                        attr.count,
-                        k.len(),
-                        std::io::Error::last_os_error()
+                        "batch update failed after {done} of {} elements: {e}",
+                        k.len()
                     ),
                 });
             }

@@ -43,15 +43,7 @@ pub fn rename_lock() -> Result<u64, String> {
 
 /// The running kernel's architecture (the binary's may differ, under emulation).
 fn kernel_is_x86_64() -> bool {
-    // SAFETY: `uname` fills the zeroed struct it is given.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::uname(&raw mut u) } != 0 {
-        return false;
-    }
-    // SAFETY: the kernel NUL-terminates `machine`.
-    let m = unsafe { std::ffi::CStr::from_ptr(u.machine.as_ptr()) };
-    m.to_bytes() == b"x86_64"
+    nix::sys::utsname::uname().is_ok_and(|u| u.machine() == "x86_64")
 }
 
 /// The address of symbol `name` on a `/proc/kallsyms` line

@@ -13,7 +13,7 @@
 //! reported as lost is pinned beside the links (`reported_drops`, written by the pump), so
 //! only the remainder is reported again.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, Map, MapData, PerCpuArray, RingBuf};
@@ -23,8 +23,6 @@ use crate::kernel::maps::Orphaned;
 
 /// Where runs pin their links.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/sandbox";
-/// `BPF_FS_MAGIC` (include/uapi/linux/magic.h).
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 /// `starttime` (field 22 of /proc/<pid>/stat): with the pid, names one process for good.
 pub fn start_time(pid: u32) -> Option<u64> {
@@ -43,10 +41,9 @@ static LOADS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0
 pub fn own_dir(attached: Option<u64>) -> Result<PathBuf, String> {
     let root = Path::new(PIN_ROOT);
     let fs = root.parent().expect("PIN_ROOT has a parent");
-    let c = std::ffi::CString::new(fs.as_os_str().as_encoded_bytes()).expect("no NUL");
-    // SAFETY: statfs into a zeroed struct with a NUL-terminated path.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &raw mut st) } != 0 || st.f_type != BPF_FS_MAGIC {
+    let is_bpffs = nix::sys::statfs::statfs(fs)
+        .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC);
+    if !is_bpffs {
         return Err(format!(
             "{} is not a BPF file system, so enforcement cannot outlive sandbox: if sandbox \
              is killed, processes its command started keep running unconfined. \
@@ -241,41 +238,28 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
             (target.as_os_str() == "anon_inode:bpf_link").then_some(fd)
         })
         .collect();
-    let mut ends = [0i32; 2];
-    // SAFETY: `ends` has room for the two descriptors.
-    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: descriptors the kernel just returned, owned here.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     keep.push(read.as_raw_fd());
     keep.sort_unstable();
-    let write_fd = write.as_raw_fd();
     // Where closing one by one stops when close_range is refused (before 5.9, or a seccomp
     // filter): the highest descriptor this process may hold (the hard limit: the soft one
     // may have been lowered below descriptors already open).
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid rlimit to fill.
-    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0 {
-        u32::try_from(lim.rlim_cur.max(lim.rlim_max))
-            .unwrap_or(1 << 20)
-            .min(1 << 20)
-    } else {
-        1 << 20
-    };
+    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).map_or(
+        1 << 20,
+        |(soft, hard)| {
+            u32::try_from(soft.max(hard))
+                .unwrap_or(1 << 20)
+                .min(1 << 20)
+        },
+    );
     // SAFETY: the child only makes system calls (close, close_range, open, write, read,
     // _exit): nothing that could need a lock another thread of this process held at the
     // fork.
-    match unsafe { libc::fork() } {
-        -1 => Err(std::io::Error::last_os_error()),
-        0 => {
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
             // The write end first, whatever happens below: holding it, the child would
-            // wait for itself forever.
-            // SAFETY: closes this child's copy only.
-            unsafe { libc::close(write_fd) };
+            // wait for itself forever. (This child's copy only.)
+            drop(write);
             let mut first = 0u32;
             for &fd in &keep {
                 let fd = fd.unsigned_abs();
@@ -286,30 +270,25 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
             }
             close_between(first, u32::MAX, limit);
             // sandbox protects itself from the OOM killer; the child need not.
-            // SAFETY: a NUL-terminated path and a two-byte buffer.
-            unsafe {
-                let f = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
-                if f >= 0 {
-                    libc::write(f, b"0\n".as_ptr().cast(), 2);
-                    libc::close(f);
-                }
+            if let Ok(f) = nix::fcntl::open(
+                c"/proc/self/oom_score_adj",
+                nix::fcntl::OFlag::O_WRONLY,
+                nix::sys::stat::Mode::empty(),
+            ) {
+                let _ = nix::unistd::write(&f, b"0\n");
             }
-            let mut byte = 0u8;
+            let mut byte = [0u8];
             loop {
-                // SAFETY: one byte into `byte`.
-                let n = unsafe { libc::read(read.as_raw_fd(), (&raw mut byte).cast(), 1) };
-                if n == 0
-                    || (n < 0
-                        && std::io::Error::last_os_error().kind()
-                            != std::io::ErrorKind::Interrupted)
-                {
-                    break;
+                match nix::unistd::read(&read, &mut byte) {
+                    Err(nix::errno::Errno::EINTR) => {}
+                    // The other end closed (or the pipe failed): let the links go.
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
                 }
             }
-            // SAFETY: ends the child without running anything of the parent's.
-            unsafe { libc::_exit(0) }
+            crate::sys::exit_child()
         }
-        _ => Ok(write),
+        nix::unistd::ForkResult::Parent { .. } => Ok(write),
     }
 }
 
@@ -318,10 +297,7 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
 /// inside `rcu_read_lock`. Where the command is refused (`nohz_full` hosts), a pause far
 /// longer than any decision.
 pub fn wait_for_running_programs() {
-    const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
-    // SAFETY: plain system call, no pointers.
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
-    if r != 0 {
+    if crate::sys::membarrier_global().is_err() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
@@ -329,13 +305,12 @@ pub fn wait_for_running_programs() {
 /// Closes descriptors `first..=last` of a child after fork (system calls only): with
 /// `close_range`, or one by one up to `limit` where that is refused.
 fn close_between(first: u32, last: u32, limit: u32) {
-    // SAFETY: closes descriptors of this child only.
-    if unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } == 0 {
+    if crate::sys::close_range(first, last).is_ok() {
         return;
     }
     for fd in first..=last.min(limit) {
-        // SAFETY: as above; closing a descriptor that is not open is harmless.
-        unsafe { libc::close(fd.cast_signed()) };
+        // Closing a descriptor that is not open is harmless.
+        let _ = crate::sys::close_raw(fd.cast_signed());
     }
 }
 

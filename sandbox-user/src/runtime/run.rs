@@ -11,11 +11,13 @@
 //! left in the cgroup is killed and the cgroup removed.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
+use nix::sys::signal::{SigHandler, Signal as NixSignal};
+use nix::unistd::Pid;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
@@ -141,7 +143,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         last_cap: caps::last_cap(),
         no_new_privs: policy.process.no_new_privs,
         // SAFETY: plain syscall.
-        parent: unsafe { libc::getpid() },
+        parent: nix::unistd::getpid(),
     };
     let sinks = Sinks::start(opts.quiet, opts.metrics, &armed.compiled.name).await?;
     let result = supervise(
@@ -190,7 +192,7 @@ struct Privileges {
     no_new_privs: bool,
     /// sandbox's pid: the command must still be its child once the parent-death signal
     /// is set.
-    parent: libc::pid_t,
+    parent: Pid,
 }
 
 impl Privileges {
@@ -203,37 +205,35 @@ impl Privileges {
     /// # Safety
     /// Call only in the child of a fork, before exec.
     unsafe fn apply(&self) -> std::io::Result<()> {
-        // SAFETY: plain syscalls (see above).
-        unsafe {
-            // A root command with a capability left is refused rather than started; for a
-            // user the bounding set only matters without no_new_privs.
-            let must_cut = self.drop_to.is_none() || !self.no_new_privs;
-            if let Err(e) = caps::drop_bounding(self.keep, self.last_cap)
-                && must_cut
-            {
-                return Err(e);
+        use nix::unistd::{Gid, Uid, getppid, initgroups, setgid, setgroups, setuid};
+        // A root command with a capability left is refused rather than started; for a
+        // user the bounding set only matters without no_new_privs.
+        let must_cut = self.drop_to.is_none() || !self.no_new_privs;
+        // SAFETY: in the child before exec (the caller's promise).
+        if let Err(e) = unsafe { caps::drop_bounding(self.keep, self.last_cap) }
+            && must_cut
+        {
+            return Err(e);
+        }
+        if let Some((uid, gid, user)) = &self.drop_to {
+            let gid = Gid::from_raw(*gid);
+            match user {
+                Some(u) => initgroups(u, gid)?,
+                None => setgroups(&[])?,
             }
-            if let Some((uid, gid, user)) = &self.drop_to {
-                let ok = match user {
-                    Some(u) => libc::initgroups(u.as_ptr(), *gid) == 0,
-                    None => libc::setgroups(0, std::ptr::null()) == 0,
-                };
-                if !ok || libc::setgid(*gid) != 0 || libc::setuid(*uid) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            caps::drop_process_sets(self.keep)?;
-            if self.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // If sandbox dies, the command does not go on unsupervised. Set after the
-            // change of user, which clears it.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != self.parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
+            setgid(gid)?;
+            setuid(Uid::from_raw(*uid))?;
+        }
+        // SAFETY: as above.
+        unsafe { caps::drop_process_sets(self.keep)? };
+        if self.no_new_privs {
+            nix::sys::prctl::set_no_new_privs()?;
+        }
+        // If sandbox dies, the command does not go on unsupervised. Set after the change
+        // of user, which clears it.
+        nix::sys::prctl::set_pdeathsig(NixSignal::SIGKILL)?;
+        if getppid() != self.parent {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
         }
         Ok(())
     }
@@ -264,23 +264,27 @@ fn command(
         cmd.pre_exec(move || {
             // Give the command the default OOM score back (before joining the cgroup, so
             // this write of sandbox's own is not judged by the command's policy).
-            let oom = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
-            if oom >= 0 {
-                libc::write(oom, b"0".as_ptr().cast(), 1);
-                libc::close(oom);
+            use nix::fcntl::{OFlag, open};
+            if let Ok(oom) = open(
+                c"/proc/self/oom_score_adj",
+                OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            ) {
+                let _ = nix::unistd::write(&oom, b"0");
             }
-            // Join the run's cgroup: from here on every operation is checked.
-            if libc::write(procs_fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::last_os_error());
+            // Join the run's cgroup: from here on every operation is checked. (`procs`
+            // stays open in sandbox until the command is spawned.)
+            // SAFETY: `procs` (the file) outlives the spawn, which is when this runs.
+            let procs = BorrowedFd::borrow_raw(procs_fd);
+            if nix::unistd::write(procs, b"0")? != 1 {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
             }
             // A session of its own: the user's terminal is no longer the command's
             // controlling terminal, so it cannot queue input into the shell that runs after
             // sandbox (TIOCSTI, CVE-2017-5226) nor signal the shell's process group.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            nix::unistd::setsid()?;
             // sandbox ignores SIGTTOU (see `term`); the command gets the default.
-            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            nix::sys::signal::signal(NixSignal::SIGTTOU, SigHandler::SigDfl)?;
             // The fallback's file and exec rules (built before the fork), while still root
             // (CAP_SYS_ADMIN: no_new_privs is not needed, and stays the policy's choice).
             if let Some(fd) = landlock {
@@ -292,20 +296,13 @@ fn command(
     cmd
 }
 
-/// Whether `sig` is ignored now (inherited from whoever started sandbox, e.g. `nohup`):
-/// then sandbox leaves it ignored, and so does the command.
-fn ignored(sig: i32) -> bool {
-    // SAFETY: querying the disposition into a zeroed sigaction.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    unsafe { libc::sigaction(sig, std::ptr::null(), &raw mut old) };
-    old.sa_sigaction == libc::SIG_IGN
-}
-
-/// The signals sandbox passes on or acts on, but those that are ignored.
+/// The signals sandbox passes on or acts on, but those that are ignored now (inherited
+/// from whoever started sandbox, e.g. `nohup`): sandbox leaves them ignored, and so does
+/// the command.
 fn watch(sigs: &[i32]) -> anyhow::Result<Vec<(i32, Signal)>> {
     let mut out = Vec::new();
     for &sig in sigs {
-        if !ignored(sig) {
+        if !crate::sys::signal_ignored(sig) {
             out.push((sig, signal(SignalKind::from_raw(sig))?));
         }
     }
@@ -395,9 +392,8 @@ async fn supervise(
 }
 
 fn forward(pid: Option<u32>, sig: i32) {
-    if let Some(pid) = pid {
-        // SAFETY: plain syscall.
-        unsafe { libc::kill(pid as i32, sig) };
+    if let (Some(pid), Ok(sig)) = (pid, NixSignal::try_from(sig)) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid.cast_signed()), sig);
     }
 }
 
@@ -407,8 +403,8 @@ fn kill_all(cg: &Cgroup) {
     term::line("sandbox: the command did not stop in time: killing everything in its cgroup");
     if std::fs::write(cg.path.join("cgroup.kill"), b"1").is_err() {
         for pid in cg.pids() {
-            // SAFETY: plain syscall; a pid that is gone just fails.
-            unsafe { libc::kill(pid.cast_signed(), libc::SIGKILL) };
+            // A pid that is gone just fails.
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid.cast_signed()), NixSignal::SIGKILL);
         }
     }
 }
@@ -416,9 +412,8 @@ fn kill_all(cg: &Cgroup) {
 /// Sends `sig` to the command's process group, as a terminal sends its keys to the
 /// foreground group (the command leads its own session and group).
 fn forward_group(pid: Option<u32>, sig: i32) {
-    if let Some(pid) = pid {
-        // SAFETY: plain syscall.
-        unsafe { libc::kill(-pid.cast_signed(), sig) };
+    if let (Some(pid), Ok(sig)) = (pid, NixSignal::try_from(sig)) {
+        let _ = nix::sys::signal::killpg(Pid::from_raw(pid.cast_signed()), sig);
     }
 }
 

@@ -1,0 +1,144 @@
+//! The system calls `nix` does not wrap, each behind a safe function, failing with one
+//! error type that names the call (aya's `SyscallError { call, io_error }`). Everything
+//! else goes through `nix`; the Landlock and capability system calls live with their
+//! tables in `landlock.rs` and `host/caps.rs`, the netlink socket in `host/netif.rs`, and
+//! the `O_NOFOLLOW` walk in `host/safepath.rs`.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// A failed system call.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}: {source}")]
+pub struct SysError {
+    pub call: &'static str,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl SysError {
+    fn last(call: &'static str) -> Self {
+        Self {
+            call,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+}
+
+/// Whether `sig` is ignored now (inherited from whoever started sandbox, e.g. `nohup`).
+/// `nix` can set a disposition but not only read one.
+pub fn signal_ignored(sig: i32) -> bool {
+    // SAFETY: a query (no new action) into a zeroed sigaction.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::sigaction(sig, std::ptr::null(), &raw mut old) };
+    r == 0 && old.sa_sigaction == libc::SIG_IGN
+}
+
+/// `N` random bytes from the kernel (`getrandom`, blocking until it is seeded).
+pub fn random<const N: usize>() -> Result<[u8; N], SysError> {
+    let mut b = [0u8; N];
+    let mut got = 0;
+    while got < N {
+        // SAFETY: writing at most `N - got` bytes into the rest of `b`.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), N - got, 0) };
+        if n < 0 {
+            let e = SysError::last("getrandom");
+            if e.source.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n.cast_unsigned();
+    }
+    Ok(b)
+}
+
+/// `BPF_MAP_UPDATE_BATCH` of `count` elements whose keys and values start at `keys` and
+/// `values` (kernel 5.6+). Returns how many the kernel wrote when it fails part way.
+///
+/// # Safety
+/// `keys` and `values` must point to `count` elements of the map's key and value sizes.
+pub unsafe fn bpf_map_update_batch(
+    map: BorrowedFd<'_>,
+    keys: *const u8,
+    values: *const u8,
+    count: u32,
+) -> Result<(), (SysError, u32)> {
+    /// The `batch` member of `union bpf_attr`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct BatchAttr {
+        in_batch: u64,
+        out_batch: u64,
+        keys: u64,
+        values: u64,
+        count: u32,
+        map_fd: u32,
+        elem_flags: u64,
+        flags: u64,
+    }
+    const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+    let mut attr = BatchAttr {
+        keys: keys as u64,
+        values: values as u64,
+        count,
+        map_fd: map.as_raw_fd().cast_unsigned(),
+        ..BatchAttr::default()
+    };
+    // SAFETY: `attr` is a valid `bpf_attr.batch` whose pointers cover `count` elements of
+    // the map's sizes (the caller's promise); the kernel only reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_BATCH,
+            &raw mut attr,
+            size_of::<BatchAttr>(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err((SysError::last("bpf(BPF_MAP_UPDATE_BATCH)"), attr.count))
+    }
+}
+
+/// `membarrier(MEMBARRIER_CMD_GLOBAL)`: returns once every CPU has passed a point where it
+/// ran no code of a read-side critical section begun before (`synchronize_rcu`).
+pub fn membarrier_global() -> Result<(), SysError> {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
+    // SAFETY: plain system call, no pointers.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(SysError::last("membarrier"))
+    }
+}
+
+/// Closes descriptors `first..=last` (`close_range`, 5.9+). For a child after fork, where
+/// no `OwnedFd` knows which descriptors it holds.
+pub fn close_range(first: u32, last: u32) -> Result<(), SysError> {
+    // SAFETY: closes descriptors only; the caller owns them all.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(SysError::last("close_range"))
+    }
+}
+
+/// Closes one descriptor by number (see [`close_range`]).
+pub fn close_raw(fd: i32) -> Result<(), SysError> {
+    // SAFETY: as for `close_range`.
+    if unsafe { libc::close(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(SysError::last("close"))
+    }
+}
+
+/// Ends a forked child at once, running nothing of the parent's (no atexit handlers, no
+/// buffered output flushed twice).
+pub fn exit_child() -> ! {
+    // SAFETY: `_exit` only ends the process.
+    unsafe { libc::_exit(0) }
+}
