@@ -87,6 +87,37 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// What `cargo metadata` says about the workspace (asked once): the target directory, which
+/// `CARGO_TARGET_DIR` or a cargo configuration may move, and the packages' versions.
+pub fn metadata() -> anyhow::Result<&'static cargo_metadata::Metadata> {
+    static META: std::sync::OnceLock<cargo_metadata::Metadata> = std::sync::OnceLock::new();
+    if let Some(m) = META.get() {
+        return Ok(m);
+    }
+    let m = cargo_metadata::MetadataCommand::new()
+        .cargo_path(std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from))
+        .manifest_path(root().join("Cargo.toml"))
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
+    Ok(META.get_or_init(|| m))
+}
+
+/// Cargo's target directory (`target/` unless moved).
+pub fn target_dir() -> anyhow::Result<PathBuf> {
+    Ok(metadata()?.target_directory.clone().into_std_path_buf())
+}
+
+/// The version of workspace package `name`, as cargo reads it.
+pub fn package_version(name: &str) -> anyhow::Result<String> {
+    metadata()?
+        .packages
+        .iter()
+        .find(|p| p.name.as_str() == name)
+        .map(|p| p.version.to_string())
+        .with_context(|| format!("cargo metadata lists no package {name}"))
+}
+
 fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.cmd {
         Cmd::Setup { kernels } => {
@@ -105,7 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Cmd::Deb => {
             let arts = build()?;
             let deb = deb::build(&root(), &arts.sandbox)?;
-            deb::check(&root(), &deb)?;
+            deb::check(&deb)?;
             println!("{}", deb.display());
             Ok(true)
         }
@@ -155,7 +186,7 @@ fn build() -> anyhow::Result<Artifacts> {
     )?;
     let tests = sh::cargo_test_executable(&root, "sandbox-tests", "kernel")?;
     let fallback_tests = sh::cargo_test_executable(&root, "sandbox-tests", "fallback")?;
-    let rel = root.join("target/release");
+    let rel = target_dir()?.join("release");
     Ok(Artifacts {
         sandbox: rel.join("sandbox"),
         probe: rel.join("sandbox-probe"),
@@ -179,7 +210,7 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
         fallback_on_host(&root, &arts)?;
         println!("==> Debian package");
         let deb = deb::build(&root, &arts.sandbox)?;
-        deb::check(&root, &deb).context("the Debian package")?;
+        deb::check(&deb).context("the Debian package")?;
         println!(
             "==> {}: installed, exercised, removed, purged",
             deb.display()
@@ -214,7 +245,10 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
         ok &= o.passed();
     }
     if !ok {
-        bail!("kernel tests failed (console logs in target/vmtest/)");
+        bail!(
+            "kernel tests failed (console logs in {})",
+            target_dir()?.join("vmtest").display()
+        );
     }
     Ok(true)
 }
