@@ -54,6 +54,15 @@ pub fn build(root: &Path, sandbox: &Path) -> anyhow::Result<PathBuf> {
         run(&["schema"])?.as_bytes(),
         0o644,
     )?;
+    // Shipping the audit log off the host (README "Fleet"): the tested rsyslog drop-ins and
+    // the untested examples, not active until copied into place.
+    for (rel, bytes) in files_below(&root.join("sandbox-user/shipping"))? {
+        put(
+            &format!("usr/share/sandbox/shipping/{}", rel.display()),
+            &bytes,
+            0o644,
+        )?;
+    }
     for (shell, rel) in [
         ("bash", "usr/share/bash-completion/completions/sandbox"),
         ("zsh", "usr/share/zsh/vendor-completions/_sandbox"),
@@ -191,6 +200,28 @@ fn gzip(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
+/// Every file below `dir` (relative path, contents), in name order.
+fn files_below(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) -> anyhow::Result<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for e in entries {
+            let p = e.path();
+            if e.file_type()?.is_dir() {
+                walk(base, &p, out)?;
+            } else {
+                let rel = p.strip_prefix(base)?.to_path_buf();
+                out.push((rel, std::fs::read(&p)?));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out).with_context(|| dir.display().to_string())?;
+    ensure!(!out.is_empty(), "{} is empty", dir.display());
+    Ok(out)
+}
+
 fn dirs_0755(dir: &Path) -> anyhow::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     for e in std::fs::read_dir(dir)? {
@@ -290,6 +321,8 @@ pub fn check(deb: &Path) -> anyhow::Result<()> {
         "/usr/share/zsh/vendor-completions/_sandbox",
         "/usr/share/fish/vendor_completions.d/sandbox.fish",
         "/usr/share/sandbox/policy.schema.json",
+        "/usr/share/sandbox/shipping/rsyslog/sandbox-audit.conf",
+        "/usr/share/sandbox/shipping/rsyslog/collector.conf",
     ] {
         ensure!(
             listed.lines().any(|l| l == want),

@@ -208,6 +208,7 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
     let arts = build()?;
     if !vm_only {
         fallback_on_host(&root, &arts)?;
+        shipping_on_host(&root, &arts)?;
         println!("==> Debian package");
         let deb = deb::build(&root, &arts.sandbox)?;
         deb::check(&deb).context("the Debian package")?;
@@ -279,4 +280,22 @@ fn fallback_on_host(root: &std::path::Path, arts: &Artifacts) -> anyhow::Result<
             .current_dir(root),
     )
     .context("fallback tests failed")
+}
+
+/// The shipped rsyslog configuration, for real (`tests/tests/shipping.rs`): two rsyslogd on
+/// loopback, the real `sandbox` (fallback backend, as root) writing and rotating the audit
+/// log, every record checked at the collector. Fails when rsyslogd is missing (setup
+/// installs it).
+fn shipping_on_host(root: &std::path::Path, arts: &Artifacts) -> anyhow::Result<()> {
+    println!(
+        "==> audit log shipped by rsyslog to a collector on loopback (tests/tests/shipping.rs)"
+    );
+    let exe = sh::cargo_test_executable(root, "sandbox-tests", "shipping")?;
+    sh::run(
+        std::process::Command::new(exe)
+            .args(["--include-ignored", "--test-threads=1", "--nocapture"])
+            .env("SANDBOX_BIN", &arts.sandbox)
+            .current_dir(root),
+    )
+    .context("the shipping test failed")
 }

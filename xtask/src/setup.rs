@@ -170,7 +170,7 @@ fn build_bpf_linker(ebpf: &str) -> anyhow::Result<()> {
     .context("building bpf-linker")
 }
 
-/// Debian packages the VM tests and the package check need.
+/// Debian packages the VM tests, the package check and the shipping test need.
 pub fn packages() -> anyhow::Result<()> {
     let mut need = Vec::new();
     if !sh::have("qemu-system-x86_64") {
@@ -193,6 +193,11 @@ pub fn packages() -> anyhow::Result<()> {
     // groff renders the man pages when the Debian package is checked (`deb::check`).
     if !sh::have("groff") {
         need.push("groff-base");
+    }
+    // The shipped rsyslog configuration is tested with two real rsyslogd
+    // (tests/tests/shipping.rs).
+    if system_tool("rsyslogd").is_none() {
+        need.push("rsyslog");
     }
     if !sh::have("dpkg-deb") || !sh::have("apt-get") {
         bail!("xtask needs a Debian-based machine (apt-get, dpkg-deb) to fetch kernels and QEMU");
