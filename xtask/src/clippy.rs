@@ -94,7 +94,7 @@ pub fn run() -> anyhow::Result<()> {
         .arg("--release")
         // Apart from the host build's target directory: no rebuild of either after the other.
         .arg("--target-dir")
-        .arg(root.join("target/clippy-bpf"))
+        .arg(crate::target_dir()?.join("clippy-bpf"))
         .args(["--", "--no-deps"]);
     for (level, lint, why) in BPF_LEVELS {
         println!("    {level} {lint}: {why}");

@@ -20,7 +20,7 @@ pub const PACKAGE: &str = "agent-sandbox";
 
 /// Builds `target/debian/agent-sandbox_<version>_<arch>.deb` from the release binary.
 pub fn build(root: &Path, sandbox: &Path) -> anyhow::Result<PathBuf> {
-    let out = root.join("target/debian");
+    let out = crate::target_dir()?.join("debian");
     let stage = out.join("stage");
     if stage.exists() {
         std::fs::remove_dir_all(&stage)?;
@@ -54,6 +54,15 @@ pub fn build(root: &Path, sandbox: &Path) -> anyhow::Result<PathBuf> {
         run(&["schema"])?.as_bytes(),
         0o644,
     )?;
+    // Shipping the audit log off the host (README "Fleet"): the tested rsyslog drop-ins and
+    // the untested examples, not active until copied into place.
+    for (rel, bytes) in files_below(&root.join("sandbox-user/shipping"))? {
+        put(
+            &format!("usr/share/sandbox/shipping/{}", rel.display()),
+            &bytes,
+            0o644,
+        )?;
+    }
     for (shell, rel) in [
         ("bash", "usr/share/bash-completion/completions/sandbox"),
         ("zsh", "usr/share/zsh/vendor-completions/_sandbox"),
@@ -87,7 +96,8 @@ pub fn build(root: &Path, sandbox: &Path) -> anyhow::Result<PathBuf> {
     )?;
     put(&format!("{doc}/copyright"), copyright().as_bytes(), 0o644)?;
 
-    let version = workspace_version(root)?;
+    // What `sandbox --version` says.
+    let version = crate::package_version("sandbox-user")?;
     let arch = sh::output(Command::new("dpkg").arg("--print-architecture"))?
         .trim()
         .to_owned();
@@ -190,19 +200,26 @@ fn gzip(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-fn workspace_version(root: &Path) -> anyhow::Result<String> {
-    let toml = std::fs::read_to_string(root.join("Cargo.toml"))?;
-    let section = toml
-        .split("[workspace.package]")
-        .nth(1)
-        .context("Cargo.toml has no [workspace.package]")?;
-    section
-        .lines()
-        .find_map(|l| {
-            let v = l.trim().strip_prefix("version")?.trim().strip_prefix('=')?;
-            Some(v.trim().trim_matches('"').to_owned())
-        })
-        .context("no version in [workspace.package]")
+/// Every file below `dir` (relative path, contents), in name order.
+fn files_below(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) -> anyhow::Result<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for e in entries {
+            let p = e.path();
+            if e.file_type()?.is_dir() {
+                walk(base, &p, out)?;
+            } else {
+                let rel = p.strip_prefix(base)?.to_path_buf();
+                out.push((rel, std::fs::read(&p)?));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out).with_context(|| dir.display().to_string())?;
+    ensure!(!out.is_empty(), "{} is empty", dir.display());
+    Ok(out)
 }
 
 fn dirs_0755(dir: &Path) -> anyhow::Result<()> {
@@ -254,8 +271,8 @@ fn glibc_needed(binary: &[u8]) -> Option<String> {
 
 /// Installs `deb` with dpkg into a scratch root and exercises what it installed; then
 /// removes it (the edited configuration stays, as a conffile does) and purges it.
-pub fn check(root: &Path, deb: &Path) -> anyhow::Result<()> {
-    let scratch = root.join("target/debian/root");
+pub fn check(deb: &Path) -> anyhow::Result<()> {
+    let scratch = crate::target_dir()?.join("debian/root");
     if scratch.exists() {
         std::fs::remove_dir_all(&scratch)?;
     }
@@ -304,6 +321,8 @@ pub fn check(root: &Path, deb: &Path) -> anyhow::Result<()> {
         "/usr/share/zsh/vendor-completions/_sandbox",
         "/usr/share/fish/vendor_completions.d/sandbox.fish",
         "/usr/share/sandbox/policy.schema.json",
+        "/usr/share/sandbox/shipping/rsyslog/sandbox-audit.conf",
+        "/usr/share/sandbox/shipping/rsyslog/collector.conf",
     ] {
         ensure!(
             listed.lines().any(|l| l == want),
@@ -317,7 +336,7 @@ pub fn check(root: &Path, deb: &Path) -> anyhow::Result<()> {
     sh::output(Command::new(&bin).arg("check").arg(&policy))
         .context("the installed /etc/sandbox/policy.yaml does not pass `sandbox check`")?;
     pages_and_completions(&scratch)?;
-    verify_unit(root, &scratch)?;
+    verify_unit(&scratch)?;
     // Removal keeps the edited configuration; purge removes it.
     std::fs::write(&policy, "name: edited\n")?;
     sh::run(&mut dpkg(&["--remove", PACKAGE]))?;
@@ -383,9 +402,9 @@ fn pages_and_completions(scratch: &Path) -> anyhow::Result<()> {
 }
 
 /// systemd reads the unit as an instance (the template's %i expanded).
-fn verify_unit(root: &Path, scratch: &Path) -> anyhow::Result<()> {
+fn verify_unit(scratch: &Path) -> anyhow::Result<()> {
     if sh::have("systemd-analyze") {
-        let dir = root.join("target/debian/verify");
+        let dir = crate::target_dir()?.join("debian/verify");
         std::fs::create_dir_all(&dir)?;
         let unit = dir.join("sandbox-attach@agent.slice.service");
         std::fs::copy(

@@ -87,6 +87,37 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// What `cargo metadata` says about the workspace (asked once): the target directory, which
+/// `CARGO_TARGET_DIR` or a cargo configuration may move, and the packages' versions.
+pub fn metadata() -> anyhow::Result<&'static cargo_metadata::Metadata> {
+    static META: std::sync::OnceLock<cargo_metadata::Metadata> = std::sync::OnceLock::new();
+    if let Some(m) = META.get() {
+        return Ok(m);
+    }
+    let m = cargo_metadata::MetadataCommand::new()
+        .cargo_path(std::env::var_os("CARGO").map_or_else(|| PathBuf::from("cargo"), PathBuf::from))
+        .manifest_path(root().join("Cargo.toml"))
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
+    Ok(META.get_or_init(|| m))
+}
+
+/// Cargo's target directory (`target/` unless moved).
+pub fn target_dir() -> anyhow::Result<PathBuf> {
+    Ok(metadata()?.target_directory.clone().into_std_path_buf())
+}
+
+/// The version of workspace package `name`, as cargo reads it.
+pub fn package_version(name: &str) -> anyhow::Result<String> {
+    metadata()?
+        .packages
+        .iter()
+        .find(|p| p.name.as_str() == name)
+        .map(|p| p.version.to_string())
+        .with_context(|| format!("cargo metadata lists no package {name}"))
+}
+
 fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.cmd {
         Cmd::Setup { kernels } => {
@@ -105,7 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Cmd::Deb => {
             let arts = build()?;
             let deb = deb::build(&root(), &arts.sandbox)?;
-            deb::check(&root(), &deb)?;
+            deb::check(&deb)?;
             println!("{}", deb.display());
             Ok(true)
         }
@@ -155,7 +186,7 @@ fn build() -> anyhow::Result<Artifacts> {
     )?;
     let tests = sh::cargo_test_executable(&root, "sandbox-tests", "kernel")?;
     let fallback_tests = sh::cargo_test_executable(&root, "sandbox-tests", "fallback")?;
-    let rel = root.join("target/release");
+    let rel = target_dir()?.join("release");
     Ok(Artifacts {
         sandbox: rel.join("sandbox"),
         probe: rel.join("sandbox-probe"),
@@ -177,9 +208,10 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
     let arts = build()?;
     if !vm_only {
         fallback_on_host(&root, &arts)?;
+        shipping_on_host(&root, &arts)?;
         println!("==> Debian package");
         let deb = deb::build(&root, &arts.sandbox)?;
-        deb::check(&root, &deb).context("the Debian package")?;
+        deb::check(&deb).context("the Debian package")?;
         println!(
             "==> {}: installed, exercised, removed, purged",
             deb.display()
@@ -214,7 +246,10 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
         ok &= o.passed();
     }
     if !ok {
-        bail!("kernel tests failed (console logs in target/vmtest/)");
+        bail!(
+            "kernel tests failed (console logs in {})",
+            target_dir()?.join("vmtest").display()
+        );
     }
     Ok(true)
 }
@@ -245,4 +280,22 @@ fn fallback_on_host(root: &std::path::Path, arts: &Artifacts) -> anyhow::Result<
             .current_dir(root),
     )
     .context("fallback tests failed")
+}
+
+/// The shipped rsyslog configuration, for real (`tests/tests/shipping.rs`): two rsyslogd on
+/// loopback, the real `sandbox` (fallback backend, as root) writing and rotating the audit
+/// log, every record checked at the collector. Fails when rsyslogd is missing (setup
+/// installs it).
+fn shipping_on_host(root: &std::path::Path, arts: &Artifacts) -> anyhow::Result<()> {
+    println!(
+        "==> audit log shipped by rsyslog to a collector on loopback (tests/tests/shipping.rs)"
+    );
+    let exe = sh::cargo_test_executable(root, "sandbox-tests", "shipping")?;
+    sh::run(
+        std::process::Command::new(exe)
+            .args(["--include-ignored", "--test-threads=1", "--nocapture"])
+            .env("SANDBOX_BIN", &arts.sandbox)
+            .current_dir(root),
+    )
+    .context("the shipping test failed")
 }

@@ -1,7 +1,7 @@
 //! Set-up from nothing: pinned toolchains, bpf-linker built against the eBPF nightly's own
 //! libLLVM (into `.tools/`, rebuilt only when missing), Debian packages for the VM, kernels.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, anyhow, bail};
@@ -170,7 +170,7 @@ fn build_bpf_linker(ebpf: &str) -> anyhow::Result<()> {
     .context("building bpf-linker")
 }
 
-/// Debian packages the VM tests and the package check need.
+/// Debian packages the VM tests, the package check and the shipping test need.
 pub fn packages() -> anyhow::Result<()> {
     let mut need = Vec::new();
     if !sh::have("qemu-system-x86_64") {
@@ -187,12 +187,17 @@ pub fn packages() -> anyhow::Result<()> {
         need.push("zstd");
     }
     // mkfs.btrfs and btrfs, copied into the guest for the subvolume tests.
-    if guest_tool("mkfs.btrfs").is_none() || guest_tool("btrfs").is_none() {
+    if system_tool("mkfs.btrfs").is_none() || system_tool("btrfs").is_none() {
         need.push("btrfs-progs");
     }
     // groff renders the man pages when the Debian package is checked (`deb::check`).
     if !sh::have("groff") {
         need.push("groff-base");
+    }
+    // The shipped rsyslog configuration is tested with two real rsyslogd
+    // (tests/tests/shipping.rs).
+    if system_tool("rsyslogd").is_none() {
+        need.push("rsyslog");
     }
     if !sh::have("dpkg-deb") || !sh::have("apt-get") {
         bail!("xtask needs a Debian-based machine (apt-get, dpkg-deb) to fetch kernels and QEMU");
@@ -218,12 +223,10 @@ pub fn packages() -> anyhow::Result<()> {
     )
 }
 
-/// A host tool the guest gets a copy of (with its libraries), from the usual places.
-pub fn guest_tool(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
+/// A system tool (the guest gets a copy of some, with their libraries), looked for in the
+/// system directories whatever `PATH` says: `/usr/sbin` is not on a user's `PATH`.
+pub fn system_tool(name: &str) -> Option<PathBuf> {
+    which::which_in(name, Some("/usr/sbin:/sbin:/usr/bin:/bin"), "/").ok()
 }
 
 pub fn busybox() -> PathBuf {

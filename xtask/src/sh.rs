@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
+use cargo_metadata::{Message, TargetKind};
 
 /// `cargo` as invoked by the user (same toolchain as this xtask).
 pub fn cargo() -> Command {
@@ -42,9 +43,9 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
+/// Whether `program` is an executable on `PATH`.
 pub fn have(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+    which::which(program).is_ok()
 }
 
 /// Builds the integration test target `test` of `package` and returns its executable.
@@ -63,25 +64,14 @@ pub fn cargo_test_executable(root: &Path, package: &str, test: &str) -> anyhow::
             ])
             .current_dir(root),
     )?;
-    for line in out.lines() {
-        let Ok(v) = serde_json_lite(line) else {
-            continue;
-        };
-        if let Some(exe) = v {
-            return Ok(exe);
+    for message in Message::parse_stream(out.as_bytes()) {
+        if let Message::CompilerArtifact(a) = message.context("reading cargo's messages")?
+            && a.target.is_kind(TargetKind::Test)
+            && a.target.name == test
+            && let Some(exe) = a.executable
+        {
+            return Ok(exe.into_std_path_buf());
         }
     }
     bail!("cargo did not report the executable of {package} --test {test}")
-}
-
-/// Finds `"executable":"..."` of a compiler-artifact line for a test target (no JSON crate
-/// needed for one field).
-fn serde_json_lite(line: &str) -> Result<Option<PathBuf>, ()> {
-    if !line.contains("\"reason\":\"compiler-artifact\"") || !line.contains("\"kind\":[\"test\"]") {
-        return Ok(None);
-    }
-    let key = "\"executable\":\"";
-    let start = line.find(key).ok_or(())? + key.len();
-    let end = line[start..].find('"').ok_or(())? + start;
-    Ok(Some(PathBuf::from(&line[start..end])))
 }

@@ -17,7 +17,7 @@ use anyhow::{Context, anyhow};
 
 use crate::cpio::Cpio;
 use crate::kernel::Kernel;
-use crate::{Artifacts, root, setup};
+use crate::{Artifacts, setup, target_dir};
 
 /// PID 1 in the guest. `@PAYLOAD@` is replaced by the command to run.
 const INIT: &str = r#"#!/bin/busybox sh
@@ -135,7 +135,7 @@ fn initramfs(arts: &Artifacts, modules: &Path, payload: &str, out: &Path) -> any
     c.file("/etc/group", 0o644, b"root:x:0:\nagent:x:1000:\n");
     let btrfs_tools: Vec<(PathBuf, String)> = ["mkfs.btrfs", "btrfs"]
         .iter()
-        .filter_map(|t| setup::guest_tool(t).map(|p| (p, format!("/usr/sbin/{t}"))))
+        .filter_map(|t| setup::system_tool(t).map(|p| (p, format!("/usr/sbin/{t}"))))
         .collect();
     let mut bins: Vec<(&Path, &str)> = vec![
         (&arts.sandbox, "/usr/bin/sandbox"),
@@ -203,7 +203,7 @@ pub fn boot(
     bpf_lsm: bool,
 ) -> anyhow::Result<Outcome> {
     let lsm = if bpf_lsm { LSM } else { LSM_NO_BPF };
-    let dir = root().join("target/vmtest");
+    let dir = target_dir()?.join("vmtest");
     std::fs::create_dir_all(&dir)?;
     let initrd = dir.join(format!("{tag}-{}.cpio", kernel.version));
     initramfs(arts, &kernel.modules, payload, &initrd)?;
@@ -397,10 +397,13 @@ pub fn run_command(kernel: &Kernel, arts: &Artifacts, words: &[String]) -> anyho
         "vm",
         std::env::var("SANDBOX_VM_LSM").map_or(true, |v| v != "no-bpf"),
     )?;
+    let logs = target_dir()?.join("vmtest");
     println!(
         "==> guest exit status: {}",
-        o.guest_rc
-            .map_or_else(|| "none (see target/vmtest/)".into(), |c| c.to_string())
+        o.guest_rc.map_or_else(
+            || format!("none (see {})", logs.display()),
+            |c| c.to_string()
+        )
     );
     Ok(o.guest_rc.unwrap_or(1))
 }

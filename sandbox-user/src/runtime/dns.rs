@@ -3,20 +3,23 @@
 //! nameservers for A and AAAA records, follows the CNAME chain inside the answer, falls back
 //! to TCP when the answer is truncated, and takes the smallest TTL along the chain.
 //!
-//! Parsing is bounds-checked throughout: an answer is untrusted input.
+//! An answer is untrusted input: it is decoded by hickory-proto's message parser (bounds,
+//! compression pointers and loops, record data), and only then matched to the question.
+//! The query (a header and one question) is still written here.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
+use hickory_proto::op::{Header, Message, MessageType, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA, CNAME};
+use hickory_proto::rr::{DNSClass, Name, RData};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
+
 const TYPE_A: u16 = 1;
-const TYPE_CNAME: u16 = 5;
 const TYPE_AAAA: u16 = 28;
 const CLASS_IN: u16 = 1;
-const FLAG_RESPONSE: u16 = 0x8000;
-const FLAG_TRUNCATED: u16 = 0x0200;
 const FLAG_RECURSION_DESIRED: u16 = 0x0100;
-const RCODE_NXDOMAIN: u16 = 3;
 
 /// One address and the seconds it may be used for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,148 +179,82 @@ pub enum Mismatch {
     Bad(String),
 }
 
-struct Reader<'a> {
-    msg: &'a [u8],
-    at: usize,
+/// The owner name as compared here: lowercase ASCII (other bytes escaped), no final dot.
+fn plain(name: &Name) -> String {
+    name.to_lowercase()
+        .to_ascii()
+        .trim_end_matches('.')
+        .to_owned()
 }
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
-        let s = self
-            .msg
-            .get(self.at..self.at + n)
-            .ok_or("answer cut short")?;
-        self.at += n;
-        Ok(s)
-    }
-
-    fn u16(&mut self) -> Result<u16, String> {
-        let b = self.take(2)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    /// A possibly compressed name at the cursor, lowercased, without the final dot.
-    fn name(&mut self) -> Result<String, String> {
-        let (name, next) = read_name(self.msg, self.at)?;
-        self.at = next;
-        Ok(name)
-    }
-}
-
-/// The name at `at` and the offset just after it (after the first pointer, if any).
-fn read_name(msg: &[u8], mut at: usize) -> Result<(String, usize), String> {
-    let mut out = String::new();
-    let mut after = None;
-    for _ in 0..128 {
-        let len = *msg.get(at).ok_or("answer cut short")?;
-        match len {
-            0 => {
-                return Ok((out, after.unwrap_or(at + 1)));
-            }
-            l if l & 0xc0 == 0xc0 => {
-                let lo = *msg.get(at + 1).ok_or("answer cut short")?;
-                after.get_or_insert(at + 2);
-                at = usize::from(u16::from_be_bytes([l & 0x3f, lo]));
-            }
-            l if l & 0xc0 == 0 => {
-                let label = msg
-                    .get(at + 1..at + 1 + usize::from(l))
-                    .ok_or("answer cut short")?;
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(&String::from_utf8_lossy(label).to_ascii_lowercase());
-                if out.len() > 255 {
-                    return Err("name too long".into());
-                }
-                at += 1 + usize::from(l);
-            }
-            _ => return Err("unknown label type".into()),
-        }
-    }
-    Err("name compression loop".into())
-}
-
-/// owner, type, class, TTL, data, offset of the data in the message.
-type RawRecord = (String, u16, u16, u32, Vec<u8>, usize);
 
 /// Checks that `msg` answers (`id`, `name`, `qtype`) and returns the addresses of `name`,
 /// following CNAMEs inside the answer section.
+///
+/// The message is decoded by hickory-proto (bounds, compression pointers, record data):
+/// first the header and the question, to tell an answer to this question from anything
+/// else, then (unless truncated, when the rest may be cut) the whole message.
 pub fn parse_answer(msg: &[u8], id: u16, name: &str, qtype: u16) -> Result<Parsed, Mismatch> {
-    let mut r = Reader { msg, at: 0 };
-    let header = (|| -> Result<[u16; 6], String> {
-        Ok([r.u16()?, r.u16()?, r.u16()?, r.u16()?, r.u16()?, r.u16()?])
-    })()
-    .map_err(|_| Mismatch::NotOurs)?;
-    let [got_id, flags, qd, an, _, _] = header;
-    if got_id != id || flags & FLAG_RESPONSE == 0 || qd != 1 {
+    let mut decoder = BinDecoder::new(msg);
+    let header = Header::read(&mut decoder).map_err(|_| Mismatch::NotOurs)?;
+    let meta = header.metadata;
+    if meta.id != id || meta.message_type != MessageType::Response || header.counts.queries != 1 {
         return Err(Mismatch::NotOurs);
     }
     let want = name.trim_end_matches('.').to_ascii_lowercase();
-    let question =
-        (|| -> Result<(String, u16, u16), String> { Ok((r.name()?, r.u16()?, r.u16()?)) })()
-            .map_err(|_| Mismatch::NotOurs)?;
-    if question != (want.clone(), qtype, CLASS_IN) {
+    let question = Query::read(&mut decoder).map_err(|_| Mismatch::NotOurs)?;
+    if plain(&question.name) != want
+        || u16::from(question.query_type) != qtype
+        || question.query_class != DNSClass::IN
+    {
         return Err(Mismatch::NotOurs);
     }
-    if flags & FLAG_TRUNCATED != 0 {
+    if meta.truncation {
         return Ok(Parsed::Truncated);
     }
-    match flags & 0xf {
-        0 => {}
-        RCODE_NXDOMAIN => return Ok(Parsed::Records(Vec::new())),
-        rcode => return Err(Mismatch::Bad(format!("server error (rcode {rcode})"))),
+    match meta.response_code {
+        ResponseCode::NoError => {}
+        ResponseCode::NXDomain => return Ok(Parsed::Records(Vec::new())),
+        rcode => {
+            return Err(Mismatch::Bad(format!(
+                "server error (rcode {})",
+                rcode.low()
+            )));
+        }
     }
-    let mut records = Vec::new();
-    for _ in 0..an {
-        let rec = (|| -> Result<RawRecord, String> {
-            let owner = r.name()?;
-            let (t, class, ttl) = (r.u16()?, r.u16()?, r.u32()?);
-            let len = usize::from(r.u16()?);
-            let start = r.at;
-            let data = r.take(len)?.to_vec();
-            Ok((owner, t, class, ttl, data, start))
-        })()
-        .map_err(Mismatch::Bad)?;
-        records.push(rec);
-    }
+    let message =
+        Message::from_vec(msg).map_err(|e| Mismatch::Bad(format!("malformed answer: {e}")))?;
+    let answers: Vec<(String, &hickory_proto::rr::Record)> = message
+        .answers
+        .iter()
+        .filter(|r| r.dns_class == DNSClass::IN)
+        .map(|r| (plain(&r.name), r))
+        .collect();
     // Follow the CNAME chain from the question (records may come in any order).
     let mut chain = vec![(want, u32::MAX)];
     for _ in 0..16 {
         let (tail, ttl) = chain.last().cloned().expect("non-empty");
-        let next = records
-            .iter()
-            .find_map(|(owner, t, class, rttl, _, start)| {
-                (*t == TYPE_CNAME && *class == CLASS_IN && *owner == tail)
-                    .then(|| read_name(msg, *start).map(|(n, _)| (n, ttl.min(*rttl))))
-            });
+        let next = answers.iter().find_map(|(owner, r)| match &r.data {
+            RData::CNAME(CNAME(target)) if *owner == tail => Some((plain(target), ttl.min(r.ttl))),
+            _ => None,
+        });
         match next {
-            Some(Ok(n)) if !chain.iter().any(|(c, _)| *c == n.0) => chain.push(n),
-            Some(Err(e)) => return Err(Mismatch::Bad(e)),
+            Some(n) if !chain.iter().any(|(c, _)| *c == n.0) => chain.push(n),
             _ => break,
         }
     }
     let mut out = Vec::new();
-    for (owner, t, class, ttl, data, _) in &records {
+    for (owner, r) in &answers {
         let Some((_, chain_ttl)) = chain.iter().find(|(c, _)| c == owner) else {
             continue;
         };
-        if *class != CLASS_IN || *t != qtype {
-            continue;
-        }
-        let addr = match (*t, data.len()) {
-            (TYPE_A, 4) => IpAddr::from(<[u8; 4]>::try_from(data.as_slice()).expect("4")),
-            (TYPE_AAAA, 16) => IpAddr::from(<[u8; 16]>::try_from(data.as_slice()).expect("16")),
+        let addr = match (&r.data, qtype) {
+            (RData::A(A(a)), TYPE_A) => IpAddr::V4(*a),
+            (RData::AAAA(AAAA(a)), TYPE_AAAA) => IpAddr::V6(*a),
             _ => continue,
         };
         out.push(Record {
             addr,
-            ttl: (*ttl).min(*chain_ttl),
+            ttl: r.ttl.min(*chain_ttl),
         });
     }
     Ok(Parsed::Records(out))
@@ -326,6 +263,11 @@ pub fn parse_answer(msg: &[u8], id: u16, name: &str, qtype: u16) -> Result<Parse
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TYPE_CNAME: u16 = 5;
+    const FLAG_RESPONSE: u16 = 0x8000;
+    const FLAG_TRUNCATED: u16 = 0x0200;
+    const RCODE_NXDOMAIN: u16 = 3;
 
     /// A response to `query` with the given answer records (owner offset 12 = the
     /// question's name, compressed).
@@ -421,6 +363,128 @@ mod tests {
         let ok = response(&q, 0, &[(Q, TYPE_AAAA, 5, &[0; 16])]);
         for n in 0..ok.len() {
             let _ = parse_answer(&ok[..n], 1, "a.test", TYPE_AAAA);
+        }
+    }
+
+    /// Hostile answers to our question: errors (or addresses of the chain only), never a
+    /// panic, a hang or an allocation sized by a count the answer claims.
+    #[test]
+    fn hostile_answers() {
+        let q = encode_query(3, "a.test", TYPE_A).unwrap();
+        let bad = |m: &[u8]| matches!(parse_answer(m, 3, "a.test", TYPE_A), Err(Mismatch::Bad(_)));
+        // Two compression pointers pointing at each other (owner name of the answer).
+        let mut m = response(&q, 0, &[(&[0xc0, 0x00], TYPE_A, 5, &[1, 2, 3, 4])]);
+        let at = q.len();
+        let looped = u8::try_from(at).unwrap();
+        m[at..at + 2].copy_from_slice(&[0xc0, looped + 2]);
+        m.splice(at + 2..at + 2, [0xc0, looped]);
+        assert!(bad(&m), "pointer loop");
+        // A pointer past the end of the message, and one forward to itself.
+        let mut m = response(&q, 0, &[(&[0xc0, 0xff], TYPE_A, 5, &[1, 2, 3, 4])]);
+        assert!(bad(&m), "pointer past the end");
+        m[at..at + 2].copy_from_slice(&[0xc0, looped]);
+        assert!(bad(&m), "pointer to itself");
+        // Reserved label types (0x40, 0x80).
+        for t in [0x41, 0x81] {
+            let m = response(&q, 0, &[(&[t, b'x', 0], TYPE_A, 5, &[1, 2, 3, 4])]);
+            assert!(bad(&m), "label type {t:#x}");
+        }
+        // 65535 answers announced, none there.
+        let mut m = response(&q, 0, &[]);
+        m[6..8].copy_from_slice(&[0xff, 0xff]);
+        assert!(bad(&m), "answer count larger than the message");
+        // An A record whose data is not 4 bytes.
+        let m = response(&q, 0, &[(Q, TYPE_A, 5, &[1, 2, 3])]);
+        assert!(bad(&m), "A record of 3 bytes");
+        // A name longer than 255 bytes, built from pointers to a long label.
+        let mut long = Vec::new();
+        for _ in 0..5 {
+            long.push(63);
+            long.extend_from_slice(&[b'x'; 63]);
+        }
+        long.push(0);
+        let m = response(&q, 0, &[(&long, TYPE_A, 5, &[1, 2, 3, 4])]);
+        assert!(bad(&m), "name of 320 bytes");
+    }
+
+    #[test]
+    fn cname_loops_and_long_chains_end() {
+        let q = encode_query(4, "a.test", TYPE_A).unwrap();
+        // a -> b -> a: the chain stops where it loops; b's address is a's.
+        let b = b"\x01b\x04test\x00";
+        let a = b"\x01a\x04test\x00";
+        let m = response(
+            &q,
+            0,
+            &[
+                (Q, TYPE_CNAME, 60, b),
+                (b, TYPE_CNAME, 60, a),
+                (b, TYPE_A, 600, &[5, 6, 7, 8]),
+            ],
+        );
+        assert_eq!(
+            parse_answer(&m, 4, "a.test", TYPE_A),
+            Ok(Parsed::Records(vec![Record {
+                addr: "5.6.7.8".parse().unwrap(),
+                ttl: 60
+            }]))
+        );
+        // A chain of 20 CNAMEs: followed for 16 links, the address at the end is not
+        // reached.
+        let names: Vec<Vec<u8>> = (0..=20)
+            .map(|i| {
+                let label = format!("n{i}");
+                let mut n = vec![u8::try_from(label.len()).unwrap()];
+                n.extend_from_slice(label.as_bytes());
+                n.extend_from_slice(b"\x04test\x00");
+                n
+            })
+            .collect();
+        let mut answers: Vec<(&[u8], u16, u32, &[u8])> = vec![(Q, TYPE_CNAME, 60, &names[0])];
+        for i in 0..20 {
+            answers.push((&names[i], TYPE_CNAME, 60, &names[i + 1]));
+        }
+        answers.push((&names[20], TYPE_A, 60, &[9, 9, 9, 9]));
+        let m = response(&q, 0, &answers);
+        assert_eq!(
+            parse_answer(&m, 4, "a.test", TYPE_A),
+            Ok(Parsed::Records(vec![]))
+        );
+    }
+
+    /// Every single-byte change of a valid answer (with a CNAME and compression) is
+    /// rejected, ignored or parsed, never a panic.
+    #[test]
+    fn mutated_answers_never_panic() {
+        let q = encode_query(9, "api.example.test", TYPE_AAAA).unwrap();
+        // edge + a pointer to "example.test" in the question (offset 16).
+        let cname = b"\x04edge\xc0\x10";
+        // The AAAA record's owner points at the CNAME's data: 34 (the query's length) + 2
+        // (owner) + 10 (type, class, TTL, length) = 46.
+        assert_eq!(q.len(), 34);
+        let ok = response(
+            &q,
+            0,
+            &[
+                (Q, TYPE_CNAME, 30, cname),
+                (
+                    &[0xc0, 46],
+                    TYPE_AAAA,
+                    300,
+                    &[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                ),
+            ],
+        );
+        assert!(matches!(
+            parse_answer(&ok, 9, "api.example.test", TYPE_AAAA),
+            Ok(Parsed::Records(r)) if r.len() == 1
+        ));
+        for i in 0..ok.len() {
+            for v in [0x00, 0x01, 0x3f, 0x40, 0x7f, 0xc0, 0xff] {
+                let mut m = ok.clone();
+                m[i] = v;
+                let _ = parse_answer(&m, 9, "api.example.test", TYPE_AAAA);
+            }
         }
     }
 
