@@ -153,10 +153,7 @@ pub const FIXED_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// A random seed for the literal-path hash of a policy that will be loaded.
 pub fn random_seed() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: getrandom writes at most 8 bytes into the 8-byte buffer.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
-    if n == 8 {
+    if let Ok(b) = crate::sys::random::<8>() {
         u64::from_ne_bytes(b)
     } else {
         FIXED_SEED

@@ -126,10 +126,7 @@ fn exchange_tcp(
 }
 
 fn random_id() -> u16 {
-    let mut b = [0u8; 2];
-    // SAFETY: getrandom writes at most 2 bytes into the 2-byte buffer.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 2, 0) };
-    if n == 2 {
+    if let Ok(b) = crate::sys::random::<2>() {
         u16::from_ne_bytes(b)
     } else {
         // Only unpredictability suffers; answers are still matched on the question.
