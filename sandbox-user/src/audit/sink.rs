@@ -478,11 +478,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
         assert_eq!(mode(&victim), 0o644);
         // A FIFO does not hang the open.
-        let fifo =
-            std::ffi::CString::new(dir.join("fifo.jsonl").into_os_string().into_encoded_bytes())
-                .unwrap();
-        // SAFETY: plain syscall with a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(
+            &dir.join("fifo.jsonl"),
+            nix::sys::stat::Mode::from_bits_retain(0o600),
+        )
+        .unwrap();
         assert!(AuditFile::open(&dir.join("fifo.jsonl")).is_err());
         // A world-writable directory (not sticky): refused, with the way out.
         std::fs::create_dir(dir.join("open")).unwrap();

@@ -472,8 +472,7 @@ mod tests {
     #[test]
     fn symlinks_and_agent_directories_on_the_way_are_refused() {
         let d = scratch("walk");
-        // SAFETY: plain syscall.
-        let me = unsafe { libc::geteuid() };
+        let me = nix::unistd::geteuid().as_raw();
         if me != 0 {
             // Not root: every directory made here is the agent's own, and is refused.
             let agent = Agent::User {
