@@ -9,6 +9,7 @@
 #![feature(asm_experimental_arch)]
 
 mod addr;
+mod diag;
 mod dircache;
 mod event;
 mod hooks;

@@ -46,6 +46,31 @@ pub fn debug_on() -> bool {
     tracing::enabled!(target: "sandbox_user", Level::DEBUG)
 }
 
+/// The target of the programs' own diagnostics (aya-log): `SANDBOX_LOG=sandbox_bpf=debug`.
+pub const KERNEL_TARGET: &str = "sandbox_bpf";
+
+/// Whether the programs log their fail-closed decisions (off by default: only when
+/// `sandbox_bpf` debug diagnostics are asked for).
+pub fn kernel_log_on() -> bool {
+    tracing::enabled!(target: "sandbox_bpf", Level::DEBUG)
+}
+
+/// Passes the programs' records (aya-log, through the `log` facade) on as debug
+/// diagnostics of target [`KERNEL_TARGET`].
+pub struct KernelLog;
+
+impl log::Log for KernelLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        tracing::debug!(target: "sandbox_bpf", "bpf: {}", record.args());
+    }
+
+    fn flush(&self) {}
+}
+
 /// Writes each event as one line: `sandbox: LEVEL: message key=value ...`.
 struct TermLayer;
 

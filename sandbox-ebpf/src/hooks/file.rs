@@ -68,6 +68,9 @@ pub fn check(
         Resolved::Unplaced => (Deny::because(reason::UNPLACED_MOUNT), 0),
         Resolved::Preempted => (Deny::because(reason::PREEMPTED), 0),
     };
+    if !matches!(resolved, Resolved::Matched(_)) {
+        crate::diag::fail_closed(hook_id, v.reason, flags);
+    }
     // The record names the whole path, not only the last component the decision needed.
     path::whole_path(&mut facts);
     let mut rep = Report::file(hook_id, scope.policy_id, &facts, f_mode, flags);

@@ -81,6 +81,7 @@ pub fn finish(mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
 /// Fail closed when the programs cannot decide (`why`: e.g. no offsets supplied).
 #[inline(always)]
 pub fn deny_unresolved(hook_id: u32, policy_id: u32, why: u32, audit: bool, err: i32) -> i32 {
+    crate::diag::fail_closed(hook_id, why, 0);
     finish(
         Report::bare(hook_id, policy_id),
         Deny::because(why),

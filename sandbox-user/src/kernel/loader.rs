@@ -88,6 +88,8 @@ pub enum LoadError {
 /// The loaded programs and their maps, with one policy (id 0) applied.
 pub struct Enforcer {
     ebpf: Ebpf,
+    /// The programs' diagnostics, when on (`diag::kernel_log_on`).
+    kernel_log: Option<aya_log::EbpfLogger<crate::diag::KernelLog>>,
     pub policy_id: u32,
     levels: u64,
     /// Links pinned in bpffs (see `pins`): they stay attached if sandbox dies.
@@ -178,6 +180,14 @@ impl Enforcer {
         let rename_lock = std::thread::spawn(super::dircache::rename_lock);
         let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, btf)?;
         e.pin_dir = pin_dir.map(Path::to_path_buf);
+        if crate::diag::kernel_log_on() {
+            e.kernel_log =
+                aya_log::EbpfLogger::init_with_logger(&mut e.ebpf, crate::diag::KernelLog)
+                    .inspect_err(|err| {
+                        tracing::warn!("the programs' diagnostics cannot be read: {err}")
+                    })
+                    .ok();
+        }
         if let Err(err) = e.attach(&kernel.programs, btf) {
             e.release();
             return Err(err);
@@ -229,10 +239,18 @@ impl Enforcer {
                 policy.net.v6.len() + policy.net.listen_v6.len() + host_room,
             ),
         );
+        // The programs' own diagnostics (aya-log, fail-closed branches only): off unless
+        // asked for, fixed in read-only data so that off costs nothing.
+        let log_level: u8 = if crate::diag::kernel_log_on() {
+            aya_log::Level::Warn as u8
+        } else {
+            0
+        };
         let mut loader = EbpfLoader::new();
         loader
             .btf(Some(btf))
-            .override_global(OFFSETS_GLOBAL, offsets, true);
+            .override_global(OFFSETS_GLOBAL, offsets, true)
+            .override_global(aya_log::LEVEL, &log_level, true);
         for (name, entries) in sizes {
             loader.map_max_entries(name, entries);
         }
@@ -241,6 +259,7 @@ impl Enforcer {
             .map_err(|e| LoadError::Load(error_chain(&e)))?;
         Ok(Self {
             ebpf,
+            kernel_log: None,
             policy_id: 0,
             levels: 0,
             pinned: Vec::new(),
@@ -753,6 +772,13 @@ impl Enforcer {
                 (i.run_count() > 0).then(|| (name.to_owned(), i.run_count(), i.run_time()))
             })
             .collect()
+    }
+
+    /// Writes the programs' diagnostics received so far (when on).
+    pub fn flush_kernel_log(&mut self) {
+        if let Some(l) = &mut self.kernel_log {
+            l.flush();
+        }
     }
 
     /// Makes process `tgid` untouchable for in-scope tasks (signals, ptrace).

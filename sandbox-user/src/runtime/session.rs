@@ -225,9 +225,11 @@ impl<'a> Session<'a> {
             // loop would otherwise never give it the chance).
             Event::Records { more: true } => tokio::task::yield_now().await,
             Event::Records { more: false } => {}
-            Event::Tick => self
-                .pump
-                .check_drops(self.enforcer, self.reported_map.as_deref_mut())?,
+            Event::Tick => {
+                self.enforcer.flush_kernel_log();
+                self.pump
+                    .check_drops(self.enforcer, self.reported_map.as_deref_mut())?;
+            }
             Event::Mounts => {
                 let m = remount(self.enforcer, self.compiled)?;
                 self.pump.fmt.mounts.clone_from(&m);
@@ -252,6 +254,7 @@ impl<'a> Session<'a> {
     /// The last drain, once the programs have nothing more to judge (see
     /// [`Pump::last_drain`]).
     pub fn last_drain(&mut self) -> anyhow::Result<()> {
+        self.enforcer.flush_kernel_log();
         self.pump.last_drain(
             self.ring.get_mut(),
             self.enforcer,

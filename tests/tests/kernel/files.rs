@@ -125,7 +125,8 @@ fn file_created_after_load_and_hardlink_made_before() {
 
 /// The aliases of the bypass list: /proc/self/root and /proc/self/cwd, `//` and `/./`,
 /// openat2, `open_by_handle_at`, chroot, names with a newline or invalid UTF-8, a 25-deep
-/// directory chain; and a path too long to resolve is denied (fail closed).
+/// directory chain; and a path too long to resolve is denied (fail closed), which the
+/// programs' own diagnostics (aya-log, asked for with `SANDBOX_LOG=sandbox_bpf=debug`) say.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn file_aliases_and_odd_names() {
@@ -149,9 +150,11 @@ fn file_aliases_and_odd_names() {
     let open_newline = format!("open-hex {hex_newline}");
     let open_invalid = format!("open-hex {hex_invalid}");
     let chroot = format!("chroot-open {ds} /secret.txt");
-    let r = check(
+    let r = check_as_env(
+        User::Root,
         &d,
         Some(&policy),
+        &[("SANDBOX_LOG", "sandbox_bpf=debug")],
         &[
             (&root_alias, EACCES),
             ("open /proc/self/cwd/secret.txt r", EACCES),
@@ -177,6 +180,13 @@ fn file_aliases_and_odd_names() {
         rec("/unmapped/file/path_hex", &hex_invalid).has("/unmapped/rule", "files.deny[1]"),
         rec("/file/path", format!("{ds}/odd\nname")).has("/unmapped/rule", "files.deny[1]"),
     ]);
+    // The kernel's own line for the fail-closed decision (reason 7: `path_unresolved`).
+    assert!(
+        r.stderr.contains("sandbox: debug: bpf: fail closed: hook")
+            && r.stderr.contains("reason 7 "),
+        "no kernel diagnostic for the fail-closed deny:\n{}",
+        r.stderr
+    );
 }
 
 /// `io_uring` does not go around the hooks: OPENAT and CONNECT submitted through a ring get
