@@ -9,6 +9,7 @@
 #![feature(asm_experimental_arch)]
 
 mod addr;
+mod bench;
 mod dircache;
 mod event;
 mod hooks;

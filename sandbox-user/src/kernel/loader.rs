@@ -845,6 +845,12 @@ impl Enforcer {
             .collect()
     }
 
+    /// The loaded object, for the native benchmark (`benches/native.rs`): it loads its own
+    /// programs (iterators, never attached by sandbox) beside the maps this made.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
     /// Makes process `tgid` untouchable for in-scope tasks (signals, ptrace).
     pub fn protect(&mut self, tgid: u32) -> Result<(), LoadError> {
         let mut h: HashMap<_, u32, u32> =
