@@ -38,7 +38,7 @@ use aya::maps::Array;
 use aya::programs::Iter;
 use sandbox_common::{DirCacheCtl, map_names};
 use sandbox_user::audit::aggregate::Aggregates;
-use sandbox_user::audit::{AuditFile, Formatter};
+use sandbox_user::audit::{AuditFile, Event, Formatter, Record};
 use sandbox_user::compile::{CompiledPolicy, compile};
 use sandbox_user::host::cgroup::{self, Cgroup};
 use sandbox_user::host::{mounts, safepath};
@@ -156,9 +156,9 @@ fn main() -> anyhow::Result<()> {
         // The denial path: the same policy with the tree denied; every file is a record.
         let compiled = compiled_deny(n)?;
         let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
-        let (kernel_ns, pump) = h.denials(&compiled)?;
-        table[rows.len() - 1].1[col] = kernel_ns;
-        pump_ns.push(pump);
+        let d = h.denials(&compiled)?;
+        table[rows.len() - 1].1[col] = d.kernel;
+        pump_ns.push(d);
     }
     for (label, v) in &table {
         println!("{label:<34} {:>10.0} {:>10.0} {:>10.0}", v[0], v[1], v[2]);
@@ -295,7 +295,7 @@ impl Harness {
 
     /// The denial path: ns per file of the `file_open` body that denies and sends a
     /// record (cache warm), and ns per record of the event pump writing them.
-    fn denials(&mut self, compiled: &CompiledPolicy) -> anyhow::Result<(f64, f64)> {
+    fn denials(&mut self, compiled: &CompiledPolicy) -> anyhow::Result<Denials> {
         let name = "bench_open";
         self.cache(Cache::On)?;
         let mut ring = self.enforcer.take_events()?;
@@ -333,6 +333,34 @@ impl Harness {
             user.push(t.elapsed().as_nanos() as f64 / records as f64);
             written += records;
         }
+        // The pump's stages apart, on one more sample's records: decode, the OCSF record
+        // (names: mount table, rule, cgroup, executable), JSON, the write.
+        self.pass(name)?;
+        let mut raw: Vec<Vec<u8>> = Vec::new();
+        while let Some(item) = ring.next() {
+            raw.push(item.to_vec());
+        }
+        let per = |t: Instant| t.elapsed().as_nanos() as f64 / raw.len().max(1) as f64;
+        let t = Instant::now();
+        let events: Vec<Event> = raw.iter().filter_map(|b| Event::decode(b).ok()).collect();
+        let decode = per(t);
+        let t = Instant::now();
+        let recs: Vec<Record> = events.iter().map(|e| pump.fmt.record(e)).collect();
+        let record = per(t);
+        let t = Instant::now();
+        let json: usize = recs
+            .iter()
+            .map(|r| serde_json::to_vec(r).map_or(0, |v| v.len()))
+            .sum();
+        let to_json = per(t);
+        let t = Instant::now();
+        for r in &recs {
+            pump.audit.write(r)?;
+        }
+        pump.audit.flush()?;
+        let write = per(t);
+        written += raw.len() as u64;
+        let stages = [decode, record, to_json, write];
         drop(pump);
         let drops = self.enforcer.drops()?;
         anyhow::ensure!(
@@ -349,7 +377,12 @@ impl Harness {
             "{lines} records of the tree in the log, {} sent",
             written + TREE_FILES as u64
         );
-        Ok((median(kernel), median(user)))
+        Ok(Denials {
+            kernel: median(kernel),
+            pump: median(user),
+            stages,
+            bytes: json as f64 / recs.len().max(1) as f64,
+        })
     }
 }
 
@@ -386,6 +419,18 @@ fn rename_count(kernel: &KernelFit, own: &Cgroup, tid: u32) -> anyhow::Result<u6
         }
     }
     anyhow::bail!("no stand-in for rename_lock lets the directory cache fill ({why})")
+}
+
+/// What the denial path costs (ns per record).
+struct Denials {
+    /// The `file_open` body that denies and sends (per file).
+    kernel: f64,
+    /// The event pump, whole (`Pump::drain`).
+    pump: f64,
+    /// The pump's stages: decode, OCSF record, JSON, write.
+    stages: [f64; 4],
+    /// Bytes of JSON per record.
+    bytes: f64,
 }
 
 /// A link of `prog` iterating over the files of task `tid` only.
@@ -752,7 +797,7 @@ fn read_tree(dir: &Path) -> usize {
 const TRAMPOLINE_NS: f64 = 30.0;
 
 /// What the figures say for real hardware.
-fn estimates(table: &[(String, [f64; 3])], n: &Native, pump_ns: &[f64]) {
+fn estimates(table: &[(String, [f64; 3])], n: &Native, pump: &[Denials]) {
     let row = |label: &str| {
         table
             .iter()
@@ -789,8 +834,14 @@ fn estimates(table: &[(String, [f64; 3])], n: &Native, pump_ns: &[f64]) {
             "  {rules:>6} rules: the record costs the program {record:.0} ns more; one CPU \
              produces {producer:.0} denials/s; the pump writes a record in {:.0} ns \
              ({:.0} records/s on one thread)",
-            pump_ns[col],
-            1e9 / pump_ns[col]
+            pump[col].pump,
+            1e9 / pump[col].pump
+        );
+        let [decode, record, json, write] = pump[col].stages;
+        println!(
+            "          pump stages: decode {decode:.0}, OCSF record {record:.0}, JSON {json:.0} \
+             ({:.0} bytes), write {write:.0} (includes a second JSON encoding)",
+            pump[col].bytes
         );
     }
 }
