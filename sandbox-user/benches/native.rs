@@ -102,7 +102,7 @@ fn main() -> anyhow::Result<()> {
         holder.pid(),
         files
             .iter()
-            .map(|f| f.as_bytes().iter().filter(|b| **b == b'/').count())
+            .map(|f| f.as_bytes().split(|b| *b == b'/').count() - 1)
             .max()
             .unwrap_or(0)
     );
