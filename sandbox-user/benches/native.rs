@@ -164,6 +164,7 @@ fn main() -> anyhow::Result<()> {
         println!("{label:<34} {:>10.0} {:>10.0} {:>10.0}", v[0], v[1], v[2]);
     }
     println!("({shape})");
+    per_unit(&table, &files);
     println!();
     native.print();
     println!();
@@ -789,6 +790,37 @@ fn read_tree(dir: &Path) -> usize {
         }
     }
     n
+}
+
+/// The walk per dentry level and the scan per path byte, from the phases and the held
+/// files' paths (the mean over them: the runs are spread evenly over the files).
+fn per_unit(table: &[(String, [f64; 3])], files: &[CString]) {
+    let row = |label: &str| {
+        table
+            .iter()
+            .find(|(l, _)| l.starts_with(label))
+            .map_or([0.0; 3], |(_, v)| *v)
+    };
+    let n = files.len() as f64;
+    let bytes = files.iter().map(|f| f.as_bytes().len()).sum::<usize>() as f64 / n;
+    let levels = files
+        .iter()
+        .map(|f| f.as_bytes().split(|b| *b == b'/').count() - 1)
+        .sum::<usize>() as f64
+        / n;
+    let (facts, walk, whole) = (
+        row("facts ("),
+        row("facts + walk"),
+        row("resolve, no cache"),
+    );
+    for (col, rules) in ["10", "1,000", "10,000"].iter().enumerate() {
+        println!(
+            "  {rules:>6} rules: walk {:.0} ns per level ({levels:.1} levels), scan and \
+             lookups {:.1} ns per byte ({bytes:.0} bytes)",
+            (walk[col] - facts[col]) / levels,
+            (whole[col] - walk[col]) / bytes
+        );
+    }
 }
 
 /// The BPF trampoline of an LSM hook (entry, `__bpf_prog_enter_lsm`, exit), per program
