@@ -872,7 +872,7 @@ fn estimates(table: &[(String, [f64; 3])], n: &Native, pump: &[Denials]) {
         let [decode, record, json, write] = pump[col].stages;
         println!(
             "          pump stages: decode {decode:.0}, OCSF record {record:.0}, JSON {json:.0} \
-             ({:.0} bytes), write {write:.0} (includes a second JSON encoding)",
+             ({:.0} bytes, timed alone), write {write:.0} (the encoding included)",
             pump[col].bytes
         );
     }
