@@ -55,9 +55,9 @@ const TREE_PASSES: u32 = 3;
 /// A C-shaped project for the build workload: sources that include headers that include
 /// other headers, compiled one process per source, then linked (see [`build`]).
 const PROJECT: &str = "/tmp/bench/work/cproject";
-const SOURCES: u32 = 60;
+const SOURCES: u32 = 30;
 const HEADERS: u32 = 80;
-const BUILDS: u32 = 2;
+const BUILDS: u32 = 1;
 type Row = [f64; COLUMNS.len()];
 const REPEAT: usize = 5;
 const FILE: &str = "/tmp/bench/work/file.txt";
