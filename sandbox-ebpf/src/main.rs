@@ -9,6 +9,7 @@
 #![feature(asm_experimental_arch)]
 
 mod addr;
+mod bench;
 mod diag;
 mod dircache;
 mod event;

@@ -61,10 +61,15 @@ enum Cmd {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
-    /// Run the benchmarks inside a VM and print the ratios.
+    /// Run the benchmarks inside a VM and print the ratios; with `--native`, the
+    /// `file_open` decision phase by phase on this host's own kernel (BPF iterators, as
+    /// root: `sandbox-user/benches/native.rs`) instead.
     Bench {
         #[arg(long, default_value = "6.12")]
         kernel: String,
+        /// On this host, at native speed: no VM.
+        #[arg(long)]
+        native: bool,
     },
 }
 
@@ -151,7 +156,16 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             let rc = vm::run_command(&k, &arts, &command)?;
             Ok(rc == 0)
         }
-        Cmd::Bench { kernel } => {
+        Cmd::Bench { native: true, .. } => {
+            setup::toolchains()?;
+            sh::run(
+                sh::cargo()
+                    .args(["bench", "-p", "sandbox-user", "--bench", "native"])
+                    .current_dir(root()),
+            )?;
+            Ok(true)
+        }
+        Cmd::Bench { kernel, .. } => {
             let k = setup::all(&kernel::parse_labels(&kernel)?)?.remove(0);
             let arts = build()?;
             vm::bench(&k, &arts)

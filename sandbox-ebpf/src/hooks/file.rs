@@ -10,8 +10,10 @@ use crate::kread;
 use crate::path::{self, FileFacts, Resolved};
 use crate::scope::Scope;
 
+/// The `file_open` decision after the prologue (also run by the native benchmark's
+/// iterators, `bench.rs`).
 #[inline(always)]
-fn open(file: *const u8, scope: Scope) -> i32 {
+pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
     let audit = scope.audits(policy_flags::AUDIT_FILES);
     let off = match offsets_or_deny(hook::FILE_OPEN, scope, audit) {
         Ok(off) => off,

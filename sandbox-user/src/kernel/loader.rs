@@ -781,6 +781,12 @@ impl Enforcer {
         }
     }
 
+    /// The loaded object, for the native benchmark (`benches/native.rs`): it loads its own
+    /// programs (iterators, never attached by sandbox) beside the maps this made.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
     /// Makes process `tgid` untouchable for in-scope tasks (signals, ptrace).
     pub fn protect(&mut self, tgid: u32) -> Result<(), LoadError> {
         let mut maps = self.maps();
@@ -802,7 +808,8 @@ impl Enforcer {
         Ok(a.get(&0, 0).map_err(a.err())?.iter().copied().collect())
     }
 
-    fn maps(&mut self) -> Maps<'_> {
+    /// The typed map handles of the loaded object.
+    pub fn maps(&mut self) -> Maps<'_> {
         Maps(&mut self.ebpf)
     }
 }

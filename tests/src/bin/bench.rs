@@ -10,7 +10,10 @@
 //! the ratios are what to read.
 //!
 //!   sandbox-bench                 the driver: prints the table
-//!   sandbox-bench loop PORT       the measured loops (open+close, connect, fork+exec)
+//!   sandbox-bench loop PORT       the measured loops (open+close, connect, fork+exec,
+//!                                 ioctl, socket, tree read, build)
+//!   sandbox-bench cc SRC OUT      the build workload's compiler (see `build`)
+//!   sandbox-bench ld OUT OBJ...   and its linker
 //!   sandbox-bench flood N [K]     N denied opens as fast as possible (the event stream):
 //!                                 of one file, or of K files in turn
 //!
@@ -35,19 +38,26 @@ const EXEC_N: u32 = 200;
 const IOCTL_N: u32 = 20_000;
 const SOCKET_N: u32 = 20_000;
 /// The loops' columns, in the order `loops` prints them.
-const COLUMNS: [&str; 6] = [
+const COLUMNS: [&str; 7] = [
     "open+close",
     "connect (lo)",
     "fork+exec",
     "ioctl",
     "socket+close",
     "tree read (per file)",
+    "build (per build)",
 ];
 /// A project-shaped tree for the realistic workload (`grep -r`): a source directory and
 /// dependencies several levels deep, `TREE_FILES` small files in all.
 const TREE: &str = "/tmp/bench/work/project";
 const TREE_FILES: u32 = 2_000;
 const TREE_PASSES: u32 = 3;
+/// A C-shaped project for the build workload: sources that include headers that include
+/// other headers, compiled one process per source, then linked (see [`build`]).
+const PROJECT: &str = "/tmp/bench/work/cproject";
+const SOURCES: u32 = 30;
+const HEADERS: u32 = 80;
+const BUILDS: u32 = 1;
 type Row = [f64; COLUMNS.len()];
 const REPEAT: usize = 5;
 const FILE: &str = "/tmp/bench/work/file.txt";
@@ -112,10 +122,110 @@ fn loops(port: u16) {
     }
     assert_eq!(read, TREE_FILES * TREE_PASSES, "files of {TREE} read");
     let tree = ns_per(t, read);
+    // A build: make -j1 of the C-shaped project.
+    let t = Instant::now();
+    for _ in 0..BUILDS {
+        build();
+    }
+    let build = ns_per(t, BUILDS);
     println!(
         "open={open:.0} connect={connect:.0} exec={exec:.0} ioctl={ioctl:.0} socket={socket:.0} \
-         tree={tree:.0}"
+         tree={tree:.0} build={build:.0}"
     );
+}
+
+/// What `make -j1` of [`PROJECT`] does: the object directory made anew (the previous
+/// objects unlinked), one compiler process per source (fork+exec of this binary as `cc`),
+/// then one `ld` process that reads every object and writes the program. The guest has
+/// no compiler (busybox only); `cc` does what a C compiler's front end does to the file
+/// system: it opens the source and, recursively, every header it includes (once each, as
+/// include guards make a real one do), and writes an object.
+fn build() {
+    let me = std::env::current_exe().unwrap();
+    let obj = format!("{PROJECT}/obj");
+    let _ = std::fs::remove_dir_all(&obj);
+    std::fs::create_dir(&obj).unwrap();
+    let mut objects = Vec::new();
+    for i in 0..SOURCES {
+        let out = format!("{obj}/unit{i}.o");
+        let st = Command::new(&me)
+            .args(["cc", &format!("{PROJECT}/src/unit{i}.c"), &out])
+            .status()
+            .unwrap();
+        assert!(st.success(), "cc unit{i}.c failed");
+        objects.push(out);
+    }
+    let st = Command::new(&me)
+        .args(["ld", &format!("{obj}/program")])
+        .args(&objects)
+        .status()
+        .unwrap();
+    assert!(st.success(), "ld failed");
+}
+
+/// `cc SRC OUT`: reads `SRC` and every header it includes, recursively (`#include "x.h"`
+/// from `include/`), once each; writes an object of their checksum and sizes.
+fn cc(src: &str, out: &str) {
+    let mut todo = vec![std::path::PathBuf::from(src)];
+    let mut seen = std::collections::HashSet::new();
+    let (mut sum, mut bytes) = (0u64, 0usize);
+    while let Some(p) = todo.pop() {
+        if !seen.insert(p.clone()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        bytes += text.len();
+        for line in text.lines() {
+            if let Some(h) = line
+                .strip_prefix("#include \"")
+                .and_then(|l| l.strip_suffix('"'))
+            {
+                todo.push(std::path::Path::new(PROJECT).join("include").join(h));
+            }
+            sum = line
+                .bytes()
+                .fold(sum, |a, b| a.rotate_left(5) ^ u64::from(b));
+        }
+    }
+    let body = format!("{sum:016x} {bytes} {}\n", seen.len()).repeat(100);
+    std::fs::write(out, body).unwrap();
+}
+
+/// `ld OUT OBJ...`: reads every object, writes the program.
+fn ld(out: &str, objects: &[String]) {
+    let mut program = Vec::new();
+    for o in objects {
+        program.extend(std::fs::read(o).unwrap());
+    }
+    std::fs::write(out, program).unwrap();
+}
+
+/// [`PROJECT`]: `include/` with [`HEADERS`] headers, each including up to three earlier
+/// ones, and `src/` with [`SOURCES`] sources of about 2 KB, each including ten headers.
+fn make_project() {
+    let _ = std::fs::remove_dir_all(PROJECT);
+    std::fs::create_dir_all(format!("{PROJECT}/include")).unwrap();
+    std::fs::create_dir_all(format!("{PROJECT}/src")).unwrap();
+    let code = "static inline int f(int a, int b) { return a + b; /* a line of code */ }\n";
+    for h in 0..HEADERS {
+        let mut text = format!("#ifndef H{h}\n#define H{h}\n");
+        for k in 1..=3 {
+            if h >= k * 7 {
+                let _ = writeln!(text, "#include \"h{}.h\"", h - k * 7);
+            }
+        }
+        text.push_str(&code.repeat(10));
+        text.push_str("#endif\n");
+        std::fs::write(format!("{PROJECT}/include/h{h}.h"), text).unwrap();
+    }
+    for i in 0..SOURCES {
+        let mut text = String::new();
+        for k in 0..10 {
+            let _ = writeln!(text, "#include \"h{}.h\"", (i * 7 + k * 13) % HEADERS);
+        }
+        text.push_str(&code.repeat(25));
+        std::fs::write(format!("{PROJECT}/src/unit{i}.c"), text).unwrap();
+    }
 }
 
 /// Reads every file below `dir`; how many.
@@ -259,6 +369,14 @@ fn main() {
         println!("flood denied={denied} ns={}", t.elapsed().as_nanos());
         return;
     }
+    if args.get(1).map(String::as_str) == Some("cc") {
+        cc(&args[2], &args[3]);
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("ld") {
+        ld(&args[2], &args[3..]);
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("hold") {
         std::thread::sleep(Duration::from_hours(1));
         return;
@@ -268,6 +386,7 @@ fn main() {
     std::fs::create_dir_all("/tmp/bench/work").unwrap();
     std::fs::write(FILE, "x").unwrap();
     make_tree();
+    make_project();
     // A loopback listener that accepts and drops every connection.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -1,0 +1,135 @@
+//! The native benchmark's programs (`sandbox-user/benches/native.rs`, `cargo xtask bench
+//! --native`): BPF iterators over a task's open files (`iter/task_file`) that run, for each
+//! file, a part of what a `file_open` decision runs, with the same functions and the same
+//! maps. They load and run on kernels that refuse BPF-LSM programs (any BPF trampoline),
+//! so the decision's cost is measured at native speed, phase by phase, with the kernel's
+//! BPF run statistics.
+//!
+//! No production path loads or attaches them: the loader attaches only the programs of
+//! `sandbox_common::programs`, and aya loads a program only when asked. Each program is
+//! one phase (a program per phase, so no map or global is added for a switch):
+//!
+//! | program | per file |
+//! | --- | --- |
+//! | `bench_empty` | nothing: the iterator's call and the statistics' own clock reads |
+//! | `bench_facts` | `file_open`'s reads before resolving (mode, flags, dentry, inode, superblock) |
+//! | `bench_walk` | the facts, then the dentry walk that builds the path |
+//! | `bench_scope` | the scope lookup of the prologue (`hook!`), for the reading task |
+//! | `bench_resolve` | the facts, then `path::resolve` (walk, scan, lookups; the directory cache as `DIR_CACHE_CTL` says) |
+//! | `bench_resolve_cold` | the same after emptying the directory's cache slot (a miss, and the slot filled) |
+//! | `bench_open` | the whole `file_open` body after the prologue's verdict check: scope, decision, record on a deny |
+//! | `bench_open_cold` | the same after emptying the directory's cache slot |
+//!
+//! The task whose files are iterated is chosen by the link (`bpf_iter_link_info.task`).
+//! The programs write nothing to the iterator's output.
+
+use core::ffi::c_void;
+
+use crate::dircache;
+use crate::kread;
+use crate::path;
+
+/// The policy the benchmark applies (the loader's `Enforcer` writes policy 0).
+const POLICY: u32 = 0;
+
+/// `struct bpf_iter__task_file`: meta, task, fd (u32, padded), file.
+const CTX_FILE: usize = 3;
+
+/// The file of this call as a plain number (0: the call that ends the iteration).
+#[inline(always)]
+fn file_of(ctx: *mut c_void) -> *const u8 {
+    // SAFETY: `ctx` is a `struct bpf_iter__task_file`; its fourth word is the file (or NULL).
+    let p = unsafe { *ctx.cast::<*const u8>().add(CTX_FILE) };
+    kread::untyped(p) as *const u8
+}
+
+/// Empties the cache slot of the directory `dentry` is in, so that the next decision about
+/// it misses.
+#[inline(always)]
+fn forget_directory(file: *const u8) {
+    let off = kread::offsets();
+    let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
+        return;
+    };
+    let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
+        return;
+    };
+    if let Ok(inode) = kread::read_ptr(parent, off.dentry_d_inode) {
+        dircache::forget(inode as u64);
+    }
+}
+
+/// What `file_open` reads of the file before resolving it.
+#[inline(always)]
+fn facts(file: *const u8) -> path::FileFacts {
+    let off = kread::offsets();
+    let f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
+    let f_flags: u32 = kread::read(file, off.file_f_flags).unwrap_or(0);
+    let mut facts = path::file_facts(file, &off);
+    // Kept, so that the reads are not optimised away.
+    facts.flags = f_mode ^ f_flags;
+    facts
+}
+
+/// The whole `file_open` body for an in-scope reader (the iterator runs in the reading
+/// task: the benchmark binds the reader's cgroup to the policy).
+#[inline(always)]
+fn open(file: *const u8) {
+    if let Some(scope) = crate::scope::current() {
+        crate::hooks::file::open(file, scope);
+    }
+}
+
+macro_rules! bench {
+    ($name:ident, |$file:ident| $body:expr) => {
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = "iter/task_file")]
+        pub extern "C" fn $name(ctx: *mut c_void) -> i32 {
+            let $file = file_of(ctx);
+            if !$file.is_null() {
+                $body;
+            }
+            0
+        }
+    };
+}
+
+bench!(bench_empty, |file| core::hint::black_box(file));
+
+bench!(bench_facts, |file| core::hint::black_box(facts(file).flags));
+
+bench!(bench_walk, |file| {
+    let f = facts(file);
+    if let Some(s) = crate::maps::scratch() {
+        crate::maps::claim(s);
+    }
+    core::hint::black_box(path::build_path(f.dentry).unwrap_or(0))
+});
+
+bench!(bench_scope, |file| core::hint::black_box(
+    crate::scope::current().map_or(0, |s| s.policy_id)
+));
+
+bench!(bench_resolve, |file| {
+    let mut f = facts(file);
+    core::hint::black_box(matches!(
+        path::resolve(POLICY, &mut f),
+        path::Resolved::Matched(_)
+    ))
+});
+
+bench!(bench_resolve_cold, |file| {
+    forget_directory(file);
+    let mut f = facts(file);
+    core::hint::black_box(matches!(
+        path::resolve(POLICY, &mut f),
+        path::Resolved::Matched(_)
+    ))
+});
+
+bench!(bench_open, |file| open(file));
+
+bench!(bench_open_cold, |file| {
+    forget_directory(file);
+    open(file);
+});
