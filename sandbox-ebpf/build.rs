@@ -7,6 +7,7 @@ const GLOBAL_FUNCTIONS: &[&str] = &[
     "sandbox_whole_path",
     "sandbox_match_name",
     "sandbox_send",
+    "sandbox_fail_closed",
 ];
 
 fn main() {

@@ -66,18 +66,22 @@ pub fn check(
             Some(v) => (v, 0),
             None => return 0,
         },
-        Resolved::Unresolved => (Deny::because(reason::PATH_UNRESOLVED), facts.flags),
-        Resolved::Unplaced => (Deny::because(reason::UNPLACED_MOUNT), 0),
-        Resolved::Preempted => (Deny::because(reason::PREEMPTED), 0),
+        Resolved::Unresolved => fail_closed(hook_id, reason::PATH_UNRESOLVED, facts.flags),
+        Resolved::Unplaced => fail_closed(hook_id, reason::UNPLACED_MOUNT, 0),
+        Resolved::Preempted => fail_closed(hook_id, reason::PREEMPTED, 0),
     };
-    if !matches!(resolved, Resolved::Matched(_)) {
-        crate::diag::fail_closed(hook_id, v.reason, flags);
-    }
     // The record names the whole path, not only the last component the decision needed.
     path::whole_path(&mut facts);
     let mut rep = Report::file(hook_id, scope.policy_id, &facts, f_mode, flags);
     rep.target = target;
     finish(rep, v, audit, errno::EACCES)
+}
+
+/// The verdict when the programs could not decide (`why`), said by the diagnostics too.
+#[inline(always)]
+fn fail_closed(hook_id: u32, why: u32, flags: u32) -> (Deny, u32) {
+    crate::diag::fail_closed(hook_id, why, flags);
+    (Deny::because(why), flags)
 }
 
 /// The offsets, or the fail-closed answer for `hook_id` when the loader supplied none.
