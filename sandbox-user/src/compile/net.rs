@@ -230,27 +230,29 @@ pub fn is_private(addr: IpAddr) -> bool {
         .any(|s| s.parse::<IpNet>().is_ok_and(|n| n.contains(&addr)))
 }
 
-/// The entry that allows one resolved address of an `allow_hosts` rule. `None` for an address
-/// in the private set: a name never opens a private address (DNS rebinding).
-pub fn host_entry(
-    c: &NetCompiled,
-    addr: IpAddr,
-    ports: (u16, u16),
-    rule: u16,
-) -> Option<(usize, Entry<16>)> {
+/// The rules of one resolved address of `allow_hosts`: its allows (`allows`, one per
+/// `allow_hosts` rule that named it) in front of the policy's own rules for the address.
+/// The first allow always fits; further ones are added while there is room. `None` for an
+/// address in the private set (a name never opens a private address: DNS rebinding), or
+/// no allow.
+pub fn host_entry(c: &NetCompiled, addr: IpAddr, allows: &[PortRule]) -> Option<NetRules> {
+    let (first, extra) = allows.split_first()?;
     if is_private(addr) {
         return None;
     }
     let b = addr_bytes(addr);
     let len = (b.len() * 8) as u8;
-    let allow = PortRule {
-        port_lo: ports.0,
-        port_hi: ports.1,
-        rule,
-        action: net_action::ALLOW,
-        _pad: 0,
-    };
-    entry(&c.own, len, &b, &[allow]).ok()
+    let (_, e) = entry(&c.own, len, &b, std::slice::from_ref(first)).ok()?;
+    let mut rules = e.rules;
+    for r in extra {
+        let n = rules.count as usize;
+        if n < NET_RULES_PER_PREFIX {
+            rules.rules.copy_within(0..n, 1);
+            rules.rules[0] = *r;
+            rules.count += 1;
+        }
+    }
+    Some(rules)
 }
 
 /// The LPM entry that denies `addr`, an address this host gained after the policy was

@@ -511,3 +511,27 @@ fn home_ctx(home: &std::path::Path) -> Context {
         host_addrs: Vec::new(),
     }
 }
+
+#[test]
+fn allow_hosts_entries_put_every_allow_in_front_of_the_policy_rules() {
+    let c = net_policy("network:\n  deny: ['0.0.0.0/0:25']\n");
+    let allow = |port: u16, rule: u16| sandbox_common::PortRule {
+        port_lo: port,
+        port_hi: port,
+        rule,
+        action: net_action::ALLOW,
+        _pad: 0,
+    };
+    let addr: IpAddr = "93.184.216.34".parse().unwrap();
+    let e = net::host_entry(&c.net, addr, &[allow(443, 1), allow(80, 2)]).unwrap();
+    let rules = &e.rules[..e.count as usize];
+    // Both allows, the later one first, then the policy's own port-25 deny (inherited).
+    assert_eq!(rules.len(), 3, "{rules:?}");
+    assert_eq!((rules[0].port_lo, rules[0].rule), (80, 2));
+    assert_eq!((rules[1].port_lo, rules[1].rule), (443, 1));
+    assert_eq!((rules[2].port_lo, rules[2].action), (25, net_action::DENY));
+    // A name never opens a private address, and no allow means no entry.
+    let private: IpAddr = "169.254.169.254".parse().unwrap();
+    assert!(net::host_entry(&c.net, private, &[allow(80, 1)]).is_none());
+    assert!(net::host_entry(&c.net, addr, &[]).is_none());
+}

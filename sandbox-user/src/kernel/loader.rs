@@ -640,24 +640,10 @@ impl Enforcer {
             if have.get(addr) == Some(rules) {
                 continue;
             }
-            let Some(first) = rules.first() else { continue };
-            let Some((_, mut e)) = crate::compile::net::host_entry(
-                &policy.net,
-                *addr,
-                (first.port_lo, first.port_hi),
-                first.rule,
-            ) else {
+            let Some(entry) = crate::compile::net::host_entry(&policy.net, *addr, rules) else {
                 continue;
             };
-            // Further host rules for the same address go in front as well.
-            for extra in rules.iter().skip(1) {
-                if (e.rules.count as usize) < sandbox_common::NET_RULES_PER_PREFIX {
-                    e.rules.rules.copy_within(0..e.rules.count as usize, 1);
-                    e.rules.rules[0] = *extra;
-                    e.rules.count += 1;
-                }
-            }
-            self.put_net(pid, *addr, e.rules)?;
+            self.put_net(pid, *addr, entry)?;
             have.insert(*addr, rules.clone());
         }
         let gone: Vec<IpAddr> = have
