@@ -149,6 +149,24 @@ pub const LISTEN_ID_BASE: u32 = MAX_POLICIES;
 /// FNV-1a prime of the literal-path hash (kernel and userspace must agree).
 pub const LITERAL_FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
+/// A `LITERALS` value holds two sets of kinds (bit `1 << slot`, see [`accept`]): the low
+/// half for rules that name this path and everything below it, the half from this shift up
+/// for rules that name exactly this path (the names above protected paths).
+pub const LITERAL_EXACT_SHIFT: u32 = 16;
+const _: () = assert!(accept::SLOTS as u32 <= LITERAL_EXACT_SHIFT);
+
+/// The kinds of a `LITERALS` value that cover what lies below the path (checked at `/`).
+#[inline(always)]
+pub const fn literal_below(v: u32) -> u32 {
+    v & ((1 << LITERAL_EXACT_SHIFT) - 1)
+}
+
+/// The kinds of a `LITERALS` value that match the path itself (checked at its end).
+#[inline(always)]
+pub const fn literal_kinds(v: u32) -> u32 {
+    literal_below(v) | (v >> LITERAL_EXACT_SHIFT)
+}
+
 /// Map flag: the array can be memory-mapped by userspace (`BPF_F_MMAPABLE`).
 pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 

@@ -48,7 +48,8 @@ pub static SB_START: HashMap<SbKey, ScanStart> = HashMap::with_max_entries(4096,
 pub static SB_ROOTS: HashMap<SbRootKey, ScanStart> = HashMap::with_max_entries(4096, 0);
 
 /// (hash of a literal path, policy) -> kinds of rule covering that path and everything
-/// below it (sized by the loader). Read by file/exec hooks.
+/// below it, and (`LITERAL_EXACT_SHIFT` up) kinds naming exactly that path (sized by the
+/// loader). Read by file/exec hooks.
 #[map]
 pub static LITERALS: HashMap<LiteralKey, u32> = HashMap::with_max_entries(1, 0);
 

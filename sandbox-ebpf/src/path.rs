@@ -18,7 +18,7 @@ use sandbox_common::decide::FileMatch;
 use sandbox_common::{
     DFA_ANCHORED, DFA_FLOATING, DfaAccept, DfaInfo, InodeKey, KernelOffsets, LITERAL_FNV_PRIME,
     LiteralKey, MAX_DEPTH, NAME_MAX, PATH_MAX, PolicyInfo, SB_F_MULTI_ROOT, SB_F_SUBDIRS,
-    SB_F_SUBVOLS, SbKey, SbRootKey, ScanStart,
+    SB_F_SUBVOLS, SbKey, SbRootKey, ScanStart, literal_below, literal_kinds,
 };
 
 use crate::dircache;
@@ -313,7 +313,7 @@ extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
     if byte == b'/' {
         let below = u32::from(accept_of(&a, s.scan.anchored).below)
             | u32::from(accept_of(&f, s.scan.floating).below);
-        s.scan.mask |= below | literal(pid, s.scan.hash);
+        s.scan.mask |= below | literal_below(literal(pid, s.scan.hash));
     }
     s.scan.anchored = step(pid, DFA_ANCHORED, &a, s.scan.anchored, byte);
     s.scan.floating = step(pid, DFA_FLOATING, &f, s.scan.floating, byte);
@@ -748,7 +748,7 @@ fn scan_run(policy_id: u32, info: &PolicyInfo, dev: u32) -> u32 {
     s.scan.mask
         | u32::from(accept_of(&a, s.scan.anchored).exact)
         | u32::from(accept_of(&f, s.scan.floating).exact)
-        | literal(policy_id, s.scan.hash)
+        | literal_kinds(literal(policy_id, s.scan.hash))
 }
 
 /// The whole path of `dentry` (for a record, when the decision used only its last

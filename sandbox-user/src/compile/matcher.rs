@@ -24,15 +24,38 @@ use regex_automata::dfa::{Automaton, StartKind, dense};
 use regex_automata::util::primitives::StateID;
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, Input, MatchKind};
-use sandbox_common::{DfaAccept, LITERAL_FNV_PRIME, accept};
+use sandbox_common::{
+    DfaAccept, LITERAL_EXACT_SHIFT, LITERAL_FNV_PRIME, accept, literal_below, literal_kinds,
+};
 
-/// One pattern: glob (absolute, expanded), kind of rule (`accept` slot), literal or not.
+/// One pattern: glob (absolute, expanded), kind of rule (`accept` slot), and its shape.
 #[derive(Debug, Clone)]
 pub struct Pattern {
     pub glob: String,
-    /// A literal path (no glob characters): matches itself and everything below it.
-    pub literal: bool,
+    pub shape: Shape,
     pub slot: usize,
+}
+
+/// How a pattern matches, and so where it goes: literal paths into the hash set, globs into
+/// a DFA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// A glob (in an anchored or the floating DFA).
+    Glob,
+    /// A literal path (no glob characters): matches itself and everything below it.
+    Literal,
+    /// A literal path that matches itself only (the names above protected paths). In the
+    /// hash set with its kinds in the upper half of the value ([`LITERAL_EXACT_SHIFT`]):
+    /// thousands of these in a DFA made it a trie whose determinisation cost grew far faster
+    /// than the number of rules.
+    Name,
+}
+
+impl Shape {
+    /// `Literal` for a rule's literal path, `Glob` otherwise.
+    pub fn of(literal: bool) -> Self {
+        if literal { Self::Literal } else { Self::Glob }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,15 +265,24 @@ pub fn build<'a>(
     let mut groups: [BTreeMap<(usize, bool), Vec<String>>; 2] = [BTreeMap::new(), BTreeMap::new()];
     for p in patterns {
         let bit = 1u32 << p.slot;
-        if p.literal {
-            let path = if p.glob == "/" { "" } else { p.glob.as_str() };
-            *literals
-                .entry(fnv(seed, unescape(path).as_bytes()))
-                .or_default() |= bit;
-            if p.glob == "/" {
-                *literals.entry(fnv(seed, b"/")).or_default() |= bit;
+        match p.shape {
+            Shape::Glob => {}
+            Shape::Literal => {
+                let path = if p.glob == "/" { "" } else { p.glob.as_str() };
+                *literals
+                    .entry(fnv(seed, unescape(path).as_bytes()))
+                    .or_default() |= bit;
+                if p.glob == "/" {
+                    *literals.entry(fnv(seed, b"/")).or_default() |= bit;
+                }
+                continue;
             }
-            continue;
+            Shape::Name => {
+                *literals
+                    .entry(fnv(seed, unescape(&p.glob).as_bytes()))
+                    .or_default() |= bit << LITERAL_EXACT_SHIFT;
+                continue;
+            }
         }
         let (g, below) = match strip_below(&p.glob) {
             Some(x) => (x, true),
@@ -277,6 +309,20 @@ pub fn build<'a>(
         seed,
         literals,
     })
+}
+
+/// True when `g` has no glob character outside a `\` escape: it names one path.
+pub fn is_plain(g: &str) -> bool {
+    let mut esc = false;
+    for c in g.chars() {
+        match c {
+            _ if esc => esc = false,
+            '\\' => esc = true,
+            '*' | '?' | '[' | ']' | '{' | '}' => return false,
+            _ => {}
+        }
+    }
+    !esc
 }
 
 /// Globs are written with `\` escapes for literal glob characters; the kernel sees bytes.
@@ -435,7 +481,7 @@ impl Matcher {
             if b == b'/' {
                 s.mask |= u32::from(self.anchored.acc(s.anchored).below)
                     | u32::from(self.floating.acc(s.floating).below)
-                    | self.literals.get(&s.hash).copied().unwrap_or(0);
+                    | literal_below(self.literal(s.hash));
             }
             s.anchored = self.anchored.step(s.anchored, b);
             s.floating = self.floating.step(s.floating, b);
@@ -449,7 +495,11 @@ impl Matcher {
         s.mask
             | u32::from(self.anchored.acc(s.anchored).exact)
             | u32::from(self.floating.acc(s.floating).exact)
-            | self.literals.get(&s.hash).copied().unwrap_or(0)
+            | literal_kinds(self.literal(s.hash))
+    }
+
+    fn literal(&self, hash: u64) -> u32 {
+        self.literals.get(&hash).copied().unwrap_or(0)
     }
 
     /// Kinds matching an absolute canonical path.
@@ -472,6 +522,7 @@ pub struct Attribution {
 #[derive(Debug, Clone)]
 enum Rule {
     Literal(Vec<u8>),
+    Name(Vec<u8>),
     Glob(globset::GlobMatcher),
 }
 
@@ -488,13 +539,13 @@ impl Attribution {
         self.by_slot.get_or_init(|| {
             let mut by_slot = vec![Vec::new(); accept::SLOTS];
             for (p, id) in &self.rules {
-                let r = if p.literal {
-                    Rule::Literal(unescape(&p.glob).into_bytes())
-                } else {
-                    match glob(&p.glob) {
+                let r = match p.shape {
+                    Shape::Literal => Rule::Literal(unescape(&p.glob).into_bytes()),
+                    Shape::Name => Rule::Name(unescape(&p.glob).into_bytes()),
+                    Shape::Glob => match glob(&p.glob) {
                         Ok(g) => Rule::Glob(g.compile_matcher()),
                         Err(_) => continue,
-                    }
+                    },
                 };
                 by_slot[p.slot].push((*id, r));
             }
@@ -513,6 +564,7 @@ impl Attribution {
                         || path == l.as_slice()
                         || (path.starts_with(l) && path.get(l.len()) == Some(&b'/'))
                 }
+                Rule::Name(n) => path == n.as_slice(),
                 Rule::Glob(m) => m.is_match(p),
             };
             hit.then_some(*id)

@@ -179,7 +179,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
             patterns.push((
                 matcher::Pattern {
                     glob: r.glob.clone(),
-                    literal: r.literal.is_some(),
+                    shape: matcher::Shape::of(r.literal.is_some()),
                     slot,
                 },
                 id,
@@ -195,7 +195,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
                 patterns.push((
                     matcher::Pattern {
                         glob: w.clone(),
-                        literal: r.literal.is_some(),
+                        shape: matcher::Shape::of(r.literal.is_some()),
                         slot,
                     },
                     id,
@@ -313,7 +313,8 @@ fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
         ) {
             continue;
         }
-        let (ancestors, areas) = matcher::protected_ancestors(&p.glob, p.literal);
+        let (ancestors, areas) =
+            matcher::protected_ancestors(&p.glob, p.shape == matcher::Shape::Literal);
         // Moving read-only files away is harmless (they no longer stand where they would
         // run); moving denied files away exposes them.
         let denied = p.slot != accept::FILE_READ_ONLY;
@@ -337,14 +338,13 @@ fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
             );
         for (glob, slot) in wanted {
             if seen.insert((glob.clone(), slot)) {
-                extra.push((
-                    matcher::Pattern {
-                        glob,
-                        literal: false,
-                        slot,
-                    },
-                    *id,
-                ));
+                // A name with no glob character is matched through the hash set, exactly.
+                let shape = if slot != accept::CONTAINED && matcher::is_plain(&glob) {
+                    matcher::Shape::Name
+                } else {
+                    matcher::Shape::Glob
+                };
+                extra.push((matcher::Pattern { glob, shape, slot }, *id));
             }
         }
     }

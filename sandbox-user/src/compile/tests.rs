@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use sandbox_common::{accept, net_action};
 
-use super::matcher::{self as dfa, Attribution, Pattern};
+use super::matcher::{self as dfa, Attribution, Pattern, Shape};
 use super::net;
 use crate::policy::{Context, load_str};
 
@@ -119,7 +119,7 @@ fn matcher_agrees_with_globset_per_pattern() {
         let m = dfa::build(
             &[Pattern {
                 glob: glob.clone(),
-                literal,
+                shape: Shape::of(literal),
                 slot: accept::FILE_DENY,
             }],
             SEED,
@@ -159,7 +159,7 @@ fn combined_matcher_per_kind_and_attribution() {
                 pats.push((
                     Pattern {
                         glob,
-                        literal,
+                        shape: Shape::of(literal),
                         slot,
                     },
                     id,
@@ -171,7 +171,7 @@ fn combined_matcher_per_kind_and_attribution() {
         let attr = Attribution::new(pats.clone());
         let refs: Vec<Reference> = plain
             .iter()
-            .map(|p| Reference::new(&p.glob, p.literal))
+            .map(|p| Reference::new(&p.glob, p.shape == Shape::Literal))
             .collect();
         for _ in 0..300 {
             let path = gen_path(&mut r);
@@ -206,17 +206,17 @@ fn literal_covers_subtree_glob_does_not() {
         &[
             Pattern {
                 glob: "/home/u/.ssh".into(),
-                literal: true,
+                shape: Shape::Literal,
                 slot: accept::FILE_DENY,
             },
             Pattern {
                 glob: "/**/.env".into(),
-                literal: false,
+                shape: Shape::Glob,
                 slot: accept::FILE_DENY,
             },
             Pattern {
                 glob: "/data/*/secrets/**".into(),
-                literal: false,
+                shape: Shape::Glob,
                 slot: accept::FILE_READ_ONLY,
             },
         ],
@@ -237,6 +237,58 @@ fn literal_covers_subtree_glob_does_not() {
     assert!(!ro("/data/x/y/secrets/a"));
 }
 
+/// A name (the directories above a protected path) matches itself only, through the hash
+/// set: not what lies below it, and attribution agrees.
+#[test]
+fn a_name_matches_itself_not_below() {
+    let pats = vec![
+        (
+            Pattern {
+                glob: "/home/u".into(),
+                shape: Shape::Name,
+                slot: accept::ANCESTOR,
+            },
+            0,
+        ),
+        (
+            Pattern {
+                glob: "/home/u/x".into(),
+                shape: Shape::Name,
+                slot: accept::ANCESTOR,
+            },
+            1,
+        ),
+        (
+            Pattern {
+                glob: "/home".into(),
+                shape: Shape::Literal,
+                slot: accept::FILE_READ_ONLY,
+            },
+            2,
+        ),
+    ];
+    let plain: Vec<Pattern> = pats.iter().map(|(p, _)| p.clone()).collect();
+    let m = dfa::build(&plain, SEED).unwrap();
+    assert_eq!(m.anchored.states(), 1, "names stay out of the DFA");
+    let attr = Attribution::new(pats);
+    let anc = |p: &str| dfa::has(m.match_path(p.as_bytes()), accept::ANCESTOR);
+    assert!(anc("/home/u"));
+    assert!(anc("/home/u/x"));
+    assert!(!anc("/home/u/y"));
+    assert!(!anc("/home/u/x/z"));
+    assert!(!anc("/home"));
+    assert_eq!(attr.first(accept::ANCESTOR, b"/home/u/x"), Some(1));
+    assert_eq!(attr.first(accept::ANCESTOR, b"/home/u/y"), None);
+    // The same hash carries a literal's kinds for below and a name's for itself.
+    assert!(dfa::has(
+        m.match_path(b"/home/u/x/z"),
+        accept::FILE_READ_ONLY
+    ));
+    assert!(dfa::is_plain(r"/a/b\*c"));
+    assert!(!dfa::is_plain("/a/*"));
+    assert!(!dfa::is_plain("/a/{b,c}"));
+}
+
 /// Feeding a mount prefix first (what the loader stores per superblock) then the path inside
 /// the superblock gives the same result as feeding the full path, including "below" matches
 /// that complete inside the prefix.
@@ -246,17 +298,17 @@ fn superblock_prefix_state_composes() {
         &[
             Pattern {
                 glob: "/mnt/data/**/*.key".into(),
-                literal: false,
+                shape: Shape::Glob,
                 slot: accept::FILE_DENY,
             },
             Pattern {
                 glob: "/mnt".into(),
-                literal: true,
+                shape: Shape::Literal,
                 slot: accept::FILE_READ_ONLY,
             },
             Pattern {
                 glob: "/mnt/data/*/x/**".into(),
-                literal: false,
+                shape: Shape::Glob,
                 slot: accept::EXEC_DENY,
             },
         ],
