@@ -231,28 +231,50 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
             deb.display()
         );
     }
-    let mut results = Vec::new();
+    // The guests run side by side: each is mostly one busy vCPU (the tests run one after
+    // another inside), so a machine with two cores runs two at about the speed of one.
+    let workers = vm_workers();
+    let tests = vm::kernel_tests(&arts, filter)?;
+    let per_kernel = if tests.len() >= 8 { workers } else { 1 };
+    let mut jobs = Vec::new();
     for k in &kernels {
-        println!(
-            "==> kernel tests in a VM booting Debian's {} ({})",
-            k.version,
-            k.label.suite()
-        );
-        let outcome = vm::run_tests(k, &arts, filter)?;
-        println!("==> {}: {}", k.version, outcome);
-        results.push((k.version.clone(), outcome));
-        // The fallback on the oldest kernel too (Landlock ABI 2 there), booted without BPF
-        // LSM; with a filter, only when asked for by name.
-        if k.label == kernel::Label::V6_1 && filter.is_none_or(|f| f == "fallback") {
-            println!(
-                "==> fallback tests in a VM booting {} without BPF LSM",
-                k.version
-            );
-            let outcome = vm::run_fallback_tests(k, &arts)?;
-            println!("==> {} (fallback): {}", k.version, outcome);
-            results.push((format!("{} (fallback, no BPF LSM)", k.version), outcome));
+        let parts = vm::shards(&tests, per_kernel);
+        let n = parts.len();
+        for (i, part) in parts.into_iter().enumerate() {
+            if part.is_empty() {
+                continue;
+            }
+            jobs.push(vm::Job {
+                kernel: k,
+                name: if n > 1 {
+                    format!("{} ({}/{n})", k.version, i + 1)
+                } else {
+                    k.version.clone()
+                },
+                what: vm::What::Kernel {
+                    tests: part,
+                    shard: i,
+                },
+            });
         }
     }
+    // The fallback on the oldest kernel too (Landlock ABI 2 there), booted without BPF
+    // LSM; with a filter, only when asked for by name. Last: it is short.
+    if let Some(k) = kernels.iter().find(|k| k.label == kernel::Label::V6_1)
+        && filter.is_none_or(|f| f == "fallback")
+    {
+        jobs.push(vm::Job {
+            kernel: k,
+            name: format!("{} (fallback, no BPF LSM)", k.version),
+            what: vm::What::Fallback,
+        });
+    }
+    println!(
+        "==> {} kernel tests in {} guest boots, {workers} at a time (SANDBOX_VM_JOBS)",
+        tests.len(),
+        jobs.len()
+    );
+    let results = vm::run_all(&jobs, &arts, workers);
     println!("==> summary");
     let mut ok = true;
     for (v, o) in &results {
@@ -266,6 +288,16 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
         );
     }
     Ok(true)
+}
+
+/// How many guests run at once: `SANDBOX_VM_JOBS`, else one per core (at most 4; each
+/// guest takes 2 GiB).
+fn vm_workers() -> usize {
+    std::env::var("SANDBOX_VM_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
+        .max(1)
 }
 
 /// The fallback backend (no BPF LSM) on this machine's own kernel, before the VMs: the

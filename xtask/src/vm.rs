@@ -70,6 +70,18 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A job that never got a verdict (qemu could not start, say): a failure.
+    fn not_run() -> Self {
+        Self {
+            guest_rc: None,
+            verdict: None,
+            timed_out: false,
+            panicked: false,
+            tcg_text_poke: false,
+            seconds: 0.0,
+        }
+    }
+
     pub fn passed(&self) -> bool {
         self.guest_rc == Some(0) && self.verdict == Some(true) && !self.timed_out && !self.panicked
     }
@@ -202,6 +214,20 @@ pub fn boot(
     tag: &str,
     bpf_lsm: bool,
 ) -> anyhow::Result<Outcome> {
+    boot_as(kernel, arts, payload, timeout, tag, bpf_lsm, "")
+}
+
+/// [`boot`], with every console line shown prefixed by `prefix` (guests running side by
+/// side).
+fn boot_as(
+    kernel: &Kernel,
+    arts: &Artifacts,
+    payload: &str,
+    timeout: Duration,
+    tag: &str,
+    bpf_lsm: bool,
+    prefix: &str,
+) -> anyhow::Result<Outcome> {
     let lsm = if bpf_lsm { LSM } else { LSM_NO_BPF };
     let dir = target_dir()?.join("vmtest");
     std::fs::create_dir_all(&dir)?;
@@ -213,7 +239,7 @@ pub fn boot(
     let mut child = qemu(&kernel.vmlinuz, &initrd, lsm)
         .spawn()
         .context("starting qemu-system-x86_64")?;
-    let seen = watch(&mut child, &mut log, start, timeout)?;
+    let seen = watch(&mut child, &mut log, start, timeout, prefix)?;
     let status = child.wait()?;
     let _ = std::fs::remove_file(&initrd);
     // isa-debug-exit: qemu's status is (guest << 1) | 1.
@@ -277,6 +303,7 @@ fn watch(
     log: &mut std::fs::File,
     start: Instant,
     timeout: Duration,
+    prefix: &str,
 ) -> anyhow::Result<Seen> {
     let stdout = child
         .stdout
@@ -316,7 +343,7 @@ fn watch(
                     inside = false;
                 }
                 if inside || line.starts_with("VMTEST: ") || seen.panicked {
-                    println!("{line}");
+                    println!("{prefix}{line}");
                 }
                 if line == "VMTEST-BEGIN" {
                     inside = true;
@@ -336,51 +363,113 @@ fn watch(
     Ok(seen)
 }
 
-pub fn run_tests(
-    kernel: &Kernel,
-    arts: &Artifacts,
-    filter: Option<&str>,
-) -> anyhow::Result<Outcome> {
-    let filter = filter.map(|f| format!(" '{f}'")).unwrap_or_default();
-    let payload = format!(
-        "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe /kernel-tests --include-ignored --test-threads=1{filter}"
-    );
-    let run = || {
-        boot(
-            kernel,
-            arts,
-            &payload,
-            Duration::from_mins(45),
-            "tests",
-            true,
-        )
-    };
-    let o = run()?;
-    if o.panicked && o.tcg_text_poke {
-        // An emulator fault, not a test failure (see `Outcome::tcg_text_poke`): once more,
-        // and that run's result counts.
-        println!(
-            "==> {}: {o} (int3 oops under TCG); running again",
-            kernel.version
-        );
-        return run();
-    }
-    Ok(o)
+/// One guest boot of `cargo xtask test`.
+pub struct Job<'a> {
+    pub kernel: &'a Kernel,
+    /// What the summary calls it, e.g. `6.12.95+deb12-amd64 (1/2)`.
+    pub name: String,
+    pub what: What,
 }
 
-/// The fallback tests (`tests/tests/fallback.rs`) in a guest booted without BPF LSM: the
-/// per-ABI behaviour of an older Landlock (6.1: ABI 2).
-pub fn run_fallback_tests(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<Outcome> {
-    let payload = "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
-                   /fallback-tests --include-ignored --test-threads=1";
-    boot(
-        kernel,
-        arts,
-        payload,
-        Duration::from_mins(10),
-        "fallback",
-        false,
-    )
+pub enum What {
+    /// These kernel tests (exact names), with BPF LSM.
+    Kernel { tests: Vec<String>, shard: usize },
+    /// The fallback tests (`tests/tests/fallback.rs`) in a guest booted without BPF LSM:
+    /// the per-ABI behaviour of an older Landlock (6.1: ABI 2).
+    Fallback,
+}
+
+/// The kernel tests' names (the host can list the guest's test binary), those containing
+/// `filter` when one is given.
+pub fn kernel_tests(arts: &Artifacts, filter: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let out = Command::new(&arts.kernel_tests)
+        .args(["--list", "--include-ignored"])
+        .output()
+        .context("listing the kernel tests")?;
+    anyhow::ensure!(out.status.success(), "listing the kernel tests failed");
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .filter(|n| filter.is_none_or(|f| n.contains(f)))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Splits `tests` into `n` shards of about equal size, neighbours apart (tests of one
+/// module tend to cost alike).
+pub fn shards(tests: &[String], n: usize) -> Vec<Vec<String>> {
+    let n = n.clamp(1, tests.len().max(1));
+    let mut out = vec![Vec::new(); n];
+    for (i, t) in tests.iter().enumerate() {
+        out[i % n].push(t.clone());
+    }
+    out
+}
+
+impl Job<'_> {
+    /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
+    /// [`Outcome::tcg_text_poke`]) gets one more boot, whose result counts.
+    pub fn run(&self, arts: &Artifacts) -> anyhow::Result<Outcome> {
+        let prefix = format!("[{}] ", self.name);
+        let (payload, timeout, tag, bpf_lsm) = match &self.what {
+            What::Kernel { tests, shard } => (
+                format!(
+                    "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
+                     /kernel-tests --include-ignored --test-threads=1 --exact {}",
+                    tests.join(" ")
+                ),
+                Duration::from_mins(45),
+                format!("tests{shard}"),
+                true,
+            ),
+            What::Fallback => (
+                "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
+                 /fallback-tests --include-ignored --test-threads=1"
+                    .to_owned(),
+                Duration::from_mins(10),
+                "fallback".to_owned(),
+                false,
+            ),
+        };
+        let boot = || boot_as(self.kernel, arts, &payload, timeout, &tag, bpf_lsm, &prefix);
+        let o = boot()?;
+        if o.panicked && o.tcg_text_poke {
+            println!(
+                "==> {}: {o} (int3 oops under TCG); running again",
+                self.name
+            );
+            return boot();
+        }
+        Ok(o)
+    }
+}
+
+/// Runs `jobs` on `workers` guests at a time (each guest is mostly one busy vCPU: the
+/// tests run one after another), longest first; results in the order given.
+pub fn run_all(jobs: &[Job<'_>], arts: &Artifacts, workers: usize) -> Vec<(String, Outcome)> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(vec![None; jobs.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..workers.clamp(1, jobs.len().max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    println!("==> {}: started", job.name);
+                    let o = job.run(arts).unwrap_or_else(|e| {
+                        println!("==> {}: could not run: {e:#}", job.name);
+                        Outcome::not_run()
+                    });
+                    println!("==> {}: {o}", job.name);
+                    results.lock().expect("results")[i] = Some(o);
+                }
+            });
+        }
+    });
+    jobs.iter()
+        .zip(results.into_inner().expect("results"))
+        .map(|(j, o)| (j.name.clone(), o.unwrap_or_else(Outcome::not_run)))
+        .collect()
 }
 
 /// Runs one command in the guest (words are quoted for the guest shell).
