@@ -180,6 +180,8 @@ pub struct Artifacts {
     pub kernel_tests: PathBuf,
     /// `tests/tests/fallback.rs`, run on the host and in a guest without BPF LSM.
     pub fallback_tests: PathBuf,
+    /// `tests/tests/systemd.rs`, run in a guest whose PID 1 is systemd.
+    pub systemd_tests: PathBuf,
     pub bench: PathBuf,
 }
 
@@ -200,12 +202,14 @@ fn build() -> anyhow::Result<Artifacts> {
     )?;
     let tests = sh::cargo_test_executable(&root, "sandbox-tests", "kernel")?;
     let fallback_tests = sh::cargo_test_executable(&root, "sandbox-tests", "fallback")?;
+    let systemd_tests = sh::cargo_test_executable(&root, "sandbox-tests", "systemd")?;
     let rel = target_dir()?.join("release");
     Ok(Artifacts {
         sandbox: rel.join("sandbox"),
         probe: rel.join("sandbox-probe"),
         kernel_tests: tests,
         fallback_tests,
+        systemd_tests,
         bench: rel.join("sandbox-bench"),
     })
 }
@@ -267,6 +271,17 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
             kernel: k,
             name: format!("{} (fallback, no BPF LSM)", k.version),
             what: vm::What::Fallback,
+        });
+    }
+    // sandbox under systemd (a delegated scope, the shipped unit), on the newest kernel;
+    // with a filter, only when asked for by name.
+    if let Some(k) = kernels.last()
+        && filter.is_none_or(|f| f == "systemd")
+    {
+        jobs.push(vm::Job {
+            kernel: k,
+            name: format!("{} (systemd as PID 1)", k.version),
+            what: vm::What::Systemd,
         });
     }
     println!(

@@ -1,7 +1,7 @@
 //! Set-up from nothing: pinned toolchains, bpf-linker built against the eBPF nightly's own
 //! libLLVM (into `.tools/`, rebuilt only when missing), Debian packages for the VM, kernels.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, anyhow, bail};
@@ -198,6 +198,10 @@ pub fn packages() -> anyhow::Result<()> {
     // (tests/tests/shipping.rs).
     if system_tool("rsyslogd").is_none() {
         need.push("rsyslog");
+    }
+    // The systemd guest boots the host's systemd as its PID 1 (tests/tests/systemd.rs).
+    if !Path::new("/lib/systemd/systemd").exists() || !sh::have("systemd-run") {
+        need.push("systemd");
     }
     if !sh::have("dpkg-deb") || !sh::have("apt-get") {
         bail!("xtask needs a Debian-based machine (apt-get, dpkg-deb) to fetch kernels and QEMU");

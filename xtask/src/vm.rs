@@ -55,6 +55,54 @@ sync
 poweroff -f
 "#;
 
+/// The systemd guest's payload, run by `/init`: it writes the test job as a unit and
+/// replaces the shell (PID 1) with systemd, which runs the unit; the unit's script ends the
+/// guest with the verdict, as `/init` would. systemd mounts what it needs on top of what
+/// `/init` mounted. Units log to the console (no journald in the guest).
+const SYSTEMD_PAYLOAD: &str = r#"cat > /vmtest.sh <<'VMTEST_EOF'
+#!/bin/sh
+export PATH=/usr/bin:/bin:/sbin:/usr/sbin HOME=/root
+cd /root
+@PAYLOAD@
+rc=$?
+echo VMTEST-END
+echo "VMTEST-EXIT: $rc"
+if [ $rc = 0 ]; then echo "VMTEST-RESULT: PASS"; else echo "VMTEST-RESULT: FAIL"; fi
+sync
+/usr/bin/sandbox-probe qemu-exit $rc
+VMTEST_EOF
+chmod 755 /vmtest.sh
+cat > /etc/systemd/system/vmtest.service <<'VMTEST_EOF'
+[Unit]
+DefaultDependencies=no
+[Service]
+Type=oneshot
+ExecStart=/vmtest.sh
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/ttyS0
+TTYReset=no
+TTYVHangup=no
+VMTEST_EOF
+printf '[Manager]
+DefaultStandardOutput=tty
+DefaultStandardError=tty
+' > /etc/systemd/system.conf
+echo 5d1b1c0f8e6a4b7c9d2e3f4a5b6c7d8e > /etc/machine-id
+printf 'NAME=sandbox-vm
+ID=debian
+' > /etc/os-release
+exec /lib/systemd/systemd --unit=vmtest.service --log-level=notice --log-target=console"#;
+
+/// What the systemd guest has of the host's systemd (Debian's `systemd` package, which
+/// `cargo xtask setup` installs), with the libraries `ldd` finds for them.
+const SYSTEMD_BINARIES: &[(&str, &str)] = &[
+    ("/lib/systemd/systemd", "/lib/systemd/systemd"),
+    ("/usr/bin/systemctl", "/usr/bin/systemctl"),
+    ("/usr/bin/systemd-run", "/usr/bin/systemd-run"),
+    ("/usr/bin/systemd-escape", "/usr/bin/systemd-escape"),
+];
+
 /// What a VM run ended with.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -105,7 +153,13 @@ impl fmt::Display for Outcome {
     }
 }
 
-fn initramfs(arts: &Artifacts, modules: &Path, payload: &str, out: &Path) -> anyhow::Result<()> {
+fn initramfs(
+    arts: &Artifacts,
+    modules: &Path,
+    payload: &str,
+    out: &Path,
+    systemd: bool,
+) -> anyhow::Result<()> {
     let mut c = Cpio::new();
     for d in [
         "/proc",
@@ -154,12 +208,26 @@ fn initramfs(arts: &Artifacts, modules: &Path, payload: &str, out: &Path) -> any
         (&arts.probe, "/usr/bin/sandbox-probe"),
         (&arts.kernel_tests, "/kernel-tests"),
         (&arts.fallback_tests, "/fallback-tests"),
+        (&arts.systemd_tests, "/systemd-tests"),
         (&arts.bench, "/usr/bin/sandbox-bench"),
     ];
     bins.extend(btrfs_tools.iter().map(|(h, g)| (h.as_path(), g.as_str())));
+    if systemd {
+        c.dir("/lib/systemd");
+        c.dir("/etc/systemd");
+        c.dir("/etc/systemd/system");
+        for (host, guest) in SYSTEMD_BINARIES {
+            bins.push((Path::new(host), guest));
+        }
+    }
     let mut libs = std::collections::BTreeSet::new();
     for (host, guest) in bins {
         if !host.exists() {
+            anyhow::ensure!(
+                !systemd,
+                "{} is missing (cargo xtask setup installs it)",
+                host.display()
+            );
             continue;
         }
         c.copy(host, guest)
@@ -228,11 +296,12 @@ fn boot_as(
     bpf_lsm: bool,
     prefix: &str,
 ) -> anyhow::Result<Outcome> {
+    let systemd = tag == "systemd";
     let lsm = if bpf_lsm { LSM } else { LSM_NO_BPF };
     let dir = target_dir()?.join("vmtest");
     std::fs::create_dir_all(&dir)?;
     let initrd = dir.join(format!("{tag}-{}.cpio", kernel.version));
-    initramfs(arts, &kernel.modules, payload, &initrd)?;
+    initramfs(arts, &kernel.modules, payload, &initrd, systemd)?;
     let log_path = dir.join(format!("{tag}-{}.log", kernel.version));
     let mut log = std::fs::File::create(&log_path)?;
     let start = Instant::now();
@@ -377,6 +446,8 @@ pub enum What {
     /// The fallback tests (`tests/tests/fallback.rs`) in a guest booted without BPF LSM:
     /// the per-ABI behaviour of an older Landlock (6.1: ABI 2).
     Fallback,
+    /// The systemd tests (`tests/tests/systemd.rs`) in a guest whose PID 1 is systemd.
+    Systemd,
 }
 
 /// The kernel tests' names (the host can list the guest's test binary), those containing
@@ -429,6 +500,16 @@ impl Job<'_> {
                 Duration::from_mins(10),
                 "fallback".to_owned(),
                 false,
+            ),
+            What::Systemd => (
+                SYSTEMD_PAYLOAD.replace(
+                    "@PAYLOAD@",
+                    "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
+                     /systemd-tests --include-ignored --test-threads=1",
+                ),
+                Duration::from_mins(8),
+                "systemd".to_owned(),
+                true,
             ),
         };
         let boot = || boot_as(self.kernel, arts, &payload, timeout, &tag, bpf_lsm, &prefix);

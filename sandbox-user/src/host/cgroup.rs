@@ -116,14 +116,37 @@ impl Cgroup {
         })
     }
 
-    /// Creates `<root>/sandbox/<name>`.
+    /// Creates the cgroup of a `sandbox run`: `<scope>/<name>` inside the delegated scope
+    /// sandbox runs in under systemd (sandbox itself moves to `<scope>/supervisor`, so that
+    /// processes stay in leaves), else `<root>/sandbox/<name>`.
     pub fn create(root: &Path, name: &str) -> Result<Self, CgroupError> {
-        let parent = root.join("sandbox");
-        match std::fs::create_dir(&parent) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io(&parent)(e)),
-        }
+        let parent = match crate::host::systemd::delegated_scope(root) {
+            Some(scope) => {
+                let me = scope.join("supervisor");
+                let moved = std::fs::create_dir(&me)
+                    .or_else(|e| {
+                        if e.kind() == std::io::ErrorKind::AlreadyExists {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    })
+                    .and_then(|()| std::fs::write(me.join("cgroup.procs"), b"0"));
+                if let Err(e) = moved {
+                    tracing::warn!("moving sandbox into {}: {e}", me.display());
+                }
+                scope
+            }
+            None => {
+                let parent = root.join("sandbox");
+                match std::fs::create_dir(&parent) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io(&parent)(e)),
+                }
+                parent
+            }
+        };
         let path = parent.join(name);
         std::fs::create_dir(&path).map_err(io(&path))?;
         Self::open(root, &path)
@@ -183,6 +206,25 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir(dir)
 }
 
+/// Where `sandbox run` makes cgroups: `/sandbox`, and the scopes of `/sandbox.slice`
+/// under systemd.
+pub fn run_parents(root: &Path) -> Vec<PathBuf> {
+    vec![root.join("sandbox"), root.join(crate::host::systemd::SLICE)]
+}
+
+/// The cgroup a `sandbox run` with this pid made, wherever it is.
+pub fn run_cgroup(root: &Path, pid: u32) -> Option<PathBuf> {
+    let name = format!("run-{pid}");
+    [
+        root.join("sandbox").join(&name),
+        root.join(crate::host::systemd::SLICE)
+            .join(format!("sandbox-run-{pid}.scope"))
+            .join(&name),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
 /// Names of cgroups by id (the directory's inode number), found by walking the hierarchy
 /// under `root/sandbox` and cached.
 #[derive(Debug)]
@@ -205,7 +247,7 @@ impl Names {
         if let Some(n) = cache.get(&id) {
             return Some(n.clone());
         }
-        let mut stack = vec![self.root.join("sandbox")];
+        let mut stack = run_parents(&self.root);
         while let Some(dir) = stack.pop() {
             let Ok(rd) = std::fs::read_dir(&dir) else {
                 continue;

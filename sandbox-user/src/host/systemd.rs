@@ -2,8 +2,16 @@
 //! (`sd_notify`'s datagram protocol on `$NOTIFY_SOCKET`, for `Type=notify` units, which
 //! `Type=notify-reload` also understands) and whether stderr is the journal (`$JOURNAL_STREAM`).
 //! Both are plain protocols on real sockets; no library is needed.
+//!
+//! Under systemd, `sandbox run` also moves itself into a transient scope with
+//! `Delegate=yes` ([`enter_delegated_scope`]) and makes the run's cgroup there: systemd owns
+//! the cgroup tree, and a directory made outside what it delegated is one it may trim or
+//! move processes out of.
 
+use std::ffi::OsString;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 
 /// Where to send notifications; nothing when not started by a service manager.
 pub struct Notifier {
@@ -96,6 +104,85 @@ pub fn stderr_is_journal() -> bool {
         return false;
     };
     nix::sys::stat::fstat(std::io::stderr()).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
+}
+
+/// The slice every `sandbox run` scope goes in (`systemd-cgls /sandbox.slice` lists the
+/// runs).
+pub const SLICE: &str = "sandbox.slice";
+
+/// Set by `sandbox run` for itself when it re-executes inside its scope: the scope's unit
+/// name. `SANDBOX_SCOPE=none` (set by the user) keeps the old layout (`<cgroup root>/sandbox`).
+pub const SCOPE_ENV: &str = "SANDBOX_SCOPE";
+
+/// systemd is this host's service manager (`sd_booted(3)`).
+pub fn booted() -> bool {
+    Path::new("/run/systemd/system").is_dir()
+}
+
+/// Under systemd, re-executes this very command (same pid, terminal, arguments) through
+/// `systemd-run --scope -p Delegate=yes` in [`SLICE`]: systemd makes the scope, hands its
+/// cgroup subtree to sandbox, and removes it once every process in it has ended. Returns
+/// when there is nothing to do (no systemd, already in the scope, `SANDBOX_SCOPE=none`);
+/// does not return when the re-execution starts. Fails closed: when `systemd-run` cannot be
+/// executed, the error says how to run without a scope.
+pub fn enter_delegated_scope() -> anyhow::Result<()> {
+    if std::env::var_os(SCOPE_ENV).is_some() || !booted() || !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let Some(systemd_run) = ["/usr/bin/systemd-run", "/bin/systemd-run"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+    else {
+        anyhow::bail!(
+            "systemd is this host's service manager but systemd-run is missing: sandbox runs \
+             the command in a transient scope systemd delegates to it. Install systemd-run, \
+             or set SANDBOX_SCOPE=none to make the run's cgroup under /sandbox of the \
+             cgroup tree instead"
+        );
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("finding sandbox's own binary: {e}"))?;
+    let unit = format!("sandbox-run-{}.scope", std::process::id());
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    tracing::debug!("under systemd: re-executing in the delegated scope {unit} ({SLICE})");
+    let err = std::process::Command::new(systemd_run)
+        .args(["--scope", "--quiet", "--collect", "--property=Delegate=yes"])
+        .arg(format!("--slice={SLICE}"))
+        .arg(format!("--unit={unit}"))
+        .arg("--description=sandbox run")
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .env(SCOPE_ENV, &unit)
+        .exec();
+    anyhow::bail!(
+        "cannot execute {}: {err} (set SANDBOX_SCOPE=none to run without a systemd scope)",
+        systemd_run.display()
+    )
+}
+
+/// The delegated scope this process runs in, as made by [`enter_delegated_scope`]: the
+/// scope's cgroup directory, when `SANDBOX_SCOPE` names the unit this process's cgroup
+/// really is. The variable is removed (nothing sandbox starts inherits it).
+pub fn delegated_scope(cgroup_root: &Path) -> Option<PathBuf> {
+    let unit = std::env::var(SCOPE_ENV).ok()?;
+    // SAFETY: at start-up, before sandbox starts other threads that read the environment.
+    unsafe { std::env::remove_var(SCOPE_ENV) };
+    if unit == "none" {
+        return None;
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let (_, last) = path.rsplit_once('/')?;
+    if last != unit {
+        tracing::warn!(
+            "{SCOPE_ENV}={unit}, but sandbox runs in the cgroup {path}: ignored (the run's \
+             cgroup goes under /sandbox)"
+        );
+        return None;
+    }
+    Some(cgroup_root.join(path.trim_start_matches('/')))
 }
 
 #[cfg(test)]

@@ -363,8 +363,7 @@ pub fn sweep(cgroup_root: &Path) -> Swept {
         if start_time(pid) == Some(start) {
             continue; // that sandbox is still running
         }
-        let cg = cgroup_root.join("sandbox").join(format!("run-{pid}"));
-        if cg.exists() {
+        if let Some(cg) = crate::host::cgroup::run_cgroup(cgroup_root, pid) {
             let left = Cgroup::open(cgroup_root, &cg).and_then(|c| {
                 let n = c.pids().len();
                 c.destroy().map(|()| n)

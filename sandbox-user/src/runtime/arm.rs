@@ -204,7 +204,8 @@ pub fn remount(
 /// Which cgroup a policy is bound to.
 #[derive(Debug, Clone, Copy)]
 pub enum Bind<'a> {
-    /// A new cgroup `<root>/sandbox/<name>`, created once the programs are attached.
+    /// A new cgroup `<root>/sandbox/<name>` (under systemd: in the run's delegated scope),
+    /// created once the programs are attached.
     NewRun(&'a str),
     /// An existing cgroup (`sandbox attach`): never created or removed by sandbox.
     Existing(&'a Path),

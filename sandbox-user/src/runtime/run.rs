@@ -59,6 +59,7 @@ pub struct RunOptions {
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
+    crate::host::systemd::enter_delegated_scope()?;
     term::start();
     if crate::host::systemd::stderr_is_journal() {
         term::journal_levels();
