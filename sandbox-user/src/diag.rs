@@ -85,7 +85,9 @@ impl<S: Subscriber> Layer<S> for TermLayer {
         };
         let mut v = Line(String::new());
         event.record(&mut v);
-        term::line(&format!("sandbox: {level}{}", v.0));
+        // Messages carry names the agent chose (paths, mount points, host names, and the
+        // programs' own lines): one line, with no control bytes, whatever they hold.
+        term::line(&format!("sandbox: {level}{}", term::escape(&v.0)));
     }
 }
 

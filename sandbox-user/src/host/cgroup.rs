@@ -165,6 +165,12 @@ impl Cgroup {
 
     /// Kills every process in the subtree and removes the directories.
     pub fn destroy(&self) -> Result<(), CgroupError> {
+        self.kill_and_wait()?;
+        remove_tree(&self.path).map_err(io(&self.path))
+    }
+
+    /// Kills every process in the subtree and waits (up to 5 s) until it is empty.
+    pub fn kill_and_wait(&self) -> Result<(), CgroupError> {
         let kill = self.path.join("cgroup.kill");
         if std::fs::write(&kill, b"1").is_err() {
             for pid in self.pids() {
@@ -179,7 +185,13 @@ impl Cgroup {
         while !self.pids().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        remove_tree(&self.path).map_err(io(&self.path))
+        match self.pids().len() {
+            0 => Ok(()),
+            n => Err(CgroupError::Io {
+                path: self.path.display().to_string(),
+                source: std::io::Error::other(format!("{n} process(es) still there after 5 s")),
+            }),
+        }
     }
 }
 

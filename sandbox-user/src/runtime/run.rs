@@ -136,8 +136,17 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         drop_to: target
             .drop
             .then(|| {
-                let user = target.name.as_deref().map(CString::new).transpose()?;
-                Ok::<_, std::ffi::NulError>((target.uid, target.gid, user))
+                // The user's groups, looked up now: the lookup goes through NSS (files,
+                // sssd, LDAP), which has no place between fork and exec.
+                let groups = match target.name.as_deref() {
+                    Some(name) => nix::unistd::getgrouplist(
+                        &CString::new(name)?,
+                        nix::unistd::Gid::from_raw(target.gid),
+                    )
+                    .with_context(|| format!("looking up the groups of {name}"))?,
+                    None => Vec::new(),
+                };
+                Ok::<_, anyhow::Error>((target.uid, target.gid, groups))
             })
             .transpose()?,
         keep,
@@ -185,8 +194,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
 /// What the command starts with, decided before the fork (nothing is allocated between
 /// fork and exec).
 struct Privileges {
-    /// Become this user (uid, gid, name for its groups); `None`: stay root.
-    drop_to: Option<(u32, u32, Option<CString>)>,
+    /// Become this user (uid, gid, its groups); `None`: stay root.
+    drop_to: Option<(u32, u32, Vec<nix::unistd::Gid>)>,
     /// Capabilities kept (see `caps`); all others go from every set.
     keep: CapSet,
     last_cap: u32,
@@ -206,7 +215,7 @@ impl Privileges {
     /// # Safety
     /// Call only in the child of a fork, before exec.
     unsafe fn apply(&self) -> std::io::Result<()> {
-        use nix::unistd::{Gid, Uid, getppid, initgroups, setgid, setgroups, setuid};
+        use nix::unistd::{Gid, Uid, getppid, setgid, setgroups, setuid};
         // A root command with a capability left is refused rather than started; for a
         // user the bounding set only matters without no_new_privs.
         let must_cut = self.drop_to.is_none() || !self.no_new_privs;
@@ -216,13 +225,9 @@ impl Privileges {
         {
             return Err(e);
         }
-        if let Some((uid, gid, user)) = &self.drop_to {
-            let gid = Gid::from_raw(*gid);
-            match user {
-                Some(u) => initgroups(u, gid)?,
-                None => setgroups(&[])?,
-            }
-            setgid(gid)?;
+        if let Some((uid, gid, groups)) = &self.drop_to {
+            setgroups(groups)?;
+            setgid(Gid::from_raw(*gid))?;
             setuid(Uid::from_raw(*uid))?;
         }
         // SAFETY: as above.
@@ -386,8 +391,13 @@ async fn supervise(
         }
     };
     t.lap("command ran");
-    // Events still in flight from the last moments of the command.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // What the command left running ends now, before the last drain: nothing can add
+    // records once the cgroup is empty, so the drain reads everything, and what did not
+    // fit in the ring is in the drop count it reads last (a process left behind cannot
+    // act between the drain and the teardown, unrecorded).
+    if let Err(e) = session.cgroup.kill_and_wait() {
+        tracing::warn!("ending what the command left running: {e}");
+    }
     session.last_drain()?;
     Ok(exit_code(status))
 }

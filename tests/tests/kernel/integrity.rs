@@ -501,6 +501,58 @@ fn a_flood_of_identical_denials_is_counted_not_lost() {
     );
 }
 
+/// What the command leaves running when it exits is ended before the last read of the
+/// ring: every denial it made is in the log, as a record or counted as lost; none is made
+/// after that read and never told (a process left behind in audit mode could otherwise act
+/// unrecorded between the last drain and the teardown).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn what_the_command_leaves_running_is_recorded_to_its_end() {
+    let d = workdir("left-running");
+    write(&d.join("secret"), "s");
+    let secret = s(&d.join("secret"));
+    let count = d.join("count");
+    let policy = format!("files:\n  deny: [{secret}]\n");
+    // The route: outside the sandbox the file opens.
+    assert_eq!(probe_outside(&["open", &secret, "r"]), OK);
+    // A loop in the background, each attempt a new process (so no two denials are alike),
+    // each counted before it is made; the command itself exits at once.
+    let script = format!(
+        "( while true; do echo x >> {count}; {probe} open {secret} r >/dev/null; done ) & \
+         sleep 1; exit 0",
+        count = count.display(),
+        probe = s(&bins().probe),
+    );
+    let r = run_as(User::Root, &d, Some(&policy), &["/bin/sh", "-c", &script]);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    let attempts = std::fs::read_to_string(&count).unwrap().lines().count() as u64;
+    let recorded: u64 = r
+        .audit
+        .iter()
+        .filter(|x| x["file"]["path"] == secret.as_str())
+        .map(|x| x["count"].as_u64().unwrap_or(1))
+        .sum();
+    let lost: u64 = r
+        .audit
+        .iter()
+        .filter(|x| x["activity_name"] == "Records Lost")
+        .filter_map(|x| x["count"].as_u64())
+        .sum();
+    assert!(attempts > 1, "the loop never ran: {}", r.stderr);
+    // The last attempt may have been counted and killed before its open.
+    assert!(
+        recorded + lost + 1 >= attempts,
+        "{attempts} attempts, {recorded} recorded, {lost} counted as lost"
+    );
+    // And nothing goes on in the cgroup after sandbox ended.
+    let after = std::fs::read_to_string(&count).unwrap().lines().count() as u64;
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap().lines().count() as u64,
+        after
+    );
+}
+
 /// If sandbox is killed, its direct child dies with it, also when it runs as another user
 /// (changing uid clears the parent-death signal, so it is set after the change).
 #[test]
