@@ -2,12 +2,12 @@
 //! ignored by a plain `cargo test`, and failing, never passing, where systemd is not PID 1):
 //! - `sandbox run` makes the run's cgroup in a transient scope systemd delegated to it, not
 //!   in a directory of its own beside systemd's;
-//! - the shipped `sandbox-attach@.service` confines a slice with no start-up window, reloads
-//!   and stops as its comments say.
+//! - the shipped `sandbox-attach@.service`, as the Debian package installed it in the guest,
+//!   confines a slice with no start-up window, reloads and stops as its comments say.
 
 use sandbox_tests::*;
 
-/// The shipped unit, as the package installs it.
+/// The unit in the source tree, which the package must have installed as it is.
 const ATTACH_UNIT: &str = include_str!("../../sandbox-user/systemd/sandbox-attach@.service");
 
 fn systemd_is_pid_1() {
@@ -167,10 +167,13 @@ fn the_attach_unit_confines_a_slice_from_its_first_process() {
         policy,
         &format!("name: agents\nfiles:\n  deny: [{secret}]\n"),
     );
-    write(
-        Path::new("/etc/systemd/system/sandbox-attach@.service"),
-        &ATTACH_UNIT.replace("/usr/bin/sandbox", &b.sandbox.display().to_string()),
+    // The package's unit and binary (`cargo xtask test` installs the .deb in this guest).
+    assert_eq!(
+        std::fs::read_to_string("/usr/lib/systemd/system/sandbox-attach@.service")
+            .expect("the package's unit"),
+        ATTACH_UNIT
     );
+    assert_eq!(b.sandbox, Path::new("/usr/bin/sandbox"));
     // The service, started the way the unit's comments say: its first process already
     // confined.
     let out = d.join("victim.out");

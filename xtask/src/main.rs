@@ -275,13 +275,16 @@ fn test(labels: &[kernel::Label], filter: Option<&str>, vm_only: bool) -> anyhow
     }
     // sandbox under systemd (a delegated scope, the shipped unit), on the newest kernel;
     // with a filter, only when asked for by name.
+    // The Debian package is installed in that guest: the unit and the binary the tests
+    // use are the package's.
     if let Some(k) = kernels.last()
         && filter.is_none_or(|f| f == "systemd")
     {
+        let deb = deb::build(&root, &arts.sandbox).context("the Debian package")?;
         jobs.push(vm::Job {
             kernel: k,
             name: format!("{} (systemd as PID 1)", k.version),
-            what: vm::What::Systemd,
+            what: vm::What::Systemd { deb },
         });
     }
     println!(

@@ -63,6 +63,8 @@ const SYSTEMD_PAYLOAD: &str = r#"cat > /vmtest.sh <<'VMTEST_EOF'
 #!/bin/sh
 export PATH=/usr/bin:/bin:/sbin:/usr/sbin HOME=/root
 cd /root
+# The package's own postinst, as dpkg runs it (systemd learns about the unit).
+for p in /var/lib/dpkg/info/*.postinst; do "$p" configure || echo "VMTEST: $p failed"; done
 @PAYLOAD@
 rc=$?
 echo VMTEST-END
@@ -158,8 +160,9 @@ fn initramfs(
     modules: &Path,
     payload: &str,
     out: &Path,
-    systemd: bool,
+    deb: Option<&Path>,
 ) -> anyhow::Result<()> {
+    let systemd = deb.is_some();
     let mut c = Cpio::new();
     for d in [
         "/proc",
@@ -238,7 +241,53 @@ fn initramfs(
         let real = std::fs::canonicalize(&lib)?;
         c.copy(&real, &lib.display().to_string())?;
     }
+    if let Some(deb) = deb {
+        install_package(&mut c, deb, &out.with_extension("deb.d"))?;
+    }
     c.finish(out)?;
+    Ok(())
+}
+
+/// Adds every file below `dir` to the initramfs at its path relative to `root`.
+fn walk(c: &mut Cpio, root: &Path, dir: &Path) -> anyhow::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for e in entries {
+        let path = e.path();
+        let guest = format!("/{}", path.strip_prefix(root)?.display());
+        if e.file_type()?.is_dir() {
+            c.dir(&guest);
+            walk(c, root, &path)?;
+        } else {
+            c.copy(&path, &guest)?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts the Debian package's files where `dpkg -i` puts them (its binary over the one
+/// already there: the same file) and its postinst as `/var/lib/dpkg/info/PKG.postinst`,
+/// which the systemd guest runs once systemd is up. (No dpkg database: nothing in the
+/// guest asks dpkg.)
+fn install_package(c: &mut Cpio, deb: &Path, scratch: &Path) -> anyhow::Result<()> {
+    if scratch.exists() {
+        std::fs::remove_dir_all(scratch)?;
+    }
+    std::fs::create_dir_all(scratch)?;
+    let (data, control) = (scratch.join("data"), scratch.join("control"));
+    for (flag, dir) in [("-x", &data), ("-e", &control)] {
+        let st = Command::new("dpkg-deb")
+            .arg(flag)
+            .arg(deb)
+            .arg(dir)
+            .status()?;
+        anyhow::ensure!(st.success(), "dpkg-deb {flag} {} failed", deb.display());
+    }
+    walk(c, &data, &data)?;
+    c.copy(
+        &control.join("postinst"),
+        &format!("/var/lib/dpkg/info/{}.postinst", crate::deb::PACKAGE),
+    )?;
     Ok(())
 }
 
@@ -282,26 +331,24 @@ pub fn boot(
     tag: &str,
     bpf_lsm: bool,
 ) -> anyhow::Result<Outcome> {
-    boot_as(kernel, arts, payload, timeout, tag, bpf_lsm, "")
+    boot_as(kernel, arts, payload, timeout, (tag, bpf_lsm, None), "")
 }
 
 /// [`boot`], with every console line shown prefixed by `prefix` (guests running side by
-/// side).
+/// side); `deb`: a systemd guest with this package installed.
 fn boot_as(
     kernel: &Kernel,
     arts: &Artifacts,
     payload: &str,
     timeout: Duration,
-    tag: &str,
-    bpf_lsm: bool,
+    (tag, bpf_lsm, deb): (&str, bool, Option<&Path>),
     prefix: &str,
 ) -> anyhow::Result<Outcome> {
-    let systemd = tag == "systemd";
     let lsm = if bpf_lsm { LSM } else { LSM_NO_BPF };
     let dir = target_dir()?.join("vmtest");
     std::fs::create_dir_all(&dir)?;
     let initrd = dir.join(format!("{tag}-{}.cpio", kernel.version));
-    initramfs(arts, &kernel.modules, payload, &initrd, systemd)?;
+    initramfs(arts, &kernel.modules, payload, &initrd, deb)?;
     let log_path = dir.join(format!("{tag}-{}.log", kernel.version));
     let mut log = std::fs::File::create(&log_path)?;
     let start = Instant::now();
@@ -446,8 +493,9 @@ pub enum What {
     /// The fallback tests (`tests/tests/fallback.rs`) in a guest booted without BPF LSM:
     /// the per-ABI behaviour of an older Landlock (6.1: ABI 2).
     Fallback,
-    /// The systemd tests (`tests/tests/systemd.rs`) in a guest whose PID 1 is systemd.
-    Systemd,
+    /// The systemd tests (`tests/tests/systemd.rs`) in a guest whose PID 1 is systemd,
+    /// with this Debian package installed.
+    Systemd { deb: PathBuf },
 }
 
 /// The kernel tests' names (the host can list the guest's test binary), those containing
@@ -501,7 +549,7 @@ impl Job<'_> {
                 "fallback".to_owned(),
                 false,
             ),
-            What::Systemd => (
+            What::Systemd { .. } => (
                 SYSTEMD_PAYLOAD.replace(
                     "@PAYLOAD@",
                     "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
@@ -512,7 +560,20 @@ impl Job<'_> {
                 true,
             ),
         };
-        let boot = || boot_as(self.kernel, arts, &payload, timeout, &tag, bpf_lsm, &prefix);
+        let deb = match &self.what {
+            What::Systemd { deb } => Some(deb.as_path()),
+            _ => None,
+        };
+        let boot = || {
+            boot_as(
+                self.kernel,
+                arts,
+                &payload,
+                timeout,
+                (&tag, bpf_lsm, deb),
+                &prefix,
+            )
+        };
         let o = boot()?;
         if o.panicked && o.tcg_text_poke {
             println!(
