@@ -46,14 +46,18 @@ echo "VMTEST: kernel $(uname -r), lsm $(cat /sys/kernel/security/lsm), uptime $(
 echo VMTEST-BEGIN
 cd /root
 @PAYLOAD@
-rc=$?
+@VERDICT@
+poweroff -f
+"#;
+
+/// The end of every guest's job: the verdict of the command before it, on the console and
+/// through `isa-debug-exit`.
+const VERDICT: &str = r#"rc=$?
 echo VMTEST-END
 echo "VMTEST-EXIT: $rc"
 if [ $rc = 0 ]; then echo "VMTEST-RESULT: PASS"; else echo "VMTEST-RESULT: FAIL"; fi
 sync
-/usr/bin/sandbox-probe qemu-exit $rc
-poweroff -f
-"#;
+/usr/bin/sandbox-probe qemu-exit $rc"#;
 
 /// The systemd guest's payload, run by `/init`: it writes the test job as a unit and
 /// replaces the shell (PID 1) with systemd, which runs the unit; the unit's script ends the
@@ -66,12 +70,7 @@ cd /root
 # The package's own postinst, as dpkg runs it (systemd learns about the unit).
 for p in /var/lib/dpkg/info/*.postinst; do "$p" configure || echo "VMTEST: $p failed"; done
 @PAYLOAD@
-rc=$?
-echo VMTEST-END
-echo "VMTEST-EXIT: $rc"
-if [ $rc = 0 ]; then echo "VMTEST-RESULT: PASS"; else echo "VMTEST-RESULT: FAIL"; fi
-sync
-/usr/bin/sandbox-probe qemu-exit $rc
+@VERDICT@
 VMTEST_EOF
 chmod 755 /vmtest.sh
 cat > /etc/systemd/system/vmtest.service <<'VMTEST_EOF'
@@ -194,7 +193,9 @@ fn initramfs(
     c.file(
         "/init",
         0o755,
-        INIT.replace("@PAYLOAD@", payload).as_bytes(),
+        INIT.replace("@PAYLOAD@", payload)
+            .replace("@VERDICT@", VERDICT)
+            .as_bytes(),
     );
     c.file(
         "/etc/passwd",
@@ -375,7 +376,9 @@ fn qemu(vmlinuz: &Path, initrd: &Path, lsm: &str) -> Command {
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args(["-nodefaults", "-machine", "pc"])
         .args(accel())
-        .args(["-smp", "2", "-m", "2G", "-kernel"])
+        .arg("-smp")
+        .arg(std::env::var("SANDBOX_VM_CPUS").unwrap_or_else(|_| "2".to_owned()))
+        .args(["-m", "2G", "-kernel"])
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
