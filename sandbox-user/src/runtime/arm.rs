@@ -132,23 +132,28 @@ pub struct Armed {
     pub host_addrs: HostAddrs,
 }
 
-/// The host's own addresses, followed while sandbox runs (with `block_private`).
+/// The host's own addresses, followed while sandbox runs (with `block_private`, or
+/// `allow_hosts`: a name never allows one of them).
 pub struct HostAddrs {
     /// Opened before the addresses are read again, so no change goes unnoticed.
     pub watch: Option<crate::host::netif::AddrWatch>,
     /// Added after compilation (the compiled ones are in the policy).
     pub added: std::collections::BTreeSet<std::net::IpAddr>,
+    /// Every address this host has had since sandbox started following them (kept when
+    /// it goes away: a stale refusal fails closed).
+    pub seen: std::collections::BTreeSet<std::net::IpAddr>,
 }
 
 impl HostAddrs {
     /// Starts following the addresses and denies those gained since the policy was
-    /// compiled. Without `block_private` there is nothing to follow.
+    /// compiled. Without `block_private` or `allow_hosts` there is nothing to follow.
     fn start(enforcer: &mut Enforcer, compiled: &CompiledPolicy) -> anyhow::Result<Self> {
         let mut me = Self {
             watch: None,
             added: std::collections::BTreeSet::new(),
+            seen: std::collections::BTreeSet::new(),
         };
-        if compiled.net.host_rule.is_some() {
+        if compiled.net.host_rule.is_some() || !compiled.net.hosts.is_empty() {
             me.watch = Some(
                 crate::host::netif::AddrWatch::new()
                     .context("watching this host's network addresses (netlink)")?,
@@ -158,13 +163,15 @@ impl HostAddrs {
         Ok(me)
     }
 
-    /// After a change: denies the addresses gained.
+    /// After a change: denies the addresses gained (with `block_private`), and remembers
+    /// them all (`seen`, for `allow_hosts`).
     pub fn refresh(
         &mut self,
         enforcer: &mut Enforcer,
         compiled: &CompiledPolicy,
     ) -> anyhow::Result<()> {
         let now = crate::host::netif::addresses();
+        self.seen.extend(now.iter().copied());
         match enforcer.deny_host_addrs(compiled, &now, &mut self.added) {
             Ok(new) if !new.is_empty() => {
                 tracing::debug!("this host gained {new:?}: denied");
@@ -310,15 +317,19 @@ fn arm_loaded(
     let mount_watch = mounts::MountWatch::new().context("watching /proc/self/mountinfo")?;
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(compiled, &mounts, ids)?;
+    // This host's addresses first: no name is allowed one of them.
+    let host_addrs = HostAddrs::start(enforcer, compiled)?;
     let mut hosts = HostState::default();
     if !compiled.net.hosts.is_empty() {
-        let round = crate::runtime::hosts::resolve(compiled);
+        let round = crate::runtime::hosts::resolve(compiled, &host_addrs.seen);
         for w in &round.warnings {
             tracing::warn!("{w}");
         }
-        hosts.install(&round, enforcer, compiled)?;
+        // What could not be written is not allowed (fail closed); the lookups go on.
+        if let Err(e) = hosts.install(&round, enforcer, compiled, &host_addrs.seen) {
+            tracing::warn!("allow_hosts: some addresses could not be allowed: {e}");
+        }
     }
-    let host_addrs = HostAddrs::start(enforcer, compiled)?;
     t.lap("apply");
     let cgroup = match (existing, bind) {
         (Some(c), _) => {
