@@ -153,6 +153,52 @@ impl Drop for DnsServer {
     }
 }
 
+/// An address of this host: `ADDR/LEN` on `lo` (`ip addr add`); deleted when the guard
+/// goes.
+pub struct HostAddr(String);
+
+impl HostAddr {
+    pub fn add(addr: &str, len: u8) -> Self {
+        let a = Self(format!("{addr}/{len}"));
+        let ok = std::process::Command::new("ip")
+            .args(["addr", "add", &a.0, "dev", "lo"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip addr add {} dev lo", a.0);
+        a
+    }
+}
+
+impl Drop for HostAddr {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "del", &self.0, "dev", "lo"])
+            .status();
+    }
+}
+
+/// Some `sandbox run` has its command in its cgroup.
+pub fn sandbox_runs() -> bool {
+    std::fs::read_dir("/sys/fs/cgroup/sandbox").is_ok_and(|dir| {
+        dir.flatten().any(|e| {
+            std::fs::read_to_string(e.path().join("cgroup.procs"))
+                .is_ok_and(|s| !s.trim().is_empty())
+        })
+    })
+}
+
+/// Waits (up to 30 s) until some `sandbox run` has its command in its cgroup.
+pub fn wait_for_sandbox_run() {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !sandbox_runs() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `sandbox attach --cgroup CGROUP --policy POLICY --audit-log AUDIT`, its stderr read line
 /// by line.
 pub struct Attached {

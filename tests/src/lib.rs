@@ -24,7 +24,10 @@ pub use std::time::{Duration, Instant};
 
 pub use serde_json::{Value, json};
 
-pub use crate::fixtures::{Attached, Bind, DiskFs, DnsServer, Resolution, Tmpfs};
+pub use crate::fixtures::{
+    Attached, Bind, DiskFs, DnsServer, HostAddr, Resolution, Tmpfs, sandbox_runs,
+    wait_for_sandbox_run,
+};
 pub use crate::run::{
     ANY, Case, EACCES, ENETUNREACH, EPERM, OK, Rec, Run, as_user, check, check_as, check_as_env,
     probe, probe_as, probe_in_cgroup, probe_outside, probe_outside_as, read_audit, rec, run_as,

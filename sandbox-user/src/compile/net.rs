@@ -6,8 +6,9 @@
 //! prefix that contains it, longest first. So `allow 10.1.2.3:443` punches through
 //! `block_private` for port 443 only, and 10.1.2.3:22 still falls through to 10.0.0.0/8.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::ops::Range;
 
 use ipnet::IpNet;
 use sandbox_common::{NET_RULES_PER_PREFIX, NetRules, PortRule, net_action};
@@ -54,6 +55,9 @@ pub struct NetCompiled {
     pub own: BTreeMap<(u8, Vec<u8>), Vec<PortRule>>,
     /// `allow_hosts` entries with their rule ids.
     pub hosts: Vec<(HostRule, u16)>,
+    /// The rule ids of `network.deny`: explicit denies, which no DNS answer overrides (see
+    /// [`host_entry`]).
+    pub deny_rules: Range<u16>,
     /// `network.listen`: local addresses that may serve (looked up under policy id
     /// `p + LISTEN_ID_BASE`; what no rule allows is denied).
     pub listen_v4: Vec<Entry<4>>,
@@ -102,6 +106,7 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
         let (key, r) = rule_of(net, ports, action, rule);
         own.entry(key).or_default().push(r);
     };
+    let deny_start = rules.len() as u16;
     for r in &n.deny {
         push(r.net, r.ports, net_action::DENY, rules.len());
         rules.push(RuleInfo {
@@ -109,6 +114,7 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
             source: r.source.clone(),
         });
     }
+    let deny_rules = deny_start..rules.len() as u16;
     for r in &n.allow {
         push(r.net, r.ports, net_action::ALLOW, rules.len());
         rules.push(RuleInfo {
@@ -181,6 +187,7 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
         v6,
         own,
         hosts,
+        deny_rules,
         listen_v4,
         listen_v6,
         host_rule,
@@ -230,29 +237,84 @@ pub fn is_private(addr: IpAddr) -> bool {
         .any(|s| s.parse::<IpNet>().is_ok_and(|n| n.contains(&addr)))
 }
 
-/// The rules of one resolved address of `allow_hosts`: its allows (`allows`, one per
-/// `allow_hosts` rule that named it) in front of the policy's own rules for the address.
-/// The first allow always fits; further ones are added while there is room. `None` for an
-/// address in the private set (a name never opens a private address: DNS rebinding), or
-/// no allow.
-pub fn host_entry(c: &NetCompiled, addr: IpAddr, allows: &[PortRule]) -> Option<NetRules> {
-    let (first, extra) = allows.split_first()?;
+/// Why a DNS answer is never allowed, if it is not: an address in the private set (a name
+/// never opens a private address: DNS rebinding), or an address of this host (it reaches the
+/// host's own services, as loopback does): one it had when the policy was compiled
+/// (`c.host_addrs`) or one of `own`, the addresses it has had since. IPv4 embedded in IPv6
+/// counts as the IPv4 address.
+pub fn host_refusal(c: &NetCompiled, addr: IpAddr, own: &BTreeSet<IpAddr>) -> Option<&'static str> {
     if is_private(addr) {
+        return Some("a private address");
+    }
+    let v4 = embedded_v4(addr).map(IpAddr::V4);
+    let this_host = |a: IpAddr| c.host_addrs.contains(&a) || own.contains(&a);
+    if this_host(addr) || v4.is_some_and(this_host) {
+        return Some("an address of this host");
+    }
+    None
+}
+
+/// The rules of one resolved address of `allow_hosts`: the policy's own rules for the
+/// address, with its allows (`allows`, one per `allow_hosts` rule that named it) in front of
+/// all but the explicit denies (`network.deny`) that cover it: a DNS answer opens what the
+/// policy leaves to the default or to the private set, never what it denies by name (on
+/// the ports that deny names). The first allow always fits; further ones are added while
+/// there is room. `None` for an address [`host_refusal`] refuses (`own`: the addresses this
+/// host has had since compilation), or no allow.
+pub fn host_entry(
+    c: &NetCompiled,
+    addr: IpAddr,
+    allows: &[PortRule],
+    own: &BTreeSet<IpAddr>,
+) -> Option<NetRules> {
+    if allows.is_empty() || host_refusal(c, addr, own).is_some() {
         return None;
     }
     let b = addr_bytes(addr);
     let len = (b.len() * 8) as u8;
-    let (_, e) = entry(&c.own, len, &b, std::slice::from_ref(first)).ok()?;
-    let mut rules = e.rules;
-    for r in extra {
-        let n = rules.count as usize;
-        if n < NET_RULES_PER_PREFIX {
-            rules.rules.copy_within(0..n, 1);
-            rules.rules[0] = *r;
-            rules.count += 1;
+    let policy = inherited(&c.own, len, &b);
+    let room = NET_RULES_PER_PREFIX.checked_sub(policy.len())?;
+    if room == 0 {
+        return None;
+    }
+    // After the last explicit deny: every rule before it is an explicit deny or allow (the
+    // private set and this host's addresses were refused above), and keeps its verdict.
+    let at = policy
+        .iter()
+        .rposition(|r| r.action == net_action::DENY && c.deny_rules.contains(&r.rule))
+        .map_or(0, |i| i + 1);
+    let mut list = policy[..at].to_vec();
+    list.extend(allows[..allows.len().min(room)].iter().rev());
+    list.extend_from_slice(&policy[at..]);
+    let mut rules = NetRules {
+        count: list.len() as u32,
+        ..NetRules::default()
+    };
+    rules.rules[..list.len()].copy_from_slice(&list);
+    Some(rules)
+}
+
+/// What `addr`'s own entry (a /32 or /128) is without any `allow_hosts` answer: the deny of
+/// an address this host gained while sandbox ran (in `own`, see [`own_host_entry`]), else
+/// the policy's own entry for that exact prefix, else none (the shorter prefixes decide).
+pub fn base_entry(c: &NetCompiled, addr: IpAddr, own: &BTreeSet<IpAddr>) -> Option<NetRules> {
+    if own.contains(&addr)
+        && let Some(e) = own_host_entry(c, addr)
+    {
+        return Some(e.rules);
+    }
+    match addr {
+        IpAddr::V4(a) => {
+            c.v4.iter()
+                .find(|e| e.prefix_len == 32 && e.addr == a.octets())
+                .map(|e| e.rules)
+        }
+        IpAddr::V6(a) => {
+            c.v6.iter()
+                .find(|e| e.prefix_len == 128 && e.addr == a.octets())
+                .map(|e| e.rules)
         }
     }
-    Some(rules)
 }
 
 /// The LPM entry that denies `addr`, an address this host gained after the policy was

@@ -564,26 +564,133 @@ fn home_ctx(home: &std::path::Path) -> Context {
     }
 }
 
-#[test]
-fn allow_hosts_entries_put_every_allow_in_front_of_the_policy_rules() {
-    let c = net_policy("network:\n  deny: ['0.0.0.0/0:25']\n");
-    let allow = |port: u16, rule: u16| sandbox_common::PortRule {
+fn allow(port: u16, rule: u16) -> sandbox_common::PortRule {
+    sandbox_common::PortRule {
         port_lo: port,
         port_hi: port,
         rule,
         action: net_action::ALLOW,
         _pad: 0,
-    };
+    }
+}
+
+/// The kernel's choice in one entry: the first port rule that covers `port`.
+fn first_rule(e: &sandbox_common::NetRules, port: u16) -> Option<(u8, u16)> {
+    e.rules[..e.count as usize]
+        .iter()
+        .find(|r| r.port_lo <= port && port <= r.port_hi)
+        .map(|r| (r.action, r.rule))
+}
+
+#[test]
+fn allow_hosts_entries_put_every_allow_in_front_of_the_policy_rules() {
+    let c = net_policy("network:\n  block_private: false\n  allow: ['0.0.0.0/0:25']\n");
+    let none = std::collections::BTreeSet::new();
     let addr: IpAddr = "93.184.216.34".parse().unwrap();
-    let e = net::host_entry(&c.net, addr, &[allow(443, 1), allow(80, 2)]).unwrap();
+    let e = net::host_entry(&c.net, addr, &[allow(443, 1), allow(80, 2)], &none).unwrap();
     let rules = &e.rules[..e.count as usize];
-    // Both allows, the later one first, then the policy's own port-25 deny (inherited).
+    // Both allows, the later one first, then the policy's own port-25 allow (inherited).
     assert_eq!(rules.len(), 3, "{rules:?}");
     assert_eq!((rules[0].port_lo, rules[0].rule), (80, 2));
     assert_eq!((rules[1].port_lo, rules[1].rule), (443, 1));
-    assert_eq!((rules[2].port_lo, rules[2].action), (25, net_action::DENY));
+    assert_eq!((rules[2].port_lo, rules[2].action), (25, net_action::ALLOW));
     // A name never opens a private address, and no allow means no entry.
     let private: IpAddr = "169.254.169.254".parse().unwrap();
-    assert!(net::host_entry(&c.net, private, &[allow(80, 1)]).is_none());
-    assert!(net::host_entry(&c.net, addr, &[]).is_none());
+    assert!(net::host_entry(&c.net, private, &[allow(80, 1)], &none).is_none());
+    assert!(net::host_entry(&c.net, addr, &[], &none).is_none());
+}
+
+/// An explicit `network.deny` that covers a resolved address stays in front of the
+/// name's allow (on the ports it names); the policy's explicit allows keep their place.
+#[test]
+fn allow_hosts_entries_never_override_an_explicit_deny() {
+    let c = net_policy(
+        "network:\n  deny: ['93.184.216.0/24:22', '5.6.0.0/16', '0.0.0.0/0:25']\n  \
+         allow: ['93.184.216.34:8080', '5.6.7.8:993']\n  allow_hosts: [a.test]\n",
+    );
+    let none = std::collections::BTreeSet::new();
+    let host = c.net.hosts[0].1;
+    let any = sandbox_common::PortRule {
+        port_lo: 0,
+        port_hi: u16::MAX,
+        ..allow(0, host)
+    };
+    let a: IpAddr = "93.184.216.34".parse().unwrap();
+    let e = net::host_entry(&c.net, a, &[any], &none).unwrap();
+    let deny = |i: usize| Some((net_action::DENY, c.net.deny_rules.start + i as u16));
+    assert_eq!(first_rule(&e, 22), deny(0), "the /24's port-22 deny wins");
+    assert_eq!(
+        first_rule(&e, 25),
+        deny(2),
+        "and the port-25 deny of every address"
+    );
+    assert_eq!(first_rule(&e, 443), Some((net_action::ALLOW, host)));
+    assert_eq!(first_rule(&e, 8080).map(|r| r.0), Some(net_action::ALLOW));
+    // A range denied on every port stays denied, except where the policy itself allows.
+    let b: IpAddr = "5.6.7.8".parse().unwrap();
+    let e = net::host_entry(&c.net, b, &[any], &none).unwrap();
+    assert_eq!(first_rule(&e, 443), deny(1));
+    assert_eq!(first_rule(&e, 993).map(|r| r.0), Some(net_action::ALLOW));
+    // Elsewhere the name opens what the default would refuse.
+    let e = net::host_entry(&c.net, "8.8.8.8".parse().unwrap(), &[any], &none).unwrap();
+    assert_eq!(first_rule(&e, 443), Some((net_action::ALLOW, host)));
+    assert_eq!(first_rule(&e, 25), deny(2));
+}
+
+/// A name never allows an address of this host: one it had at compile time (also as
+/// IPv4-mapped IPv6) or one it gained since. When such an address leaves the names, what
+/// the policy says for it comes back: the gained address's deny, the compiled entry.
+#[test]
+fn allow_hosts_entries_never_open_this_host() {
+    let ctx = Context {
+        home: "/home/u".into(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: vec![
+            "93.184.216.50".parse().unwrap(),
+            "2001:db8:feed::50".parse().unwrap(),
+        ],
+    };
+    let yaml = "network:\n  allow_hosts: [a.test]\n";
+    let c = super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap();
+    let allows = [allow(443, c.net.hosts[0].1)];
+    let gained: IpAddr = "93.184.216.60".parse().unwrap();
+    let own = std::collections::BTreeSet::from([gained]);
+    let none = std::collections::BTreeSet::new();
+    for a in [
+        "93.184.216.50",
+        "::ffff:93.184.216.50",
+        "2001:db8:feed::50",
+        "93.184.216.60",
+    ] {
+        let addr: IpAddr = a.parse().unwrap();
+        assert_eq!(
+            net::host_refusal(&c.net, addr, &own),
+            Some("an address of this host"),
+            "{a}"
+        );
+        assert!(
+            net::host_entry(&c.net, addr, &allows, &own).is_none(),
+            "{a}"
+        );
+    }
+    // Before it was gained, .60 was an ordinary public address.
+    assert!(net::host_entry(&c.net, gained, &allows, &none).is_some());
+    assert_eq!(
+        net::host_refusal(&c.net, "10.0.0.1".parse().unwrap(), &own),
+        Some("a private address")
+    );
+    // What comes back when the name no longer has the address: the deny of a gained
+    // address (not a bare removal), the compiled entry of a startup one, or nothing.
+    let back = net::base_entry(&c.net, gained, &own).expect("the gained address's deny");
+    assert_eq!(
+        first_rule(&back, 443),
+        Some((net_action::DENY, c.net.host_rule.unwrap()))
+    );
+    let startup: IpAddr = "93.184.216.50".parse().unwrap();
+    let back = net::base_entry(&c.net, startup, &own).expect("the compiled /32");
+    assert_eq!(first_rule(&back, 443).map(|r| r.0), Some(net_action::DENY));
+    assert!(net::base_entry(&c.net, gained, &none).is_none());
+    assert!(net::base_entry(&c.net, "8.8.8.8".parse().unwrap(), &own).is_none());
 }

@@ -626,53 +626,54 @@ impl Enforcer {
     }
 
     /// Makes the LPM entries for resolved `allow_hosts` addresses match `want` (address ->
-    /// allow rules). `have` is what was installed before; it is updated. An address that goes
-    /// away gets back the policy's own entry for that exact prefix, if it has one.
+    /// allow rules). `have` is what was installed before; it is updated to what is in the
+    /// kernel. `own`: the addresses this host has had while sandbox ran, never allowed by a
+    /// name. An address that goes away (or became this host's) gets back what the policy
+    /// says for that exact prefix ([`crate::compile::net::base_entry`]: the deny of a gained
+    /// host address, the policy's own entry, or none). Addresses leave first, so expiry
+    /// never waits on a write that fails; a failed write leaves that address as it was and
+    /// the rest is still written; the first error is returned.
     pub fn set_hosts(
         &mut self,
         policy: &CompiledPolicy,
         want: &std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>,
         have: &mut std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>,
+        own: &std::collections::BTreeSet<std::net::IpAddr>,
     ) -> Result<(), LoadError> {
-        use std::net::IpAddr;
+        use crate::compile::net::{base_entry, host_entry};
         let pid = self.policy_id;
-        for (addr, rules) in want {
-            if have.get(addr) == Some(rules) {
-                continue;
-            }
-            let Some(entry) = crate::compile::net::host_entry(&policy.net, *addr, rules) else {
-                continue;
-            };
-            self.put_net(pid, *addr, entry)?;
-            have.insert(*addr, rules.clone());
-        }
-        let gone: Vec<IpAddr> = have
+        let entries: Vec<_> = want
+            .iter()
+            .filter_map(|(addr, rules)| {
+                host_entry(&policy.net, *addr, rules, own).map(|e| (*addr, rules, e))
+            })
+            .collect();
+        let gone: Vec<std::net::IpAddr> = have
             .keys()
-            .filter(|a| !want.contains_key(a))
+            .filter(|a| !entries.iter().any(|(w, _, _)| w == *a))
             .copied()
             .collect();
+        let mut first = None;
         for addr in gone {
-            have.remove(&addr);
-            let own = match addr {
-                IpAddr::V4(a) => policy
-                    .net
-                    .v4
-                    .iter()
-                    .find(|e| e.prefix_len == 32 && e.addr == a.octets())
-                    .map(|e| e.rules),
-                IpAddr::V6(a) => policy
-                    .net
-                    .v6
-                    .iter()
-                    .find(|e| e.prefix_len == 128 && e.addr == a.octets())
-                    .map(|e| e.rules),
+            let restored = match base_entry(&policy.net, addr, own) {
+                Some(r) => self.put_net(pid, addr, r),
+                None => self.remove_net(pid, addr),
             };
-            match own {
-                Some(r) => self.put_net(pid, addr, r)?,
-                None => self.remove_net(pid, addr)?,
+            match restored {
+                Ok(()) => drop(have.remove(&addr)),
+                Err(e) => drop(first.get_or_insert(e)),
             }
         }
-        Ok(())
+        for (addr, rules, entry) in entries {
+            if have.get(&addr) == Some(rules) {
+                continue;
+            }
+            match self.put_net(pid, addr, entry) {
+                Ok(()) => drop(have.insert(addr, rules.clone())),
+                Err(e) => drop(first.get_or_insert(e)),
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Denies the addresses in `now` this host gained after the policy was compiled (with

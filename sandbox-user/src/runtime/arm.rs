@@ -59,10 +59,14 @@ pub fn load_trusted_policy(
     Ok(policy::load_str(&text, &p.display().to_string(), ctx)?)
 }
 
+/// The files name resolution reads (sandbox's `allow_hosts` lookups and `getaddrinfo`).
+pub const RESOLVER_FILES: [&str; 3] = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"];
+
 /// Makes sandbox's own files read-only for the command, whatever the policy says and even
 /// when the command runs as root: the audit log (and its rotated copies), the policy
-/// file, `/etc/sandbox` (where later runs find theirs), and sandbox's own `/proc/PID`
-/// entries. Added as `files.read_only` rules, which beat `files.write`.
+/// file, `/etc/sandbox` (where later runs find theirs), the name resolution files
+/// ([`RESOLVER_FILES`]) and sandbox's own `/proc/PID` entries. Added as `files.read_only`
+/// rules, which beat `files.write`.
 pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Option<&Path>) {
     let mut add = |what: &str, glob: String, literal: Option<PathBuf>| {
         policy.files.read_only.push(PathRule {
@@ -99,6 +103,22 @@ pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Op
             Some(p),
         );
     }
+    // What sandbox reads to resolve `allow_hosts` names while the command runs (its
+    // nameservers; `getaddrinfo`'s names and sources, where `nsswitch.conf` also names the
+    // modules libc loads into sandbox): a command that could write them would choose the
+    // addresses its names open. Written and canonical forms (resolv.conf is often a link
+    // into /run).
+    for file in RESOLVER_FILES {
+        let file = PathBuf::from(file);
+        let canonical = std::fs::canonicalize(&file).ok().filter(|c| *c != file);
+        for p in std::iter::once(file).chain(canonical) {
+            add(
+                "name resolution",
+                policy::expand::escape_glob(&p.display().to_string()),
+                Some(p),
+            );
+        }
+    }
     if let Some(p) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) {
         add(
             "policy file",
@@ -132,23 +152,28 @@ pub struct Armed {
     pub host_addrs: HostAddrs,
 }
 
-/// The host's own addresses, followed while sandbox runs (with `block_private`).
+/// The host's own addresses, followed while sandbox runs (with `block_private`, or
+/// `allow_hosts`: a name never allows one of them).
 pub struct HostAddrs {
     /// Opened before the addresses are read again, so no change goes unnoticed.
     pub watch: Option<crate::host::netif::AddrWatch>,
     /// Added after compilation (the compiled ones are in the policy).
     pub added: std::collections::BTreeSet<std::net::IpAddr>,
+    /// Every address this host has had since sandbox started following them (kept when
+    /// it goes away: a stale refusal fails closed).
+    pub seen: std::collections::BTreeSet<std::net::IpAddr>,
 }
 
 impl HostAddrs {
     /// Starts following the addresses and denies those gained since the policy was
-    /// compiled. Without `block_private` there is nothing to follow.
+    /// compiled. Without `block_private` or `allow_hosts` there is nothing to follow.
     fn start(enforcer: &mut Enforcer, compiled: &CompiledPolicy) -> anyhow::Result<Self> {
         let mut me = Self {
             watch: None,
             added: std::collections::BTreeSet::new(),
+            seen: std::collections::BTreeSet::new(),
         };
-        if compiled.net.host_rule.is_some() {
+        if compiled.net.host_rule.is_some() || !compiled.net.hosts.is_empty() {
             me.watch = Some(
                 crate::host::netif::AddrWatch::new()
                     .context("watching this host's network addresses (netlink)")?,
@@ -158,13 +183,15 @@ impl HostAddrs {
         Ok(me)
     }
 
-    /// After a change: denies the addresses gained.
+    /// After a change: denies the addresses gained (with `block_private`), and remembers
+    /// them all (`seen`, for `allow_hosts`).
     pub fn refresh(
         &mut self,
         enforcer: &mut Enforcer,
         compiled: &CompiledPolicy,
     ) -> anyhow::Result<()> {
         let now = crate::host::netif::addresses();
+        self.seen.extend(now.iter().copied());
         match enforcer.deny_host_addrs(compiled, &now, &mut self.added) {
             Ok(new) if !new.is_empty() => {
                 tracing::debug!("this host gained {new:?}: denied");
@@ -310,15 +337,19 @@ fn arm_loaded(
     let mount_watch = mounts::MountWatch::new().context("watching /proc/self/mountinfo")?;
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(compiled, &mounts, ids)?;
+    // This host's addresses first: no name is allowed one of them.
+    let host_addrs = HostAddrs::start(enforcer, compiled)?;
     let mut hosts = HostState::default();
     if !compiled.net.hosts.is_empty() {
-        let round = crate::runtime::hosts::resolve(compiled);
+        let round = crate::runtime::hosts::resolve(compiled, &host_addrs.seen);
         for w in &round.warnings {
             tracing::warn!("{w}");
         }
-        hosts.install(&round, enforcer, compiled)?;
+        // What could not be written is not allowed (fail closed); the lookups go on.
+        if let Err(e) = hosts.install(&round, enforcer, compiled, &host_addrs.seen) {
+            tracing::warn!("allow_hosts: some addresses could not be allowed: {e}");
+        }
     }
-    let host_addrs = HostAddrs::start(enforcer, compiled)?;
     t.lap("apply");
     let cgroup = match (existing, bind) {
         (Some(c), _) => {
@@ -432,5 +463,55 @@ impl Timer {
             tracing::debug!("{what}: {:.0?}", self.last.elapsed());
         }
         self.last = std::time::Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandbox_common::accept;
+
+    use super::*;
+    use crate::compile::matcher::has;
+
+    /// The files name resolution reads are read-only for the command even where the policy
+    /// lets it write (the command would otherwise choose what `allow_hosts` names open),
+    /// under their written and their canonical names; the rest of /etc stays writable.
+    #[test]
+    fn name_resolution_files_are_read_only_for_the_command() {
+        let ctx = Context {
+            home: "/home/u".into(),
+            cwd: "/work".into(),
+            env: Default::default(),
+            resolvers: Vec::new(),
+            host_addrs: Vec::new(),
+        };
+        let mut p = policy::load_str("files:\n  write: [/etc]\n", "p.yaml", &ctx).unwrap();
+        let audit = AuditFile::open(Path::new("/dev/null")).unwrap();
+        protect_own_files(&mut p, &audit, None);
+        let c = crate::compile::compile(&p, 1).unwrap();
+        let read_only = |f: &Path| {
+            has(
+                c.match_path(f.as_os_str().as_encoded_bytes()),
+                accept::FILE_READ_ONLY,
+            )
+        };
+        for f in RESOLVER_FILES {
+            let f = Path::new(f);
+            assert!(read_only(f), "{}", f.display());
+            let rule = c.rule_for(accept::FILE_READ_ONLY, f.as_os_str().as_encoded_bytes());
+            assert_eq!(
+                rule.unwrap().field,
+                "files.read_only (implicit: name resolution)"
+            );
+            if let Ok(target) = std::fs::canonicalize(f) {
+                assert!(
+                    read_only(&target),
+                    "{} (of {})",
+                    target.display(),
+                    f.display()
+                );
+            }
+        }
+        assert!(!read_only(Path::new("/etc/motd")));
     }
 }

@@ -29,7 +29,8 @@ pub struct Record {
 }
 
 /// A and AAAA records of `name` from the first of `servers` that answers. `Ok(vec![])`
-/// when the name exists without addresses or does not exist (NXDOMAIN).
+/// when the name exists without addresses or does not exist (NXDOMAIN). `timeout` is the
+/// time each exchange (one question to one server, UDP and TCP) may take in all.
 pub fn lookup(name: &str, servers: &[IpAddr], timeout: Duration) -> Result<Vec<Record>, String> {
     if servers.is_empty() {
         return Err("no nameserver in /etc/resolv.conf".into());
@@ -55,13 +56,16 @@ pub fn lookup(name: &str, servers: &[IpAddr], timeout: Duration) -> Result<Vec<R
     Ok(out)
 }
 
-/// One question to one server: UDP, then TCP if the answer was truncated.
+/// One question to one server: UDP, then TCP if the answer was truncated, all within
+/// `timeout` (one deadline for the whole exchange, not for each read: a server that sends
+/// an answer a byte at a time does not hold a lookup round open).
 fn exchange(
     server: SocketAddr,
     name: &str,
     qtype: u16,
     timeout: Duration,
 ) -> Result<Vec<Record>, String> {
+    let deadline = Instant::now() + timeout;
     let id = random_id();
     let query = encode_query(id, name, qtype)?;
     let bind: SocketAddr = if server.is_ipv4() {
@@ -72,7 +76,6 @@ fn exchange(
     let sock = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
     sock.connect(server).map_err(|e| e.to_string())?;
     sock.send(&query).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 4096];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -89,40 +92,77 @@ fn exchange(
         // answers to an earlier question).
         match parse_answer(&buf[..n], id, name, qtype) {
             Ok(Parsed::Records(r)) => return Ok(r),
-            Ok(Parsed::Truncated) => return exchange_tcp(server, &query, id, name, qtype, timeout),
+            Ok(Parsed::Truncated) => {
+                return exchange_tcp(server, &query, id, name, qtype, deadline);
+            }
             Err(Mismatch::NotOurs) => {}
             Err(Mismatch::Bad(e)) => return Err(e),
         }
     }
 }
 
+/// The question over TCP, answered by `deadline`.
 fn exchange_tcp(
     server: SocketAddr,
     query: &[u8],
     id: u16,
     name: &str,
     qtype: u16,
-    timeout: Duration,
+    deadline: Instant,
 ) -> Result<Vec<Record>, String> {
-    let mut s = TcpStream::connect_timeout(&server, timeout).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+    let mut s = TcpStream::connect_timeout(&server, left(deadline)?).map_err(|e| e.to_string())?;
     let len = u16::try_from(query.len()).map_err(|_| "query too long")?;
     let mut msg = len.to_be_bytes().to_vec();
     msg.extend_from_slice(query);
-    s.write_all(&msg).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(left(deadline)?))
+        .map_err(|e| e.to_string())?;
+    s.write_all(&msg).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "no answer".into(),
+        _ => e.to_string(),
+    })?;
     let mut len = [0u8; 2];
-    s.read_exact(&mut len).map_err(|e| e.to_string())?;
+    read_by(&mut s, &mut len, deadline)?;
     let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-    s.read_exact(&mut buf).map_err(|e| e.to_string())?;
+    read_by(&mut s, &mut buf, deadline)?;
     match parse_answer(&buf, id, name, qtype) {
         Ok(Parsed::Records(r)) => Ok(r),
         Ok(Parsed::Truncated) => Err("truncated answer over TCP".into()),
         Err(Mismatch::NotOurs) => Err("answer to another question".into()),
         Err(Mismatch::Bad(e)) => Err(e),
     }
+}
+
+/// The time left until `deadline`; an error once it has passed.
+fn left(deadline: Instant) -> Result<Duration, String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err("no answer".into());
+    }
+    Ok(left)
+}
+
+/// Fills `buf` from `s`, by `deadline` (each read waits only for the time left).
+fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), String> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        s.set_read_timeout(Some(left(deadline)?))
+            .map_err(|e| e.to_string())?;
+        match s.read(&mut buf[filled..]) {
+            Ok(0) => return Err("connection closed before the whole answer".into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("no answer".into());
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
 }
 
 fn random_id() -> u16 {
@@ -483,6 +523,55 @@ mod tests {
                 let _ = parse_answer(&m, 9, "api.example.test", TYPE_AAAA);
             }
         }
+    }
+
+    /// One deadline for the whole exchange: a server that answers "truncated" over UDP late,
+    /// then sends the TCP answer a byte at a time (each byte well within a per-read timeout)
+    /// holds the question for the exchange's time, not for hours.
+    #[test]
+    fn one_deadline_for_the_whole_exchange() {
+        // TCP and UDP on the same port.
+        let (tcp, udp) = loop {
+            let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            if let Ok(udp) = UdpSocket::bind(tcp.local_addr().unwrap()) {
+                break (tcp, udp);
+            }
+        };
+        let server = tcp.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            let Ok((n, from)) = udp.recv_from(&mut buf) else {
+                return;
+            };
+            std::thread::sleep(Duration::from_millis(400));
+            let mut m = buf[..n].to_vec();
+            let flags = FLAG_RESPONSE | FLAG_TRUNCATED | FLAG_RECURSION_DESIRED;
+            m[2..4].copy_from_slice(&flags.to_be_bytes());
+            let _ = udp.send_to(&m, from);
+        });
+        std::thread::spawn(move || {
+            let Ok((mut c, _)) = tcp.accept() else {
+                return;
+            };
+            // A 256-byte answer announced, then one byte every 300 ms.
+            if c.write_all(&[1, 0]).is_err() {
+                return;
+            }
+            for _ in 0..256 {
+                std::thread::sleep(Duration::from_millis(300));
+                if c.write_all(&[0]).is_err() {
+                    return;
+                }
+            }
+        });
+        let t0 = Instant::now();
+        let r = exchange(server, "a.test", TYPE_A, Duration::from_millis(1500));
+        let took = t0.elapsed();
+        assert_eq!(r, Err("no answer".to_owned()));
+        assert!(
+            took >= Duration::from_millis(1400) && took < Duration::from_secs(4),
+            "the exchange took {took:?}"
+        );
     }
 
     #[test]

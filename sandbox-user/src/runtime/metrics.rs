@@ -12,7 +12,9 @@
 //!   kernel (a record with `count` > 1); the denials themselves are in `records_total`.
 //! - `sandbox_host_lookups_total{result}`: rounds of `allow_hosts` lookups, `ok` or
 //!   `failed` (some name not resolved; its expired addresses left the allowlist);
-//!   `sandbox_host_addresses`: addresses the names allow now.
+//!   `sandbox_host_addresses`: addresses the names allow now;
+//!   `sandbox_host_write_errors_total`: updates of the kernel's `allow_hosts` entries that
+//!   could not all be written (the entries not written stay as they were; expiry goes on).
 //! - `sandbox_policy_info{name}`: 1, the policy in force.
 
 use std::collections::BTreeMap;
@@ -43,6 +45,7 @@ struct Inner {
     lookups_ok: u64,
     lookups_failed: u64,
     host_addresses: u64,
+    host_write_errors: u64,
     policy: String,
 }
 
@@ -114,6 +117,16 @@ impl Metrics {
         });
     }
 
+    /// How many addresses the names allow now.
+    pub fn host_addresses(&self, addresses: usize) {
+        self.with(|m| m.host_addresses = addresses as u64);
+    }
+
+    /// An update of the `allow_hosts` entries could not all be written.
+    pub fn host_write_failed(&self) {
+        self.with(|m| m.host_write_errors += 1);
+    }
+
     pub fn policy(&self, name: &str) {
         self.with(|m| name.clone_into(&mut m.policy));
     }
@@ -163,6 +176,12 @@ impl Metrics {
             for (key, value, n) in lookups {
                 let _ = writeln!(out, "sandbox_host_lookups_total{{{key}=\"{value}\"}} {n}");
             }
+            let _ = writeln!(
+                out,
+                "# HELP sandbox_host_write_errors_total Updates of the allow_hosts entries that could not all be written.\n\
+                 # TYPE sandbox_host_write_errors_total counter\nsandbox_host_write_errors_total {}",
+                m.host_write_errors
+            );
             let _ = writeln!(
                 out,
                 "# HELP sandbox_aggregates_total Records standing for identical denials counted in the kernel.\n\
@@ -259,9 +278,11 @@ mod tests {
         m.lookup(false, 3);
         m.lookup(true, 2);
         m.lookup(false, 4);
+        m.host_write_failed();
         let text = m.render();
         for want in [
             "sandbox_aggregates_total 1",
+            "sandbox_host_write_errors_total 1",
             "sandbox_host_lookups_total{result=\"ok\"} 2",
             "sandbox_host_lookups_total{result=\"failed\"} 1",
             "sandbox_host_addresses 4",

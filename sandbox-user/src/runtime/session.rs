@@ -56,6 +56,9 @@ pub enum Event {
     LookupDue,
     /// A lookup round finished.
     LookedUp(Result<Round, tokio::task::JoinError>),
+    /// `allow_hosts` addresses whose TTL is over are due to leave (whether or not a lookup
+    /// is under way).
+    HostsExpire,
     /// A watched signal arrived (the command decides).
     Signal(i32),
     /// The command exited (`run`; the command decides).
@@ -85,6 +88,7 @@ pub struct Session<'a> {
     child: Option<tokio::process::Child>,
     tick: Interval,
     lookup: Pin<Box<Sleep>>,
+    expiry: Pin<Box<Sleep>>,
     resolving: Option<JoinHandle<Round>>,
     deadline: Option<Pin<Box<Sleep>>>,
 }
@@ -124,6 +128,7 @@ impl<'a> Session<'a> {
         };
         pump.write_orphans(orphans)?;
         let lookup = Box::pin(tokio::time::sleep_until(hosts.next_lookup()));
+        let expiry = Box::pin(tokio::time::sleep_until(hosts.next_expiry()));
         Ok(Self {
             enforcer,
             compiled,
@@ -140,6 +145,7 @@ impl<'a> Session<'a> {
             child: None,
             tick: tokio::time::interval(Duration::from_millis(500)),
             lookup,
+            expiry,
             resolving: None,
             deadline: None,
         })
@@ -177,6 +183,7 @@ impl<'a> Session<'a> {
             mount_watch,
             host_addrs,
             lookup,
+            expiry,
             resolving,
             deadline,
             compiled,
@@ -211,6 +218,7 @@ impl<'a> Session<'a> {
                 Event::HostAddrs
             }
             () = lookup.as_mut(), if has_hosts && resolving.is_none() => Event::LookupDue,
+            () = expiry.as_mut(), if has_hosts => Event::HostsExpire,
             done = async { resolving.as_mut().expect("guarded").await }, if resolving.is_some() => {
                 *resolving = None;
                 Event::LookedUp(done)
@@ -235,20 +243,74 @@ impl<'a> Session<'a> {
                 self.pump.fmt.mounts.clone_from(&m);
                 *self.mounts = m;
             }
-            Event::HostAddrs => self.host_addrs.refresh(self.enforcer, self.compiled)?,
-            Event::LookupDue => self.resolving = Some(HostState::start_lookup(self.compiled)),
+            Event::HostAddrs => {
+                self.host_addrs.refresh(self.enforcer, self.compiled)?;
+                // An address the host gained is withdrawn from the names that had it now,
+                // not at their next lookup.
+                if self
+                    .hosts
+                    .installed
+                    .keys()
+                    .any(|a| self.host_addrs.seen.contains(a))
+                {
+                    let r = self
+                        .hosts
+                        .sync(self.enforcer, self.compiled, &self.host_addrs.seen);
+                    self.hosts_written(r);
+                }
+            }
+            Event::LookupDue => {
+                self.resolving = Some(HostState::start_lookup(
+                    self.compiled,
+                    &self.host_addrs.seen,
+                ));
+            }
             Event::LookedUp(done) => {
                 let failed = done.as_ref().map_or(true, |r| r.failed);
-                let next = self.hosts.take_round(done, self.enforcer, self.compiled)?;
+                let r = self.hosts.take_round(
+                    done,
+                    self.enforcer,
+                    self.compiled,
+                    &self.host_addrs.seen,
+                );
+                self.hosts_written(r);
                 let addresses = self.hosts.installed.len();
                 self.pump.sinks.metrics(|m| m.lookup(failed, addresses));
-                self.lookup.as_mut().reset(next);
+                self.lookup.as_mut().reset(self.hosts.next_lookup());
+            }
+            Event::HostsExpire => {
+                let r = self
+                    .hosts
+                    .sync(self.enforcer, self.compiled, &self.host_addrs.seen);
+                self.hosts_written(r);
             }
             theirs @ (Event::Signal(_) | Event::Exited(_) | Event::Deadline) => {
                 return Ok(Some(theirs));
             }
         }
         Ok(None)
+    }
+
+    /// After the `allow_hosts` entries were written: a write that failed is a warning and a
+    /// metric, not the end of the session (the entries it could not change stay as they
+    /// were, expiry goes on, the next write, in `RETRY` at most, tries again); the expiry timer follows
+    /// the table.
+    fn hosts_written(&mut self, r: Result<(), crate::kernel::loader::LoadError>) {
+        let failed = r.is_err();
+        if let Err(e) = r {
+            tracing::warn!(
+                "allow_hosts: the kernel's entries could not all be written ({e}); those \
+                 not written stay as they were until the next update"
+            );
+            self.pump.sinks.metrics(Metrics::host_write_failed);
+        }
+        let addresses = self.hosts.installed.len();
+        self.pump.sinks.metrics(|m| m.host_addresses(addresses));
+        let mut next = self.hosts.next_expiry();
+        if failed {
+            next = next.min(Instant::now() + crate::runtime::hosts::RETRY);
+        }
+        self.expiry.as_mut().reset(next);
     }
 
     /// The last drain, once the programs have nothing more to judge (see

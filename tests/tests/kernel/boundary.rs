@@ -500,13 +500,3 @@ fn host_addresses_gained_while_running_are_private_too() {
         );
     }
 }
-
-/// Some `sandbox run` has its command in its cgroup.
-fn sandbox_runs() -> bool {
-    std::fs::read_dir("/sys/fs/cgroup/sandbox").is_ok_and(|dir| {
-        dir.flatten().any(|e| {
-            std::fs::read_to_string(e.path().join("cgroup.procs"))
-                .is_ok_and(|s| !s.trim().is_empty())
-        })
-    })
-}

@@ -1,6 +1,6 @@
 //! `allow_hosts`: names resolved by sandbox (outside the sandbox), addresses allowed while
 //! their answer's TTL lasts, private answers never installed, the host's resolvers
-//! reachable for DNS only.
+//! reachable for DNS only; never this host's own addresses, nor what `network.deny` names.
 
 use sandbox_tests::*;
 
@@ -74,4 +74,90 @@ fn allow_hosts_follow_dns_ttl() {
             .has("/disposition", "Blocked")
     };
     r.check_records(&[blocked("93.184.216.40"), blocked("93.184.216.34")]);
+}
+
+/// A name never opens this host, nor what the policy denies by name: an answer that is one
+/// of the host's own addresses stays denied as the host's (it reaches the host's own
+/// services, as loopback does), and an explicit `network.deny` port of an allowed address
+/// stays denied. First, a public answer is allowed (the connect gets as far as the route).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn allow_hosts_never_open_this_host_nor_a_denied_port() {
+    let d = workdir("allow_hosts_own");
+    let _etc = Resolution::set("", "127.0.0.1");
+    let _own = HostAddr::add("93.184.216.50", 32);
+    // .34 for 4 s, then this host's own address.
+    let dns = DnsServer::start(vec![([93, 184, 216, 34], 4), ([93, 184, 216, 50], 60)]);
+    let r = check(
+        &d,
+        Some("network:\n  allow_hosts: [moving.test]\n  deny: ['93.184.216.34:80']\n"),
+        &[
+            ("connect 93.184.216.34 443", ENETUNREACH),
+            ("connect 93.184.216.34 80", EPERM),
+            ("sleep 6000", OK),
+            // Asked again: the name is now this host (nothing listens there: without the
+            // deny this would be ECONNREFUSED).
+            ("connect 93.184.216.50 443", EPERM),
+        ],
+    );
+    let questions = dns.questions();
+    assert!(
+        questions >= 2,
+        "the second answer was never asked for: {questions} A questions\n{}",
+        r.stderr
+    );
+    r.check_records(&[
+        rec("/dst_endpoint/ip", "93.184.216.34").has("/unmapped/rule", "network.deny[0]"),
+        rec("/dst_endpoint/ip", "93.184.216.50")
+            .has("/unmapped/rule", "network.block_private")
+            .has(
+                "/unmapped/rule_source",
+                "93.184.216.50 (an address of this host)",
+            ),
+    ]);
+}
+
+/// An address the host gains while sandbox runs is never opened by a name either: a name
+/// that had it before loses it as the host gains it, and the address's deny outlives that
+/// name's answer (with `default: allow`, a deny lost when the answer expired would let the
+/// connect through).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn allow_hosts_never_open_an_address_the_host_gained() {
+    let d = workdir("allow_hosts_gained");
+    let _etc = Resolution::set("", "127.0.0.1");
+    let gained = "93.184.216.51";
+    // The address for 3 s (allowed: not this host's yet), then elsewhere.
+    let dns = DnsServer::start(vec![([93, 184, 216, 51], 3), ([93, 184, 216, 34], 60)]);
+    let adder = std::thread::spawn(move || {
+        wait_for_sandbox_run();
+        HostAddr::add(gained, 32)
+    });
+    let r = check(
+        &d,
+        Some("network:\n  allow_hosts: [moving.test]\n  default: allow\n"),
+        &[
+            ("sleep 1000", OK),
+            // The host has the address now, while the name's answer still has it.
+            ("connect 93.184.216.51 443", EPERM),
+            ("sleep 5000", OK),
+            // The answer is over: the address is still this host's (nothing listens
+            // there: without the deny this would be ECONNREFUSED).
+            ("connect 93.184.216.51 443", EPERM),
+        ],
+    );
+    let _gained = adder.join().unwrap();
+    let questions = dns.questions();
+    assert!(
+        questions >= 2,
+        "the later answer was never asked for: {questions} A questions\n{}",
+        r.stderr
+    );
+    r.check_records(&[rec("/dst_endpoint/ip", gained)
+        .count(2)
+        .has("/unmapped/rule", "network.block_private")
+        .has(
+            "/unmapped/rule_source",
+            "an address this host gained while sandbox ran",
+        )]);
 }
