@@ -153,16 +153,16 @@ pub const LITERAL_FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 /// half for rules that name this path and everything below it, the half from this shift up
 /// for rules that name exactly this path (the names above protected paths).
 pub const LITERAL_EXACT_SHIFT: u32 = 16;
-const _: () = assert!(accept::SLOTS as u32 <= LITERAL_EXACT_SHIFT);
+const _: () = assert!(accept::SLOTS <= LITERAL_EXACT_SHIFT as usize);
 
 /// The kinds of a `LITERALS` value that cover what lies below the path (checked at `/`).
-#[inline(always)]
+#[inline]
 pub const fn literal_below(v: u32) -> u32 {
     v & ((1 << LITERAL_EXACT_SHIFT) - 1)
 }
 
 /// The kinds of a `LITERALS` value that match the path itself (checked at its end).
-#[inline(always)]
+#[inline]
 pub const fn literal_kinds(v: u32) -> u32 {
     literal_below(v) | (v >> LITERAL_EXACT_SHIFT)
 }
