@@ -215,6 +215,17 @@ pub fn run_as(user: User, dir: &Path, policy: Option<&str>, cmd: &[&str]) -> Run
     sandbox_run(user, dir, policy, home_of(user, dir), cmd, &[])
 }
 
+/// [`run_as`] with these environment variables set for sandbox.
+pub fn run_as_env(
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    cmd: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
+    sandbox_run(user, dir, policy, home_of(user, dir), cmd, env)
+}
+
 /// `HOME` for a run by `user` in `dir` (see [`run_as`]).
 fn home_of(user: User, dir: &Path) -> &Path {
     match user {

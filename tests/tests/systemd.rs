@@ -246,3 +246,41 @@ fn the_attach_unit_confines_a_slice_from_its_first_process() {
     assert_ne!(state, "active");
     assert_eq!(probe_outside(&["open", &secret, "r"]), OK);
 }
+
+/// `SANDBOX_SCOPE=none`, and a systemd whose socket sandbox cannot reach: the run's cgroup
+/// goes under `/sandbox` as on a host without systemd (said, and enforced the same).
+#[test]
+#[ignore = "needs systemd as PID 1 and BPF LSM: run by cargo xtask test in a guest"]
+fn without_a_scope_the_cgroup_goes_under_sandbox() {
+    systemd_is_pid_1();
+    let d = workdir("no-scope");
+    let secret = path_str(&d, "secret");
+    write(Path::new(&secret), "s3cret");
+    assert_eq!(probe_outside(&["open", &secret, "r"]), OK);
+    let policy = format!("name: unscoped\nfiles:\n  deny: [{secret}]\n");
+    let probe = bins().probe.display().to_string();
+    let script = format!("cat /proc/self/cgroup; {probe} open {secret} r");
+    let cmd = ["/bin/sh", "-c", script.as_str()];
+    let check = |r: &Run, why: &str| {
+        assert!(
+            r.stdout.starts_with("0::/sandbox/run-"),
+            "{why}: {}",
+            r.stdout
+        );
+        assert!(r.stdout.trim().ends_with(EACCES), "{why}: {}", r.stdout);
+    };
+    let run = |env: &[(&str, &str)]| run_as_env(User::Root, &d, Some(&policy), &cmd, env);
+    let r = run(&[("SANDBOX_SCOPE", "none")]);
+    check(&r, "SANDBOX_SCOPE=none");
+    // systemd's private socket moved away for one run (and put back).
+    let (sock, hidden) = ("/run/systemd/private", "/run/systemd/private.hidden");
+    std::fs::rename(sock, hidden).unwrap();
+    let r = run(&[]);
+    std::fs::rename(hidden, sock).unwrap();
+    check(&r, "no socket");
+    assert!(
+        r.stderr.contains("/run/systemd/private is missing"),
+        "{}",
+        r.stderr
+    );
+}

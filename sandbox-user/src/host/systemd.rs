@@ -141,6 +141,18 @@ pub fn enter_delegated_scope() -> anyhow::Result<()> {
              cgroup tree instead"
         );
     };
+    // systemd-run (as root) talks to systemd on its private socket: without it (a systemd
+    // that is shutting down, a container that shares /run/systemd/system but not the
+    // socket), the scope cannot be made; the run's cgroup then goes under /sandbox, as on
+    // hosts without systemd (enforcement is the same; only where the cgroup sits differs).
+    if !Path::new("/run/systemd/private").exists() {
+        tracing::warn!(
+            "systemd is this host's service manager, but its socket /run/systemd/private is \
+             missing: the run's cgroup goes under /sandbox of the cgroup tree, not in a \
+             delegated scope"
+        );
+        return Ok(());
+    }
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("finding sandbox's own binary: {e}"))?;
     let unit = format!("sandbox-run-{}.scope", std::process::id());
