@@ -247,7 +247,8 @@ fn the_attach_unit_confines_a_slice_from_its_first_process() {
     assert_eq!(probe_outside(&["open", &secret, "r"]), OK);
 }
 
-/// `SANDBOX_SCOPE=none`, and a systemd whose socket sandbox cannot reach: the run's cgroup
+/// `SANDBOX_SCOPE=none` (or naming a unit that is not this run's scope), and a systemd whose
+/// socket sandbox cannot reach: the run's cgroup
 /// goes under `/sandbox` as on a host without systemd (said, and enforced the same).
 #[test]
 #[ignore = "needs systemd as PID 1 and BPF LSM: run by cargo xtask test in a guest"]
@@ -272,6 +273,10 @@ fn without_a_scope_the_cgroup_goes_under_sandbox() {
     let run = |env: &[(&str, &str)]| run_as_env(User::Root, &d, Some(&policy), &cmd, env);
     let r = run(&[("SANDBOX_SCOPE", "none")]);
     check(&r, "SANDBOX_SCOPE=none");
+    // A value set by hand that names another unit is not taken for a delegation.
+    let r = run(&[("SANDBOX_SCOPE", "init.scope")]);
+    check(&r, "SANDBOX_SCOPE=init.scope");
+    assert!(r.stderr.contains("ignored"), "{}", r.stderr);
     // systemd's private socket moved away for one run (and put back).
     let (sock, hidden) = ("/run/systemd/private", "/run/systemd/private.hidden");
     std::fs::rename(sock, hidden).unwrap();

@@ -126,7 +126,13 @@ pub fn booted() -> bool {
 /// does not return when the re-execution starts. Fails closed: when `systemd-run` cannot be
 /// executed, the error says how to run without a scope.
 pub fn enter_delegated_scope() -> anyhow::Result<()> {
-    if std::env::var_os(SCOPE_ENV).is_some() || !booted() || !nix::unistd::geteuid().is_root() {
+    // Read once and removed while sandbox is still one thread (nothing it starts inherits
+    // it); `delegated_scope` uses what was read.
+    let given = std::env::var(SCOPE_ENV).ok();
+    // SAFETY: called first thing in `run`, before sandbox starts any other thread.
+    unsafe { std::env::remove_var(SCOPE_ENV) };
+    let given = SCOPE.get_or_init(|| given);
+    if given.is_some() || !booted() || !nix::unistd::geteuid().is_root() {
         return Ok(());
     }
     let Some(systemd_run) = ["/usr/bin/systemd-run", "/bin/systemd-run"]
@@ -174,20 +180,23 @@ pub fn enter_delegated_scope() -> anyhow::Result<()> {
     )
 }
 
+/// `SANDBOX_SCOPE` as this process started with it (read by [`enter_delegated_scope`]).
+static SCOPE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
 /// The delegated scope this process runs in, as made by [`enter_delegated_scope`]: the
-/// scope's cgroup directory, when `SANDBOX_SCOPE` names the unit this process's cgroup
-/// really is. The variable is removed (nothing sandbox starts inherits it).
+/// scope's cgroup directory, only when `SANDBOX_SCOPE` names this very run's scope
+/// (`sandbox-run-<own pid>.scope`) and this process's cgroup is that scope in
+/// [`SLICE`]: a variable set by hand (`sudo -E`, a unit's `Environment=`) cannot make
+/// sandbox use a cgroup systemd did not delegate to it.
 pub fn delegated_scope(cgroup_root: &Path) -> Option<PathBuf> {
-    let unit = std::env::var(SCOPE_ENV).ok()?;
-    // SAFETY: at start-up, before sandbox starts other threads that read the environment.
-    unsafe { std::env::remove_var(SCOPE_ENV) };
+    let unit = SCOPE.get()?.as_deref()?;
     if unit == "none" {
         return None;
     }
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let (_, last) = path.rsplit_once('/')?;
-    if last != unit {
+    let expected = format!("sandbox-run-{}.scope", std::process::id());
+    if unit != expected || path != format!("/{SLICE}/{expected}") {
         tracing::warn!(
             "{SCOPE_ENV}={unit}, but sandbox runs in the cgroup {path}: ignored (the run's \
              cgroup goes under /sandbox)"

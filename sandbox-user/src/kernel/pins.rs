@@ -32,6 +32,17 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether process `pid` runs this same sandbox binary.
+fn is_sandbox(pid: u32) -> bool {
+    match (
+        std::fs::read_link(format!("/proc/{pid}/exe")),
+        std::fs::read_link("/proc/self/exe"),
+    ) {
+        (Ok(theirs), Ok(ours)) => theirs == ours,
+        _ => false,
+    }
+}
+
 /// Loads of this process so far (names its pin directories apart).
 static LOADS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -362,6 +373,12 @@ pub fn sweep(cgroup_root: &Path) -> Swept {
         };
         if start_time(pid) == Some(start) {
             continue; // that sandbox is still running
+        }
+        // The pid is another running sandbox's now: a cgroup named by it may be that run's.
+        // Left for a later clean-up (never unpinned while a cgroup of the dead run could
+        // still hold processes).
+        if pid != std::process::id() && is_sandbox(pid) {
+            continue;
         }
         if let Some(cg) = crate::host::cgroup::run_cgroup(cgroup_root, pid) {
             let left = Cgroup::open(cgroup_root, &cg).and_then(|c| {
