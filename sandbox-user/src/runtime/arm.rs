@@ -94,30 +94,25 @@ pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Op
     // make, rename, chown or chmod the directory. A literal rule covers the directory and
     // everything below it; both its written and its canonical form (the kernel matches
     // canonical paths, and /etc/sandbox may be a link root made).
-    let dir = PathBuf::from(policy::SYSTEM_DIR);
-    let canonical = std::fs::canonicalize(&dir).ok().filter(|c| *c != dir);
-    for p in std::iter::once(dir).chain(canonical) {
-        add(
-            "policies of later runs",
-            policy::expand::escape_glob(&p.display().to_string()),
-            Some(p),
-        );
-    }
+    let mut add_both = |what: &str, path: &str| {
+        let path = PathBuf::from(path);
+        let canonical = std::fs::canonicalize(&path).ok().filter(|c| *c != path);
+        for p in std::iter::once(path).chain(canonical) {
+            add(
+                what,
+                policy::expand::escape_glob(&p.display().to_string()),
+                Some(p),
+            );
+        }
+    };
+    add_both("policies of later runs", policy::SYSTEM_DIR);
     // What sandbox reads to resolve `allow_hosts` names while the command runs (its
     // nameservers; `getaddrinfo`'s names and sources, where `nsswitch.conf` also names the
     // modules libc loads into sandbox): a command that could write them would choose the
     // addresses its names open. Written and canonical forms (resolv.conf is often a link
     // into /run).
     for file in RESOLVER_FILES {
-        let file = PathBuf::from(file);
-        let canonical = std::fs::canonicalize(&file).ok().filter(|c| *c != file);
-        for p in std::iter::once(file).chain(canonical) {
-            add(
-                "name resolution",
-                policy::expand::escape_glob(&p.display().to_string()),
-                Some(p),
-            );
-        }
+        add_both("name resolution", file);
     }
     if let Some(p) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) {
         add(
