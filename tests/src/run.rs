@@ -297,17 +297,36 @@ impl Run {
             status: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            audit: read_audit(audit),
+            audit: finished_audit(audit),
         }
     }
 }
 
-/// The records of an audit file (none when there is no file).
+/// The records of an audit file whose writer has exited: every line whole.
+fn finished_audit(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "the audit file ends inside a line after sandbox exited: {:?}",
+        &text[text.rfind('\n').map_or(0, |i| i + 1)..]
+    );
+    audit_lines(&text)
+}
+
+/// The records written so far to an audit file (none when there is no file). A writer
+/// that is still running may be part-way through a line (a reader of a regular file can
+/// see a `write` half done): only whole lines count.
 pub fn read_audit(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    audit_lines(&std::fs::read_to_string(path).unwrap_or_default())
+}
+
+fn audit_lines(text: &str) -> Vec<Value> {
+    let whole = text.rfind('\n').map_or("", |i| &text[..i]);
+    whole
         .lines()
-        .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is JSON ({e}): {l}"))
+        })
         .collect()
 }
 
