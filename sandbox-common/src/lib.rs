@@ -31,6 +31,7 @@ pub mod map_names {
     pub const AGG: &str = "AGG";
     pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
     pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
+    pub const LOOKUP_FILTER: &str = "LOOKUP_FILTER";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -165,6 +166,39 @@ pub const fn literal_below(v: u32) -> u32 {
 #[inline]
 pub const fn literal_kinds(v: u32) -> u32 {
     literal_below(v) | (v >> LITERAL_EXACT_SHIFT)
+}
+
+/// `LOOKUP_FILTER`: one bit per key of a hash map a decision looks up (a Bloom filter with
+/// one hash), so that a lookup that cannot find anything is not made. A bit clear means
+/// the key is not in the map; a bit set means it may be. The loader sets the bit of every
+/// key before the policy's header goes live.
+pub mod filter {
+    /// 64-bit words per region (65,536 bits: at 10,000 rules about one bit in six set).
+    pub const WORDS: u32 = 1024;
+    /// `LITERALS` keys whose value covers what lies below the path ([`super::literal_below`]
+    /// non-zero): looked up at each `/`.
+    pub const BELOW: u32 = 0;
+    /// Every `LITERALS` key: looked up at the end of the path.
+    pub const EXACT: u32 = 1;
+    /// Every `INODE_RULES` key ([`inode_key`]).
+    pub const INODE: u32 = 2;
+    pub const REGIONS: u32 = 3;
+
+    /// The word (index into the map) and the bit of `key` in `region`.
+    #[inline]
+    pub const fn slot(region: u32, key: u64) -> (u32, u32) {
+        // The top bits of a multiplicative hash: FNV's low bits mix little.
+        let m = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (region * WORDS + (m >> 54) as u32, ((m >> 48) & 63) as u32)
+    }
+
+    /// The filter key of an `INODE_RULES` key.
+    #[inline]
+    pub const fn inode_key(ino: u64, dev: u32) -> u64 {
+        ino ^ ((dev as u64) << 32)
+    }
+
+    const _: () = assert!(WORDS == 1 << 10);
 }
 
 /// Map flag: the array can be memory-mapped by userspace (`BPF_F_MMAPABLE`).

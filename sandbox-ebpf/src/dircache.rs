@@ -25,8 +25,8 @@
 //!   writer that finds it taken gives up), and read as two reads of the lock around the
 //!   copy: a torn copy is never used. The read side relies on x86-64's ordering of loads
 //!   (the loader enables the cache on x86-64 only).
-//! - A slot is used for 2 s at most ([`MAX_AGE_NS`]): the 32-bit count cannot come round
-//!   to its stamp in that time.
+//! - A slot is used for 2,000 jiffies at most ([`MAX_AGE_JIFFIES`]: 2 s at HZ=1000, 20 s
+//!   at HZ=100): the 32-bit count cannot come round to its stamp in that time.
 //! - Directories whose names the file system revalidates are never cached
 //!   ([`DCACHE_OP_REVALIDATE`]).
 //! - Disabled (`generation` 0) until the loader has attached every program, the free hook
@@ -62,8 +62,9 @@ pub struct DirSlot {
     /// Its dentry.
     pub dentry: u64,
     pub generation: u64,
-    /// When it was filled (`bpf_ktime_get_ns`; 6.1 does not offer LSM programs the coarse
-    /// clock): a slot older than [`MAX_AGE_NS`] is not used.
+    /// When it was filled, in jiffies (`bpf_jiffies64`: a read of a kernel word, where the
+    /// nanosecond clock reads the clock source, a paravirtual one in a VM; 6.1 does not offer
+    /// LSM programs the coarse clock): a slot older than [`MAX_AGE_JIFFIES`] is not used.
     pub time: u64,
     pub hash: u64,
     pub sb_hash: u64,
@@ -78,9 +79,10 @@ pub struct DirSlot {
     pub sb_known: u32,
 }
 
-/// How long a slot stays usable: far less than the 2^31 renames (each taking the global
-/// `rename_lock`) it would take the count to come round.
-pub const MAX_AGE_NS: u64 = 2_000_000_000;
+/// How long a slot stays usable, in jiffies (CONFIG_HZ is 100 to 1000: 2 to 20 s): far less
+/// than the 2^31 renames (each taking the global `rename_lock`) it would take the count to
+/// come round, 100 million renames a second for 20 s.
+pub const MAX_AGE_JIFFIES: u64 = 2_000;
 
 /// The cache's state when a decision starts, and the directory the decision's file is
 /// in. Kept in the working memory (`SCRATCH.now`): the stack of the path functions has
@@ -116,7 +118,7 @@ pub fn now(n: &mut Now) -> bool {
     };
     n.rename_lock = ctl.rename_lock;
     // SAFETY: plain helper call.
-    n.time = unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() };
+    n.time = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
     n.seq = seq;
     n.generation = ctl.generation;
     true
@@ -169,7 +171,7 @@ pub fn get(now: &Now, policy_id: u32, out: &mut DirSlot) -> bool {
             && out.policy_id == policy_id
             && out.generation == now.generation
             && out.rename_seq == now.seq
-            && now.time.wrapping_sub(out.time) < MAX_AGE_NS
+            && now.time.wrapping_sub(out.time) < MAX_AGE_JIFFIES
     }
 }
 

@@ -6,6 +6,7 @@ use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
 use sandbox_common::{
     BPF_F_MMAPABLE, ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES,
     NetKeyV4, NetKeyV6, NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, SbRootKey, ScanStart,
+    filter,
 };
 
 /// Bit `n` set: some bound cgroup sits at level `n`. Written by the loader, read by every hook
@@ -57,6 +58,22 @@ pub static LITERALS: HashMap<LiteralKey, u32> = HashMap::with_max_entries(1, 0);
 /// them are covered too (sized by the loader). Read by file/exec hooks.
 #[map]
 pub static INODE_RULES: HashMap<InodeKey, u32> = HashMap::with_max_entries(1, 0);
+
+/// One bit per key of `LITERALS` and `INODE_RULES` (`sandbox_common::filter`): a clear bit
+/// spares a decision the lookup. Written by the loader (through a mapping, before the
+/// policy's header), read by file/exec hooks.
+#[map]
+pub static LOOKUP_FILTER: Array<u64> =
+    Array::with_max_entries(filter::REGIONS * filter::WORDS, BPF_F_MMAPABLE);
+
+/// Whether `key` may be in the map of filter `region` (true when the filter cannot be read).
+#[inline(always)]
+pub fn may_hold(region: u32, key: u64) -> bool {
+    let (word, bit) = filter::slot(region, key);
+    LOOKUP_FILTER
+        .get(word)
+        .is_none_or(|w| (*w >> (bit & 63)) & 1 != 0)
+}
 
 /// (policy, IPv4 prefix) -> port rules (sized by the loader). Read by socket_connect.
 #[map]

@@ -4,7 +4,7 @@
 //! Order matters: maps are complete before a cgroup is bound, and nothing is bound before
 //! the programs are attached, so a bound cgroup never sees half a policy.
 
-use std::collections::HashMap as StdHashMap;
+use std::collections::{BTreeMap, HashMap as StdHashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -155,6 +155,29 @@ pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Identities {
     out.entries = masks.into_iter().collect();
     out.entries.sort_by_key(|(k, _)| (k.dev, k.ino));
     out
+}
+
+/// `LOOKUP_FILTER`'s words for these `LITERALS` and `INODE_RULES` entries: the bit of every
+/// key set in the regions the programs check before looking it up (see
+/// `sandbox_common::filter`). A key without its bit would never be looked up: every key of
+/// both maps goes through here.
+pub fn lookup_filter(literals: &BTreeMap<u64, u32>, inodes: &[(InodeKey, u32)]) -> Vec<u64> {
+    use sandbox_common::filter;
+    let mut words = vec![0u64; (filter::REGIONS * filter::WORDS) as usize];
+    let mut set = |region: u32, key: u64| {
+        let (word, bit) = filter::slot(region, key);
+        words[word as usize] |= 1 << bit;
+    };
+    for (hash, mask) in literals {
+        set(filter::EXACT, *hash);
+        if sandbox_common::literal_below(*mask) != 0 {
+            set(filter::BELOW, *hash);
+        }
+    }
+    for (k, _) in inodes {
+        set(filter::INODE, filter::inode_key(k.ino, k.dev));
+    }
+    words
 }
 
 impl Drop for Enforcer {
@@ -456,6 +479,8 @@ impl Enforcer {
             })
             .unzip();
         maps.literals()?.update(&keys, &masks)?;
+        maps.lookup_filter()?
+            .write_all(&lookup_filter(&mt.literals, &ids.entries))?;
         self.update_mounts(policy, sbs)?;
         let (keys, masks): (Vec<InodeKey>, Vec<u32>) = ids.entries.iter().copied().unzip();
         self.maps().inode_rules()?.update(&keys, &masks)?;
@@ -962,4 +987,76 @@ pub fn kernel_fit() -> Result<KernelFit, LoadError> {
         programs,
         btf: aya_btf?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sandbox_common::{InodeKey, LITERAL_EXACT_SHIFT, filter};
+
+    use super::*;
+
+    fn has(words: &[u64], region: u32, key: u64) -> bool {
+        let (w, b) = filter::slot(region, key);
+        words[w as usize] >> b & 1 != 0
+    }
+
+    #[test]
+    fn the_lookup_filter_holds_every_key_and_little_else() {
+        // 10,000 literals, every other one covering what lies below it.
+        let literals: BTreeMap<u64, u32> = (0..10_000u64)
+            .map(|i| {
+                let hash = crate::compile::matcher::fnv(7, format!("/data/p{i}").as_bytes());
+                let mask = if i % 2 == 0 {
+                    1
+                } else {
+                    1 << LITERAL_EXACT_SHIFT
+                };
+                (hash, mask)
+            })
+            .collect();
+        let inodes: Vec<(InodeKey, u32)> = (0..5_000u64)
+            .map(|i| {
+                let key = InodeKey {
+                    ino: 1_000 + i,
+                    dev: 0x0800_0001,
+                    policy_id: 0,
+                };
+                (key, 1)
+            })
+            .collect();
+        let words = lookup_filter(&literals, &inodes);
+        assert_eq!(words.len(), (filter::REGIONS * filter::WORDS) as usize);
+        for (hash, mask) in &literals {
+            assert!(has(&words, filter::EXACT, *hash));
+            if sandbox_common::literal_below(*mask) != 0 {
+                assert!(has(&words, filter::BELOW, *hash));
+            }
+        }
+        for (k, _) in &inodes {
+            assert!(has(&words, filter::INODE, filter::inode_key(k.ino, k.dev)));
+        }
+        // Paths and inodes that are not keys: most of their lookups are spared.
+        let spared = |region: u32, keys: &mut dyn Iterator<Item = u64>| {
+            let (mut n, mut clear) = (0, 0);
+            for k in keys {
+                n += 1;
+                clear += u32::from(!has(&words, region, k));
+            }
+            f64::from(clear) / f64::from(n)
+        };
+        let others = || {
+            (0..10_000u64)
+                .map(|i| crate::compile::matcher::fnv(7, format!("/home/u/f{i}").as_bytes()))
+        };
+        assert!(spared(filter::BELOW, &mut others()) > 0.9);
+        assert!(spared(filter::EXACT, &mut others()) > 0.8);
+        let mut inos = (0..10_000u64).map(|i| filter::inode_key(100_000 + i, 0x0800_0001));
+        assert!(spared(filter::INODE, &mut inos) > 0.85);
+        // Consecutive inode numbers of one device spread over the words.
+        let used = words[(filter::INODE * filter::WORDS) as usize..]
+            .iter()
+            .filter(|w| **w != 0)
+            .count();
+        assert!(used > 900, "{used} words of 1,024");
+    }
 }

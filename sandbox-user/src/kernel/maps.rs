@@ -307,6 +307,8 @@ maps! {
     literals -> LITERALS: batch [LiteralKey => u32];
     /// Protected files by identity -> kind mask.
     inode_rules -> INODE_RULES: batch [InodeKey => u32];
+    /// One bit per key of `LITERALS` and `INODE_RULES` (`sandbox_common::filter`).
+    lookup_filter -> LOOKUP_FILTER: mmap [u32 => u64];
     /// IPv4 rules (policy id, then the address).
     net_v4 -> NET_V4: lpm [NetKeyV4 => NetRules];
     /// IPv6 rules (policy id, then the address).
