@@ -35,12 +35,12 @@ const POLICY: u32 = 0;
 /// `struct bpf_iter__task_file`: meta, task, fd (u32, padded), file.
 const CTX_FILE: usize = 3;
 
-/// The file of this call as a plain number (0: the call that ends the iteration).
+/// The file of this call, typed by the verifier as `file_open`'s argument is (NULL: the
+/// call that ends the iteration; the programs test it first).
 #[inline(always)]
 fn file_of(ctx: *mut c_void) -> *const u8 {
-    // SAFETY: `ctx` is a `struct bpf_iter__task_file`; its fourth word is the file (or NULL).
-    let p = unsafe { *ctx.cast::<*const u8>().add(CTX_FILE) };
-    kread::untyped(p) as *const u8
+    // SAFETY: the iterator's context holds `CTX_FILE + 1` pointer-sized fields.
+    unsafe { *ctx.cast::<*const u8>().add(CTX_FILE) }
 }
 
 /// Empties the cache slot of the directory `dentry` is in, so that the next decision about
@@ -63,9 +63,9 @@ fn forget_directory(file: *const u8) {
 #[inline(always)]
 fn facts(file: *const u8) -> path::FileFacts {
     let off = kread::offsets();
-    let f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
-    let f_flags: u32 = kread::read(file, off.file_f_flags).unwrap_or(0);
-    let mut facts = path::file_facts(file, &off);
+    let f_mode: u32 = kread::field(file, off.file_f_mode).unwrap_or(0);
+    let f_flags: u32 = kread::field(file, off.file_f_flags).unwrap_or(0);
+    let mut facts = path::typed_file_facts(file, &off);
     // Kept, so that the reads are not optimised away.
     facts.flags = f_mode ^ f_flags;
     facts
@@ -113,7 +113,7 @@ bench!(bench_scope, |file| core::hint::black_box(
 bench!(bench_resolve, |file| {
     let mut f = facts(file);
     core::hint::black_box(matches!(
-        path::resolve(POLICY, &mut f),
+        path::resolve_typed(POLICY, &mut f),
         path::Resolved::Matched(_)
     ))
 });
@@ -122,7 +122,7 @@ bench!(bench_resolve_cold, |file| {
     forget_directory(file);
     let mut f = facts(file);
     core::hint::black_box(matches!(
-        path::resolve(POLICY, &mut f),
+        path::resolve_typed(POLICY, &mut f),
         path::Resolved::Matched(_)
     ))
 });

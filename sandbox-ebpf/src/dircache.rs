@@ -98,6 +98,12 @@ pub struct Now {
     pub parent_dentry: u64,
     pub parent_inode: u64,
     pub seq: u32,
+    /// Set by [`crate::path::resolve_typed`]: the fields above and the file's name below were
+    /// read by the hook (direct loads of its typed dentry), after the rename count.
+    pub prepared: u32,
+    /// The file's name (`d_name.name`) and its length, when `prepared`.
+    pub name: u64,
+    pub name_len: u32,
     pub _pad: u32,
 }
 

@@ -27,6 +27,22 @@ pub fn read<T: Copy>(base: *const u8, off: u32) -> Result<T, i32> {
     unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize).cast::<T>()) }
 }
 
+/// Reads a `T` at `base + off` where `base` is a pointer the verifier types from BTF (a
+/// hook's argument, or a pointer field read with this function from one; never a number
+/// that came from a map or from [`read`]): one load instruction, which the kernel guards
+/// as it does a probe read (a fault reads 0), without the helper call. The offset is a
+/// constant to the verifier (the loader writes `OFFSETS` into the frozen `.rodata`), so it
+/// checks the access against the field's BTF type and size; a wrong use fails the load,
+/// never a decision.
+#[inline(always)]
+pub fn field<T: Copy>(base: *const u8, off: u32) -> Result<T, i32> {
+    if base.is_null() {
+        return Err(-1);
+    }
+    // SAFETY: a BPF_PROBE_MEM load: the verifier checks it against BTF, the JIT guards it.
+    Ok(unsafe { core::ptr::read_volatile(base.wrapping_add(off as usize).cast::<T>()) })
+}
+
 /// Reads a kernel pointer at `base + off`.
 #[inline(always)]
 pub fn read_ptr(base: *const u8, off: u32) -> Result<*const u8, i32> {

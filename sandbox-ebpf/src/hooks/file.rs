@@ -19,16 +19,17 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
         Ok(off) => off,
         Err(v) => return v,
     };
-    let mut f_mode: u32 = kread::read(file, off.file_f_mode).unwrap_or(0);
+    // `file` is the hook's typed argument: its fields are direct loads.
+    let mut f_mode: u32 = kread::field(file, off.file_f_mode).unwrap_or(0);
     // execve opens the binary with __FMODE_EXEC in f_flags (same value as FMODE_EXEC);
     // f_mode does not carry it yet when file_open runs.
-    let f_flags: u32 = kread::read(file, off.file_f_flags).unwrap_or(0);
+    let f_flags: u32 = kread::field(file, off.file_f_flags).unwrap_or(0);
     if f_flags & fmode::EXEC != 0 {
         f_mode |= fmode::EXEC;
     }
     let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, &off);
-    let facts = path::file_facts(file, &off);
-    check(
+    let facts = path::typed_file_facts(file, &off);
+    check_with::<true>(
         hook::FILE_OPEN,
         scope,
         facts,
@@ -50,16 +51,39 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
 pub fn check(
     hook_id: u32,
     scope: Scope,
+    facts: FileFacts,
+    f_mode: u32,
+    audit: bool,
+    target: u32,
+    decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
+) -> i32 {
+    check_with::<false>(hook_id, scope, facts, f_mode, audit, target, decide)
+}
+
+/// [`check`]; `TYPED`: the facts' dentry is one the verifier types, resolved with
+/// `path::resolve_typed` (a function passed as a value would put a function pointer type
+/// in the object's BTF, which the kernel refuses).
+#[inline(always)]
+fn check_with<const TYPED: bool>(
+    hook_id: u32,
+    scope: Scope,
     mut facts: FileFacts,
     f_mode: u32,
     audit: bool,
     target: u32,
     decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
 ) -> i32 {
-    let mut resolved = path::resolve(scope.policy_id, &mut facts);
+    let resolve = |facts: &mut FileFacts| {
+        if TYPED {
+            path::resolve_typed(scope.policy_id, facts)
+        } else {
+            path::resolve(scope.policy_id, facts)
+        }
+    };
+    let mut resolved = resolve(&mut facts);
     if matches!(resolved, Resolved::Preempted) {
         // Once more: being preempted twice in one short decision is rare.
-        resolved = path::resolve(scope.policy_id, &mut facts);
+        resolved = resolve(&mut facts);
     }
     let (v, flags) = match resolved {
         Resolved::Matched(m) => match decide(&m, &facts) {
