@@ -298,9 +298,13 @@ fn literal(region: u32, policy_id: u32, hash: u64) -> u32 {
     unsafe { LITERALS.get(&key) }.copied().unwrap_or(0)
 }
 
-/// Path bytes scanned per `bpf_loop` iteration: the loop's call and the working memory's
-/// lookup are paid once for them (measured with `cargo xtask bench --native`).
-const SCAN_BYTES_PER_STEP: u32 = 8;
+/// Path bytes scanned per `bpf_loop` iteration. More bytes per iteration scan faster and
+/// verify far slower (natively, 1,000 rules: 7.5 ns a byte at 1, 6.8 at 2, 5.5 at 4, 5.5
+/// at 8; `sandbox_resolve` verified in 16,000 instructions at 1, 35,000 at 2, 73,000 at 4,
+/// 185,000 at 8, once per program that calls it): every byte's branches multiply the
+/// verifier's paths. Start-up (about 30 programs, each verified at every start) and the
+/// suite's time under TCG decide for 1.
+const SCAN_BYTES_PER_STEP: u32 = 1;
 
 /// [`SCAN_BYTES_PER_STEP`] path bytes (fewer at the end; returns 1 then).
 #[inline(never)]
