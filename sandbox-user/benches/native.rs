@@ -160,15 +160,24 @@ fn main() -> anyhow::Result<()> {
         table[rows.len() - 1].1[col] = d.kernel;
         pump_ns.push(d);
     }
+    // Out of scope: the same scope lookup with another cgroup of the same level bound
+    // (the reading task is then outside, as every task of the host outside a sandbox).
+    let elsewhere = own.sibling("native-bench-elsewhere")?;
+    let compiled = compiled(&policy(1_000, false))?;
+    let mut h = Harness::new(&kernel, &compiled, &elsewhere, rename_lock, holder.pid())?;
+    let outside = h.per_file("bench_scope", Cache::On)?;
+    drop(h);
+    let _ = std::fs::remove_dir(&elsewhere.path);
     for (label, v) in &table {
         println!("{label:<34} {:>10.0} {:>10.0} {:>10.0}", v[0], v[1], v[2]);
     }
+    println!("{:<34} {outside:>10.0}", "scope lookup, task out of scope");
     println!("({shape})");
     per_unit(&table, &files);
     println!();
     native.print();
     println!();
-    estimates(&table, &native, &pump_ns);
+    estimates(&table, &native, &pump_ns, outside);
     holder.stop();
     drop(own);
     Ok(())
@@ -713,6 +722,21 @@ impl OwnCgroup {
     }
 }
 
+impl OwnCgroup {
+    /// An empty cgroup beside this one (same level).
+    fn sibling(&self, name: &str) -> anyhow::Result<Cgroup> {
+        let root = cgroup::root()?;
+        let dir = self
+            .cgroup
+            .path
+            .parent()
+            .ok_or_else(|| anyhow::anyhow!("the bench's cgroup has no parent"))?
+            .join(name);
+        std::fs::create_dir_all(&dir)?;
+        Ok(Cgroup::open(&root, &dir)?)
+    }
+}
+
 impl Drop for OwnCgroup {
     fn drop(&mut self) {
         let _ = std::fs::write(
@@ -836,7 +860,7 @@ fn per_unit(table: &[(String, [f64; 3])], files: &[CString]) {
 const TRAMPOLINE_NS: f64 = 30.0;
 
 /// What the figures say for real hardware.
-fn estimates(table: &[(String, [f64; 3])], n: &Native, pump: &[Denials]) {
+fn estimates(table: &[(String, [f64; 3])], n: &Native, pump: &[Denials], outside: f64) {
     let row = |label: &str| {
         table
             .iter()
@@ -865,6 +889,13 @@ fn estimates(table: &[(String, [f64; 3])], n: &Native, pump: &[Denials]) {
             ratio(n.tree_read, off),
         );
     }
+    let hook = (outside - empty[1]).max(0.0) + TRAMPOLINE_NS;
+    println!(
+        "  out of scope (any rule count): open+close {:.3}x, tree read {:.3}x (the \
+         trampoline and the scope lookup)",
+        (n.open_tree + hook) / n.open_tree,
+        (n.tree_read + hook) / n.tree_read
+    );
     println!("denial path (every file of the tree denied, cache warm):");
     for (col, rules) in ["10", "1,000", "10,000"].iter().enumerate() {
         let record = deny[col] - warm[col];

@@ -410,62 +410,79 @@ pub const FINAL_DRAIN: usize = 1 << 20;
 /// process flooding denials must not starve the rest of sandbox.
 pub const DRAIN_BATCH: usize = 4096;
 
-impl Pump<'_> {
+/// Records after which a drain hands the encoding and writing of the rest of its batch to
+/// a second thread (with more than one CPU): the pump then builds the next records while
+/// the last ones are encoded, about twice the records a second under a flood of distinct
+/// denials. Smaller batches are written by the pump itself (no thread started).
+const PIPELINE_AFTER: usize = 256;
+
+/// Records in flight between the pump and the writing thread (bounded: the ring holds the
+/// rest).
+const PIPELINE_DEPTH: usize = 1024;
+
+/// The part of the pump that turns kernel records into audit records, apart from where they
+/// go (`out`: the audit file, or the writing thread of a pipelined drain).
+struct Producer<'p, 'a> {
+    fmt: &'p Formatter<'a>,
+    sinks: &'p Sinks,
+    agg: &'p mut Aggregates,
+    exec_denials: &'p mut u64,
+}
+
+impl Producer<'_, '_> {
     /// One record to the log, counted in the metrics.
-    fn write(&mut self, rec: &Record) -> std::io::Result<()> {
-        self.sinks.metrics(|m| m.record(rec));
-        self.audit.write(rec)
+    fn emit(
+        &self,
+        rec: Record,
+        out: &mut impl FnMut(Record) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.sinks.metrics(|m| m.record(&rec));
+        out(rec)
     }
 
-    /// Hands what is buffered to the log file; the metrics learn what it could not write.
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        self.audit.flush()?;
-        let lost = self.audit.lost_total();
-        self.sinks.metrics(|m| m.set_write_lost(lost));
+    /// One item of the ring.
+    fn item(
+        &mut self,
+        item: &[u8],
+        out: &mut impl FnMut(Record) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        match Kernel::decode(item) {
+            Ok(e) if e.header.flags & sandbox_common::EVENT_F_REPEATS != 0 => {
+                if let Some(r) = self.agg.on_event(&e) {
+                    self.repeat(r, None, out)?;
+                }
+            }
+            Ok(e) => {
+                self.agg.on_event(&e);
+                if e.hook == crate::audit::Hook::Exec
+                    && e.header.decision == sandbox_common::decision::DENY
+                {
+                    *self.exec_denials += 1;
+                }
+                let rec = self.fmt.record(&e);
+                self.emit(rec, out)?;
+                if !self.sinks.quiet {
+                    term::line(&self.fmt.line(&e));
+                }
+            }
+            Err(err) => {
+                self.emit(
+                    Record::error(format!("undecodable kernel record: {err}"), None),
+                    out,
+                )?;
+                tracing::warn!("undecodable kernel record: {err}");
+            }
+        }
         Ok(())
     }
 
-    /// Writes up to `max` records; `true` when the ring buffer is empty.
-    pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
-        for _ in 0..max {
-            let Some(item) = ring.next() else {
-                self.flush()?;
-                return Ok(true);
-            };
-            match Kernel::decode(&item) {
-                Ok(e) if e.header.flags & sandbox_common::EVENT_F_REPEATS != 0 => {
-                    if let Some(r) = self.agg.on_event(&e) {
-                        self.write_repeat(r, None)?;
-                    }
-                }
-                Ok(e) => {
-                    self.agg.on_event(&e);
-                    if e.hook == crate::audit::Hook::Exec
-                        && e.header.decision == sandbox_common::decision::DENY
-                    {
-                        self.exec_denials += 1;
-                    }
-                    let rec = self.fmt.record(&e);
-                    self.write(&rec)?;
-                    if !self.sinks.quiet {
-                        term::line(&self.fmt.line(&e));
-                    }
-                }
-                Err(err) => {
-                    self.write(&Record::error(
-                        format!("undecodable kernel record: {err}"),
-                        None,
-                    ))?;
-                    tracing::warn!("undecodable kernel record: {err}");
-                }
-            }
-        }
-        self.flush()?;
-        Ok(false)
-    }
-
     /// One record for denials the kernel counted: the record they repeat, with the count.
-    fn write_repeat(&mut self, r: Repeat, orphaned: Option<&str>) -> std::io::Result<()> {
+    fn repeat(
+        &self,
+        r: Repeat,
+        orphaned: Option<&str>,
+        out: &mut impl FnMut(Record) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         match r {
             Repeat::Of {
                 key,
@@ -483,7 +500,7 @@ impl Pump<'_> {
                 rec.time_dt = crate::audit::rfc3339_ms(last);
                 rec.count = Some(count);
                 rec.message = format!("{} ({count} more times)", rec.message);
-                self.write(&rec)?;
+                self.emit(rec, out)?;
                 if !self.sinks.quiet {
                     term::line(&format!("{} ({count} more times)", self.fmt.line(&key)));
                 }
@@ -491,13 +508,117 @@ impl Pump<'_> {
             }
             Repeat::Unknown { count } => {
                 self.sinks.metrics(|m| m.ring_lost(count));
-                self.audit.write(&Record::loss(
+                out(Record::loss(
                     count,
                     "identical denials counted in the kernel whose first record was not read",
                     orphaned,
                 ))
             }
         }
+    }
+}
+
+impl<'a> Pump<'a> {
+    /// The record-making part, and the audit file its records go to.
+    fn split(&mut self) -> (Producer<'_, 'a>, &mut AuditFile) {
+        let Pump {
+            fmt,
+            audit,
+            sinks,
+            agg,
+            exec_denials,
+            ..
+        } = self;
+        (
+            Producer {
+                fmt,
+                sinks,
+                agg,
+                exec_denials,
+            },
+            audit,
+        )
+    }
+
+    /// One record to the log, counted in the metrics.
+    fn write(&mut self, rec: Record) -> std::io::Result<()> {
+        let (p, audit) = self.split();
+        p.emit(rec, &mut |r| audit.write(&r))
+    }
+
+    /// Hands what is buffered to the log file; the metrics learn what it could not write.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.audit.flush()?;
+        let lost = self.audit.lost_total();
+        self.sinks.metrics(|m| m.set_write_lost(lost));
+        Ok(())
+    }
+
+    /// Writes up to `max` records; `true` when the ring buffer is empty.
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
+        let mut n = 0;
+        while n < max {
+            if n == PIPELINE_AFTER && parallel() {
+                let empty = self.drain_pipelined(ring, max - n)?;
+                self.flush()?;
+                return Ok(empty);
+            }
+            let Some(item) = ring.next() else {
+                self.flush()?;
+                return Ok(true);
+            };
+            let (mut p, audit) = self.split();
+            p.item(&item, &mut |r| audit.write(&r))?;
+            n += 1;
+        }
+        self.flush()?;
+        Ok(false)
+    }
+
+    /// [`Pump::drain`]'s records from the ring in this thread, their encoding and writing
+    /// in a second one, in the same order (one channel).
+    fn drain_pipelined(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
+        let (mut p, audit) = self.split();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Record>(PIPELINE_DEPTH);
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(move || -> std::io::Result<()> {
+                for rec in rx {
+                    audit.write(&rec)?;
+                }
+                Ok(())
+            });
+            // Owns the sender: the writer's loop ends when it is dropped.
+            let mut send = move |r: Record| {
+                tx.send(r)
+                    .map_err(|_| std::io::Error::other("the audit writer stopped"))
+            };
+            let mut empty = false;
+            let mut made = Ok(());
+            for _ in 0..max {
+                let Some(item) = ring.next() else {
+                    empty = true;
+                    break;
+                };
+                made = p.item(&item, &mut send);
+                if made.is_err() {
+                    break;
+                }
+            }
+            drop(send);
+            let written = writer
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the audit writer panicked")));
+            // The writer's error first: a send fails only because the writer stopped.
+            written?;
+            made?;
+            Ok(empty)
+        })
+    }
+
+    /// One record for denials the kernel counted: the record they repeat, with the count.
+    fn write_repeat(&mut self, r: Repeat, orphaned: Option<&str>) -> std::io::Result<()> {
+        let (p, audit) = self.split();
+        p.repeat(r, orphaned, &mut |rec| audit.write(&rec))
     }
 
     /// Writes the counts the CPUs' slots hold for floods that stopped (`end`: all of them;
@@ -566,9 +687,12 @@ impl Pump<'_> {
                     }
                     Ok(e) => {
                         agg.on_event(&e);
-                        self.write(&self.fmt.orphan_record(&e, &o.run))?;
+                        {
+                            let rec = self.fmt.orphan_record(&e, &o.run);
+                            self.write(rec)?;
+                        }
                     }
-                    Err(err) => self.write(&Record::error(
+                    Err(err) => self.write(Record::error(
                         format!("undecodable kernel record: {err}"),
                         Some(&o.run),
                     ))?,
@@ -581,14 +705,14 @@ impl Pump<'_> {
                 self.write_repeat(r, Some(&o.run))?;
             }
             if o.lost > 0 {
-                self.write(&Record::loss(
+                self.write(Record::loss(
                     o.lost,
                     "ring buffer full after the run's sandbox died",
                     Some(&o.run),
                 ))?;
             }
             if let Some(err) = &o.error {
-                self.write(&Record::error(
+                self.write(Record::error(
                     format!("records left by a sandbox that died could not be read: {err}"),
                     Some(&o.run),
                 ))?;
@@ -614,4 +738,10 @@ impl Pump<'_> {
         self.flush()?;
         Ok(())
     }
+}
+
+/// More than one CPU to run the pump and its writing thread on.
+fn parallel() -> bool {
+    static N: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
 }
