@@ -182,10 +182,7 @@ pub mod filter {
     pub const EXACT: u32 = 1;
     /// Every `INODE_RULES` key ([`inode_key`]).
     pub const INODE: u32 = 2;
-    /// Every bound cgroup (`CGROUP_POLICY` key), set when it is bound (and left set when it
-    /// is unbound: its lookup then finds nothing, as without the filter).
-    pub const CGROUP: u32 = 3;
-    pub const REGIONS: u32 = 4;
+    pub const REGIONS: u32 = 3;
 
     /// The word (index into the map) and the bit of `key` in `region`.
     #[inline]

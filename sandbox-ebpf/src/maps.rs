@@ -59,10 +59,9 @@ pub static LITERALS: HashMap<LiteralKey, u32> = HashMap::with_max_entries(1, 0);
 #[map]
 pub static INODE_RULES: HashMap<InodeKey, u32> = HashMap::with_max_entries(1, 0);
 
-/// One bit per key of `LITERALS`, `INODE_RULES` and `CGROUP_POLICY`
-/// (`sandbox_common::filter`): a clear bit spares a decision the lookup. Written by the
-/// loader (through a mapping: the path regions before the policy's header, a cgroup's bit
-/// before its binding), read by every hook (the scope) and the file/exec hooks.
+/// One bit per key of `LITERALS` and `INODE_RULES` (`sandbox_common::filter`): a clear bit
+/// spares a decision the lookup. Written by the loader (through a mapping, before the
+/// policy's header), read by file/exec hooks.
 #[map]
 pub static LOOKUP_FILTER: Array<u64> =
     Array::with_max_entries(filter::REGIONS * filter::WORDS, BPF_F_MMAPABLE);

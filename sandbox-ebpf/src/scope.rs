@@ -1,9 +1,9 @@
 //! Which policy, if any, applies to the current task: the first bound cgroup among its
-//! ancestors. Out-of-scope tasks pay one array lookup, and a filter's bit (`LOOKUP_FILTER`,
-//! usually clear: then no hash lookup) per level that has a binding (usually one).
+//! ancestors. Out-of-scope tasks pay one array lookup and one hash lookup per level that
+//! has a binding (usually one).
 
 use aya_ebpf::helpers::bpf_get_current_ancestor_cgroup_id;
-use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, filter, policy_flags};
+use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, policy_flags};
 
 use crate::kread;
 
@@ -53,12 +53,8 @@ fn nearest_binding() -> Option<(u64, u32)> {
             if id == 0 {
                 return None;
             }
-            // Most tasks of the host are in no bound cgroup: the filter's clear bit spares
-            // them the hash lookup.
-            if crate::maps::may_hold(filter::CGROUP, id)
-                // SAFETY: the value is a plain u32 copied out immediately.
-                && let Some(policy_id) = unsafe { CGROUP_POLICY.get(&id) }
-            {
+            // SAFETY: the value is a plain u32 copied out immediately.
+            if let Some(policy_id) = unsafe { CGROUP_POLICY.get(&id) } {
                 return Some((id, *policy_id));
             }
         }

@@ -63,47 +63,6 @@ impl<V: aya::Pod> Bulk<'_, u32, V> {
     }
 }
 
-impl Bulk<'_, u32, u64> {
-    /// Sets `bits` in the word at `index` of a `BPF_F_MMAPABLE` array of u64, in place
-    /// through a mapping (one aligned 8-byte store: a program reading the word sees it
-    /// before or after, never half).
-    pub fn or_bits(&mut self, index: u32, bits: u64) -> Result<(), LoadError> {
-        let name = self.name;
-        let info = self.data.info().map_err(map_err(name))?;
-        if info.value_size() != 8 || index >= info.max_entries() {
-            return Err(LoadError::Map {
-                map: name,
-                detail: format!("no u64 at index {index}"),
-            });
-        }
-        let len = info.max_entries() as usize * 8;
-        // SAFETY: as in `write_all`.
-        let mut mem = unsafe {
-            memmap2::MmapOptions::new()
-                .len(len)
-                .map_mut(self.data.fd().as_fd().as_raw_fd())
-        }
-        .map_err(|e| LoadError::Map {
-            map: name,
-            detail: format!("cannot map it: {e}"),
-        })?;
-        // SAFETY: any bytes are a valid u64; the mapping is page-aligned, so nothing comes
-        // before the words.
-        let (before, words, _) = unsafe { mem.align_to_mut::<u64>() };
-        let word = words
-            .get_mut(index as usize)
-            .filter(|_| before.is_empty())
-            .ok_or_else(|| LoadError::Map {
-                map: name,
-                detail: format!("word {index} is not in the mapping"),
-            })?;
-        let word = &raw mut *word;
-        // SAFETY: an aligned u64 of the mapping.
-        unsafe { word.write_volatile(word.read_volatile() | bits) };
-        Ok(())
-    }
-}
-
 impl<K: aya::Pod, V: aya::Pod> Bulk<'_, K, V> {
     /// Writes `keys[i] -> values[i]` with `BPF_MAP_UPDATE_BATCH` (kernel 5.6+): one system
     /// call per 64k elements instead of one per element.

@@ -157,16 +157,13 @@ pub fn identities(policy: &CompiledPolicy, policy_id: u32) -> Identities {
     out
 }
 
-/// `LOOKUP_FILTER`'s first words (the path regions) for these `LITERALS` and `INODE_RULES` entries: the bit of every
+/// `LOOKUP_FILTER`'s words for these `LITERALS` and `INODE_RULES` entries: the bit of every
 /// key set in the regions the programs check before looking it up (see
 /// `sandbox_common::filter`). A key without its bit would never be looked up: every key of
 /// both maps goes through here.
 pub fn lookup_filter(literals: &BTreeMap<u64, u32>, inodes: &[(InodeKey, u32)]) -> Vec<u64> {
     use sandbox_common::filter;
-    // The path regions only: the cgroup region (the last) is `bind`'s, and keeps what it
-    // set whatever the order of `apply` and `bind`.
-    const _: () = assert!(filter::CGROUP == filter::REGIONS - 1);
-    let mut words = vec![0u64; (filter::CGROUP * filter::WORDS) as usize];
+    let mut words = vec![0u64; (filter::REGIONS * filter::WORDS) as usize];
     let mut set = |region: u32, key: u64| {
         let (word, bit) = filter::slot(region, key);
         words[word as usize] |= 1 << bit;
@@ -766,9 +763,6 @@ impl Enforcer {
         self.levels |= 1 << cgroup.level;
         let levels = self.levels;
         let mut maps = self.maps();
-        // The filter's bit first: a program that finds it clear skips the binding's lookup.
-        let (word, bit) = sandbox_common::filter::slot(sandbox_common::filter::CGROUP, cgroup.id);
-        maps.lookup_filter()?.or_bits(word, 1 << bit)?;
         let mut h = maps.cgroup_policy()?;
         h.insert(cgroup.id, policy_id, 0).map_err(h.err())?;
         let mut a = maps.scope_levels()?;
@@ -1031,7 +1025,7 @@ mod tests {
             })
             .collect();
         let words = lookup_filter(&literals, &inodes);
-        assert_eq!(words.len(), (filter::CGROUP * filter::WORDS) as usize);
+        assert_eq!(words.len(), (filter::REGIONS * filter::WORDS) as usize);
         for (hash, mask) in &literals {
             assert!(has(&words, filter::EXACT, *hash));
             if sandbox_common::literal_below(*mask) != 0 {
