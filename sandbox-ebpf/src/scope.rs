@@ -46,7 +46,9 @@ fn nearest_binding() -> Option<(u64, u32)> {
         return None;
     }
     let mut level = 0;
-    while level < MAX_CGROUP_LEVEL {
+    // Up to the deepest bound level only: a task outside every sandbox (most of the host)
+    // does not walk the levels above it.
+    while level < MAX_CGROUP_LEVEL && mask >> level != 0 {
         if mask & (1u64 << level) != 0 {
             // SAFETY: plain helper call; returns 0 when the task's cgroup is shallower.
             let id = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) };

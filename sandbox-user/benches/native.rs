@@ -903,7 +903,7 @@ fn estimates(table: &[(String, [f64; 3])], n: &Native, pump: &[Denials], outside
         println!(
             "  {rules:>6} rules: the record costs the program {record:.0} ns more; one CPU \
              produces {producer:.0} denials/s; the pump writes a record in {:.0} ns \
-             ({:.0} records/s on one thread)",
+             ({:.0} records/s: the pump and, past 256 records in a drain, its writing thread)",
             pump[col].pump,
             1e9 / pump[col].pump
         );

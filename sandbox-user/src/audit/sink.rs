@@ -39,6 +39,8 @@ pub struct AuditFile {
     /// Records lost to write errors since the start (for metrics).
     lost_total: u64,
     failing: bool,
+    /// The line being written (kept: one allocation for the file, not one per record).
+    line: Vec<u8>,
 }
 
 /// Why an audit log was refused or could not be opened.
@@ -241,6 +243,7 @@ impl AuditFile {
             unwritten: 0,
             lost_total: 0,
             failing: false,
+            line: Vec::with_capacity(4096),
         })
     }
 
@@ -252,12 +255,20 @@ impl AuditFile {
 
     /// Writes one record (buffered).
     pub fn write(&mut self, v: &impl Serialize) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(v)?;
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        serde_json::to_writer(&mut line, v)?;
         line.push(b'\n');
+        let written = self.write_line(&line);
+        self.line = line;
+        written
+    }
+
+    fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
         if self.regular && self.size > 0 && self.size + line.len() as u64 > self.max_size {
             self.rotate();
         }
-        if self.out.write_all(&line).is_err() {
+        if self.out.write_all(line).is_err() {
             let n = 1 + std::mem::take(&mut self.buffered);
             self.lost(n);
             return Ok(());

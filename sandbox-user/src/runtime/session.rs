@@ -416,9 +416,11 @@ pub const DRAIN_BATCH: usize = 4096;
 /// denials. Smaller batches are written by the pump itself (no thread started).
 const PIPELINE_AFTER: usize = 256;
 
-/// Records in flight between the pump and the writing thread (bounded: the ring holds the
-/// rest).
-const PIPELINE_DEPTH: usize = 1024;
+/// Records handed to the writing thread at a time (one wake-up of it per batch, not per
+/// record: a hand-over per record cost more than the encoding it moved), and batches in
+/// flight (bounded: the ring holds the rest).
+const PIPELINE_BATCH: usize = 64;
+const PIPELINE_DEPTH: usize = 16;
 
 /// The part of the pump that turns kernel records into audit records, apart from where they
 /// go (`out`: the audit file, or the writing thread of a pipelined drain).
@@ -579,17 +581,32 @@ impl<'a> Pump<'a> {
     /// in a second one, in the same order (one channel).
     fn drain_pipelined(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
         let (mut p, audit) = self.split();
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Record>(PIPELINE_DEPTH);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(PIPELINE_DEPTH);
+        // Written batches come back to be freed here: memory freed by the thread that
+        // allocated it stays out of the allocator's locks (freeing them in the writer
+        // doubled the cost of a record).
+        let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<Record>>();
         std::thread::scope(|scope| {
             let writer = scope.spawn(move || -> std::io::Result<()> {
-                for rec in rx {
-                    audit.write(&rec)?;
+                for batch in rx {
+                    for rec in &batch {
+                        audit.write(rec)?;
+                    }
+                    let _ = back_tx.send(batch);
                 }
                 Ok(())
             });
-            // Owns the sender: the writer's loop ends when it is dropped.
-            let mut send = move |r: Record| {
-                tx.send(r)
+            let mut batch = Vec::with_capacity(PIPELINE_BATCH);
+            let hand_over = |batch: &mut Vec<Record>| {
+                let spare = match back_rx.try_recv() {
+                    Ok(mut written) => {
+                        written.clear();
+                        written
+                    }
+                    Err(_) => Vec::with_capacity(PIPELINE_BATCH),
+                };
+                let full = std::mem::replace(batch, spare);
+                tx.send(full)
                     .map_err(|_| std::io::Error::other("the audit writer stopped"))
             };
             let mut empty = false;
@@ -599,16 +616,25 @@ impl<'a> Pump<'a> {
                     empty = true;
                     break;
                 };
-                made = p.item(&item, &mut send);
+                made = p.item(&item, &mut |r| {
+                    batch.push(r);
+                    Ok(())
+                });
+                if made.is_ok() && batch.len() >= PIPELINE_BATCH {
+                    made = hand_over(&mut batch);
+                }
                 if made.is_err() {
                     break;
                 }
             }
-            drop(send);
+            if made.is_ok() && !batch.is_empty() {
+                made = hand_over(&mut batch);
+            }
+            drop(tx);
             let written = writer
                 .join()
                 .unwrap_or_else(|_| Err(std::io::Error::other("the audit writer panicked")));
-            // The writer's error first: a send fails only because the writer stopped.
+            // The writer's error first: a hand-over fails only because the writer stopped.
             written?;
             made?;
             Ok(empty)
