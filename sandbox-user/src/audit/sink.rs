@@ -259,23 +259,23 @@ impl AuditFile {
         line.clear();
         serde_json::to_writer(&mut line, v)?;
         line.push(b'\n');
-        let written = self.write_line(&line);
+        self.write_line(&line);
         self.line = line;
-        written
+        Ok(())
     }
 
-    fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+    /// A line to the buffer; a failure is counted (see [`AuditFile::lost`]), never returned.
+    fn write_line(&mut self, line: &[u8]) {
         if self.regular && self.size > 0 && self.size + line.len() as u64 > self.max_size {
             self.rotate();
         }
         if self.out.write_all(line).is_err() {
             let n = 1 + std::mem::take(&mut self.buffered);
             self.lost(n);
-            return Ok(());
+            return;
         }
         self.size += line.len() as u64;
         self.buffered += 1;
-        Ok(())
     }
 
     /// Hands the buffer to the kernel; reports records lost to earlier failures once
