@@ -1,6 +1,7 @@
-//! Raw reads of kernel memory. The only module that dereferences kernel pointers: every read
-//! goes through `bpf_probe_read_kernel`, which faults safely (returns an error) on a bad
-//! address, at an offset the loader read from the running kernel's BTF.
+//! Raw reads of kernel memory. The only module that dereferences kernel pointers, at
+//! offsets the loader read from the running kernel's BTF: through `bpf_probe_read_kernel`
+//! (which faults safely, returning an error, on a bad address), or, for pointers the
+//! verifier types from BTF, with a guarded load ([`field`]: a fault reads 0).
 
 use aya_ebpf::Global;
 use aya_ebpf::helpers::bpf_probe_read_kernel;

@@ -436,7 +436,9 @@ impl Enforcer {
         drop(links);
     }
 
-    /// Writes every map of `policy` as policy `self.policy_id`. Call before `bind`.
+    /// Writes every map of `policy` as policy `self.policy_id`. Call before `bind`, once
+    /// per loaded object: `LOOKUP_FILTER` is written whole (it holds no policy id), so a
+    /// second policy in the same object would lose the first one's bits.
     pub fn apply(
         &mut self,
         policy: &CompiledPolicy,

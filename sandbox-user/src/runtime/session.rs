@@ -560,8 +560,10 @@ impl<'a> Pump<'a> {
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
         let mut n = 0;
         while n < max {
-            if n == PIPELINE_AFTER && parallel() {
-                let empty = self.drain_pipelined(ring, max - n)?;
+            if n == PIPELINE_AFTER
+                && parallel()
+                && let Some(empty) = self.drain_pipelined(ring, max - n)?
+            {
                 self.flush()?;
                 return Ok(empty);
             }
@@ -578,67 +580,101 @@ impl<'a> Pump<'a> {
     }
 
     /// [`Pump::drain`]'s records from the ring in this thread, their encoding and writing
-    /// in a second one, in the same order (one channel).
-    fn drain_pipelined(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
-        let (mut p, audit) = self.split();
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(PIPELINE_DEPTH);
-        // Written batches come back to be freed here: memory freed by the thread that
-        // allocated it stays out of the allocator's locks (freeing them in the writer
-        // doubled the cost of a record).
-        let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<Record>>();
-        std::thread::scope(|scope| {
-            let writer = scope.spawn(move || -> std::io::Result<()> {
-                for batch in rx {
-                    for rec in &batch {
-                        audit.write(rec)?;
-                    }
-                    let _ = back_tx.send(batch);
-                }
-                Ok(())
-            });
-            let mut batch = Vec::with_capacity(PIPELINE_BATCH);
-            let hand_over = |batch: &mut Vec<Record>| {
-                let spare = match back_rx.try_recv() {
-                    Ok(mut written) => {
-                        written.clear();
-                        written
-                    }
-                    Err(_) => Vec::with_capacity(PIPELINE_BATCH),
+    /// in a second one, in the same order (one channel). `None`: the thread could not be
+    /// started (a pids limit), nothing was taken from the ring, the caller goes on alone.
+    /// If the writing thread stops, the records made but not written are counted in an
+    /// `audit_loss` record before the error is returned.
+    fn drain_pipelined(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        max: usize,
+    ) -> anyhow::Result<Option<bool>> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let written = AtomicU64::new(0);
+        let mut made = 0u64;
+        let outcome = {
+            let (mut p, audit) = self.split();
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(PIPELINE_DEPTH);
+            // Written batches come back to be freed here: memory freed by the thread that
+            // allocated it stays out of the allocator's locks (freeing them in the writer
+            // doubled the cost of a record).
+            let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<Record>>();
+            let written = &written;
+            let made = &mut made;
+            std::thread::scope(|scope| {
+                let writer = std::thread::Builder::new()
+                    .name("sandbox-audit".into())
+                    .spawn_scoped(scope, move || -> std::io::Result<()> {
+                        for batch in rx {
+                            for rec in &batch {
+                                audit.write(rec)?;
+                                written.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let _ = back_tx.send(batch);
+                        }
+                        Ok(())
+                    });
+                let Ok(writer) = writer else {
+                    return Ok(None);
                 };
-                let full = std::mem::replace(batch, spare);
-                tx.send(full)
-                    .map_err(|_| std::io::Error::other("the audit writer stopped"))
-            };
-            let mut empty = false;
-            let mut made = Ok(());
-            for _ in 0..max {
-                let Some(item) = ring.next() else {
-                    empty = true;
-                    break;
+                let mut batch = Vec::with_capacity(PIPELINE_BATCH);
+                let hand_over = |batch: &mut Vec<Record>| {
+                    let spare = match back_rx.try_recv() {
+                        Ok(mut done) => {
+                            done.clear();
+                            done
+                        }
+                        Err(_) => Vec::with_capacity(PIPELINE_BATCH),
+                    };
+                    let full = std::mem::replace(batch, spare);
+                    tx.send(full)
+                        .map_err(|_| std::io::Error::other("the audit writer stopped"))
                 };
-                made = p.item(&item, &mut |r| {
-                    batch.push(r);
-                    Ok(())
-                });
-                if made.is_ok() && batch.len() >= PIPELINE_BATCH {
-                    made = hand_over(&mut batch);
+                let mut empty = false;
+                let mut result = Ok(());
+                for _ in 0..max {
+                    let Some(item) = ring.next() else {
+                        empty = true;
+                        break;
+                    };
+                    result = p.item(&item, &mut |r| {
+                        batch.push(r);
+                        *made += 1;
+                        Ok(())
+                    });
+                    if result.is_ok() && batch.len() >= PIPELINE_BATCH {
+                        result = hand_over(&mut batch);
+                    }
+                    if result.is_err() {
+                        break;
+                    }
                 }
-                if made.is_err() {
-                    break;
+                if result.is_ok() && !batch.is_empty() {
+                    result = hand_over(&mut batch);
                 }
+                drop(tx);
+                let stopped = writer
+                    .join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the audit writer panicked")));
+                // The writer's error first: a hand-over fails only because the writer stopped.
+                stopped.and(result).map(|()| Some(empty))
+            })
+        };
+        match outcome {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                let lost = made.saturating_sub(written.load(std::sync::atomic::Ordering::Relaxed));
+                if lost > 0 {
+                    // Best effort: the file itself may be what failed.
+                    let _ = self.audit.write(&Record::loss(
+                        lost,
+                        "records made but not written: the audit log's writing thread stopped",
+                        None,
+                    ));
+                }
+                Err(e.into())
             }
-            if made.is_ok() && !batch.is_empty() {
-                made = hand_over(&mut batch);
-            }
-            drop(tx);
-            let written = writer
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("the audit writer panicked")));
-            // The writer's error first: a hand-over fails only because the writer stopped.
-            written?;
-            made?;
-            Ok(empty)
-        })
+        }
     }
 
     /// One record for denials the kernel counted: the record they repeat, with the count.
