@@ -17,8 +17,10 @@
 //! | `bench_scope` | the scope lookup of the prologue (`hook!`), for the reading task |
 //! | `bench_resolve` | the facts, then `path::resolve` (walk, scan, lookups; the directory cache as `DIR_CACHE_CTL` says) |
 //! | `bench_resolve_cold` | the same after emptying the directory's cache slot (a miss, and the slot filled) |
+//! | `bench_resolve_dir` | the same after emptying the name's slot only (the name scanned from the directory's state) |
 //! | `bench_open` | the whole `file_open` body after the prologue's verdict check: scope, decision, record on a deny |
 //! | `bench_open_cold` | the same after emptying the directory's cache slot |
+//! | `bench_open_dir` | the same after emptying the name's slot only |
 //!
 //! The task whose files are iterated is chosen by the link (`bpf_iter_link_info.task`).
 //! The programs write nothing to the iterator's output.
@@ -27,6 +29,7 @@ use core::ffi::c_void;
 
 use crate::dircache;
 use crate::kread;
+use crate::namecache;
 use crate::path;
 
 /// The policy the benchmark applies (the loader's `Enforcer` writes policy 0).
@@ -57,6 +60,31 @@ fn forget_directory(file: *const u8) {
     if let Ok(inode) = kread::read_ptr(parent, off.dentry_d_inode) {
         dircache::forget(inode as u64);
     }
+}
+
+/// Empties the name cache's slot of the file (its directory's slot stays), so that the
+/// next decision about it scans its name from the directory's kept state.
+#[inline(always)]
+fn forget_name(file: *const u8) {
+    let off = kread::offsets();
+    let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
+        return;
+    };
+    let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
+        return;
+    };
+    let Ok(inode) = kread::read_ptr(parent, off.dentry_d_inode) else {
+        return;
+    };
+    let len: u32 = kread::read(dentry, off.dentry_d_name_len).unwrap_or(0);
+    let src: u64 = kread::read(dentry, off.dentry_d_name_name).unwrap_or(0);
+    let mut name = namecache::Name {
+        words: [0; namecache::NAME_WORDS],
+        len: 0,
+        _pad: 0,
+    };
+    namecache::read(&mut name, len, src);
+    namecache::forget(inode as u64, &name);
 }
 
 /// What `file_open` reads of the file before resolving it.
@@ -127,7 +155,21 @@ bench!(bench_resolve_cold, |file| {
     ))
 });
 
+bench!(bench_resolve_dir, |file| {
+    forget_name(file);
+    let mut f = facts(file);
+    core::hint::black_box(matches!(
+        path::resolve_typed(POLICY, &mut f),
+        path::Resolved::Matched(_)
+    ))
+});
+
 bench!(bench_open, |file| open(file));
+
+bench!(bench_open_dir, |file| {
+    forget_name(file);
+    open(file);
+});
 
 bench!(bench_open_cold, |file| {
     forget_directory(file);

@@ -151,6 +151,15 @@ fn slot_of(inode: u64) -> Option<*mut DirSlot> {
     DIR_CACHE.get_ptr_mut(i)
 }
 
+/// The sequence-lock value of the slot `inode` would have now (a name's result is valid
+/// only while it is the one its scan started from: `namecache.rs`).
+#[inline(always)]
+pub fn lock_of(inode: u64) -> Option<u64> {
+    let p = slot_of(inode)?;
+    // SAFETY: `p` is a map value of this array.
+    Some(unsafe { core::ptr::read_volatile(&raw const (*p).lock) })
+}
+
 /// Copies the state of the directory of `now` for `policy_id` into `out` (working
 /// memory: the stack has no room for it), if a valid one is kept.
 #[inline(always)]

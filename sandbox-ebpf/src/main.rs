@@ -16,6 +16,7 @@ mod event;
 mod hooks;
 mod kread;
 mod maps;
+mod namecache;
 mod path;
 mod scope;
 

@@ -122,6 +122,12 @@ pub static AGG: PerCpuArray<sandbox_common::AggSlot> = PerCpuArray::with_max_ent
 pub static DIR_CACHE: Array<crate::dircache::DirSlot> =
     Array::with_max_entries(crate::dircache::SLOTS, 0);
 
+/// What names matched in kept directory states (`namecache.rs`), in slots chosen by
+/// directory and name. Written and read by the programs only.
+#[map]
+pub static NAME_CACHE: Array<crate::namecache::NameSlot> =
+    Array::with_max_entries(crate::namecache::SLOTS, 0);
+
 /// Whether the directory cache is on, and what makes its states stale. Written by the
 /// loader once every program is attached, and after every change to `SB_START`/`SB_ROOTS`.
 #[map]
@@ -146,6 +152,8 @@ pub struct Scratch {
     /// decision (`dircache.rs`).
     pub dir: crate::dircache::DirSlot,
     pub now: crate::dircache::Now,
+    /// The file's name, for the name cache (`namecache.rs`).
+    pub name: crate::namecache::Name,
     pub path: [u8; PATH_BUF],
     pub event: EventHeader,
     /// The file path, then the executable's path.

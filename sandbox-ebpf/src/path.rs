@@ -27,6 +27,7 @@ use crate::maps::{
     DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, POLICIES, SB_ROOTS, SB_START,
     scratch,
 };
+use crate::namecache;
 
 /// Path bytes live in `SCRATCH.path[start..PATH_END]`.
 pub const PATH_END: u32 = PATH_MAX as u32 - 1;
@@ -465,8 +466,10 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     };
     crate::maps::claim(s);
     s.now.prepared = 1;
-    s.now.parent_dentry = 0;
-    s.now.parent_inode = 0;
+    // Volatile: LLVM would merge the adjacent stores into a call of `memset`, a loop of
+    // byte stores in BPF.
+    kread::zero(&mut s.now.parent_dentry);
+    kread::zero(&mut s.now.parent_inode);
     s.now.name = 0;
     s.now.name_len = u32::MAX;
     if dircache::now(&mut s.now) {
@@ -583,8 +586,8 @@ pub extern "C" fn sandbox_resolve(
 #[inline(always)]
 fn parent_of(dentry: *const u8, now: &mut dircache::Now) {
     let off = offsets();
-    now.parent_dentry = 0;
-    now.parent_inode = 0;
+    kread::zero(&mut now.parent_dentry);
+    kread::zero(&mut now.parent_inode);
     let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
         return;
     };
@@ -621,10 +624,15 @@ fn resolve_here(
         let on = dircache::now(&mut s.now);
         if on {
             parent_of(facts.dentry, &mut s.now);
+            name_of(facts.dentry, &mut s.now);
         }
         on
     };
     if cache {
+        namecache::read(&mut s.name, s.now.name_len, s.now.name);
+        if let Some(r) = resolve_known(policy_id, facts) {
+            return r;
+        }
         if dircache::get(&s.now, policy_id, &mut s.dir)
             && let Some(r) = resolve_below(policy_id, info, facts)
         {
@@ -632,6 +640,32 @@ fn resolve_here(
         }
     }
     resolve_whole(policy_id, info, facts)
+}
+
+/// The name of a dentry (`d_name`), into `now` (length `u32::MAX` when unreadable).
+#[inline(always)]
+fn name_of(dentry: *const u8, now: &mut dircache::Now) {
+    let off = offsets();
+    now.name_len = kread::read(dentry, off.dentry_d_name_len).unwrap_or(u32::MAX);
+    now.name = kread::read(dentry, off.dentry_d_name_name).unwrap_or(0);
+}
+
+/// A file whose name's result is kept for its directory's state (`namecache.rs`): no
+/// scan at all. `None` when none is kept or a move happened meanwhile.
+#[inline(always)]
+fn resolve_known(policy_id: u32, facts: &mut FileFacts) -> Option<Resolved> {
+    let s = scratch()?;
+    let hit = namecache::get(&s.now, policy_id, &s.name)?;
+    let inode = inode_rules(policy_id, facts);
+    if !dircache::unchanged(&s.now) {
+        return None;
+    }
+    // Kept only from scans that did not seek mounted directories.
+    s.scan.seeking = 0;
+    // A record rebuilds the whole path (`whole_path`).
+    facts.start = PATH_END;
+    facts.partial = true;
+    Some(matched(hit.kinds, inode, hit.sb_known, facts))
 }
 
 /// The path of a file whose directory's scan state is kept (in `SCRATCH.dir`): only
@@ -642,16 +676,8 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     // Claimed by `resolve_here`, before the slot was copied in.
     let s = scratch()?;
     let d = &s.dir;
-    let (len, name) = if s.now.prepared != 0 {
-        (s.now.name_len, s.now.name as *const u8)
-    } else {
-        let off = offsets();
-        let len: u32 = kread::read(facts.dentry, off.dentry_d_name_len).ok()?;
-        (
-            len,
-            kread::read_ptr(facts.dentry, off.dentry_d_name_name).ok()?,
-        )
-    };
+    // Read by `resolve_typed` or `resolve_here`, after the rename count.
+    let (len, name) = (s.now.name_len, s.now.name as *const u8);
     if name.is_null() {
         return None;
     }
@@ -680,6 +706,7 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     s.scan.end = PATH_END;
     s.scan.split = NO_SPLIT;
     s.scan.dfa = info.dfa;
+    let seeking = d.seeking;
     let path = scan_run(policy_id, info, facts.dev);
     let inode = inode_rules(policy_id, facts);
     if !dircache::unchanged(&s.now) {
@@ -687,7 +714,12 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     }
     facts.start = start;
     facts.partial = true;
-    Some(matched(path, inode, sb_known, facts))
+    let r = matched(path, inode, sb_known, facts);
+    if seeking == 0 && matches!(r, Resolved::Matched(_)) {
+        // `put` empties the slot again if another decision took the working memory.
+        namecache::put(&s.now, policy_id, &s.name, s.dir.lock, path, sb_known);
+    }
+    Some(r)
 }
 
 /// The whole walk and scan; with the cache on (`SCRATCH.now`), the directory's state is
