@@ -18,6 +18,7 @@
 //! | `bench_resolve` | the facts, then `path::resolve` (walk, scan, lookups; the directory cache as `DIR_CACHE_CTL` says) |
 //! | `bench_resolve_cold` | the same after emptying the directory's cache slot (a miss, and the slot filled) |
 //! | `bench_resolve_dir` | the same after emptying the name's slot only (the name scanned from the directory's state) |
+//! | `bench_forget_name` | emptying the name's slot alone (what the `_dir` rows spend on it) |
 //! | `bench_open` | the whole `file_open` body after the prologue's verdict check: scope, decision, record on a deny |
 //! | `bench_open_cold` | the same after emptying the directory's cache slot |
 //! | `bench_open_dir` | the same after emptying the name's slot only |
@@ -163,6 +164,8 @@ bench!(bench_resolve_dir, |file| {
         path::Resolved::Matched(_)
     ))
 });
+
+bench!(bench_forget_name, |file| forget_name(file));
 
 bench!(bench_open, |file| open(file));
 

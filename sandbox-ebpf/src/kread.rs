@@ -12,9 +12,18 @@ use sandbox_common::KernelOffsets;
 #[unsafe(no_mangle)]
 static OFFSETS: Global<KernelOffsets> = Global::new(KernelOffsets::ZERO);
 
+/// The offsets, as a reference through which only the fields used are loaded.
+/// `Global::load` is a volatile read of the whole struct: every hook that called it loaded
+/// all of its fields (over 40 loads) at every call. The pointer is hidden from the
+/// optimiser instead (a volatile read of it), so the loader's values are read, never the
+/// initialiser's zeros; the verifier still sees a pointer into the frozen `.rodata`, whose
+/// loads it knows as constants.
 #[inline(always)]
-pub fn offsets() -> KernelOffsets {
-    OFFSETS.load()
+pub fn offsets() -> &'static KernelOffsets {
+    let p: *const KernelOffsets = (&raw const OFFSETS).cast();
+    // SAFETY: `Global` is `repr(transparent)` over an initialised `KernelOffsets`, and the
+    // static lives as long as the program; reading the local pointer back is plain.
+    unsafe { &*core::ptr::read_volatile(&raw const p) }
 }
 
 /// Reads a `T` at `base + off`.

@@ -110,7 +110,11 @@ fn fail_closed(hook_id: u32, why: u32, flags: u32) -> (Deny, u32) {
 
 /// The offsets, or the fail-closed answer for `hook_id` when the loader supplied none.
 #[inline(always)]
-pub fn offsets_or_deny(hook_id: u32, scope: Scope, audit: bool) -> Result<KernelOffsets, i32> {
+pub fn offsets_or_deny(
+    hook_id: u32,
+    scope: Scope,
+    audit: bool,
+) -> Result<&'static KernelOffsets, i32> {
     let off = kread::offsets();
     if off.valid == 0 {
         return Err(deny_unresolved(

@@ -382,7 +382,8 @@ fn decisions_racing_on_one_cpu_stay_their_own() {
 /// Directories removed and made again elsewhere never inherit a state (a slot is cleared
 /// when its directory's inode is freed; whether the allocator hands the new directories
 /// the old addresses is up to it, so this part cannot show that a missing clear would be
-/// caught). A denial decided from a kept state names the whole path.
+/// caught). Names alike in all but their last bytes keep their own results (the name
+/// cache compares whole names). A denial decided from a kept state names the whole path.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn kept_directory_states_follow_moves_and_removals() {
@@ -391,6 +392,19 @@ fn kept_directory_states_follow_moves_and_removals() {
     write(&d.join("r/p/f"), "x");
     write(&d.join("r/p/k.pem"), "k");
     write(&d.join("r/x/f"), "x");
+    // Names alike in their first 27 to 31 bytes, refused and allowed by `*.pem`, of 30 to
+    // 33 bytes (a name's result is kept for names of at most 32 bytes, by their bytes).
+    let (a27, a28) = ("a".repeat(27), "a".repeat(28));
+    let names = [
+        (format!("{a27}.pem"), EACCES),
+        (format!("{a27}.pe"), OK),
+        (format!("{a28}.pem"), EACCES),
+        (format!("{a28}.pen"), OK),
+        (format!("{a28}.pemx"), OK),
+    ];
+    for (n, _) in &names {
+        write(&d.join("r/p").join(n), "x");
+    }
     std::fs::create_dir_all(d.join("o")).unwrap();
     User::Agent.own(&d);
     let probe_dir = bins().probe.parent().unwrap().display().to_string();
@@ -414,6 +428,11 @@ fn kept_directory_states_follow_moves_and_removals() {
     .iter()
     .map(|(op, want)| ((*op).to_owned(), *want))
     .collect();
+    for _ in 0..3 {
+        for (n, want) in &names {
+            cases.push((format!("open r/p/{n} r"), *want));
+        }
+    }
     for i in 0..20 {
         for (op, want) in [
             (format!("mkdir r/t{i}"), OK),
@@ -444,6 +463,8 @@ fn kept_directory_states_follow_moves_and_removals() {
     );
     r.check_records(&[
         rec("/file/path", path_str(&d, "r/p/k.pem")).has("/unmapped/rule", "files.deny[0]"),
+        rec("/file/path", path_str(&d, &format!("r/p/{a28}.pem")))
+            .has("/unmapped/rule", "files.deny[0]"),
         rec("/file/path", path_str(&d, "o/a/b/f")).has("/unmapped/reason", "not_in_read_allowlist"),
         rec("/file/path", path_str(&d, "o/x/f")).has("/unmapped/reason", "not_in_read_allowlist"),
     ]);
