@@ -705,7 +705,7 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     s.scan.seeking = d.seeking;
     s.scan.end = PATH_END;
     s.scan.split = NO_SPLIT;
-    s.scan.dfa = info.dfa;
+    set_dfa(&mut s.scan.dfa, &info.dfa);
     let seeking = d.seeking;
     let path = scan_run(policy_id, info, facts.dev);
     let inode = inode_rules(policy_id, facts);
@@ -872,7 +872,26 @@ fn scan_begin(
     s.scan.seeking = seeking;
     s.scan.end = PATH_END;
     s.scan.split = split;
-    s.scan.dfa = info.dfa;
+    set_dfa(&mut s.scan.dfa, &info.dfa);
+}
+
+/// `*to = *from` field by field: LLVM makes the copy of the 40 bytes a call of `memmove`,
+/// a loop of byte stores in BPF (about 30 ns on every scan).
+#[inline(always)]
+fn set_dfa(to: &mut [DfaInfo; 2], from: &[DfaInfo; 2]) {
+    let mut i = 0;
+    while i < 2 {
+        let (t, f) = (&mut to[i], &from[i]);
+        // SAFETY: volatile writes of plain u32 fields through a unique reference.
+        unsafe {
+            core::ptr::write_volatile(&raw mut t.stride, f.stride);
+            core::ptr::write_volatile(&raw mut t.trans_base, f.trans_base);
+            core::ptr::write_volatile(&raw mut t.accept_base, f.accept_base);
+            core::ptr::write_volatile(&raw mut t.start, f.start);
+            core::ptr::write_volatile(&raw mut t.dead, f.dead);
+        }
+        i += 1;
+    }
 }
 
 /// Runs the scan set up in `SCRATCH.scan` to the end of the path. Returns the kind mask;

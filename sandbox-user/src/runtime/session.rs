@@ -416,6 +416,19 @@ pub const DRAIN_BATCH: usize = 4096;
 /// denials. Smaller batches are written by the pump itself (no thread started).
 const PIPELINE_AFTER: usize = 256;
 
+/// [`PIPELINE_AFTER`], or `SANDBOX_PIPELINE_AFTER` (at least 1): the tests set it low, so
+/// that the writing thread runs under a flood an emulated guest cannot make fast enough
+/// to fill a drain of 256.
+fn pipeline_after() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("SANDBOX_PIPELINE_AFTER")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(PIPELINE_AFTER, |n| n.max(1))
+    })
+}
+
 /// Records handed to the writing thread at a time (one wake-up of it per batch, not per
 /// record: a hand-over per record cost more than the encoding it moved), and batches in
 /// flight (bounded: the ring holds the rest).
@@ -560,7 +573,7 @@ impl<'a> Pump<'a> {
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
         let mut n = 0;
         while n < max {
-            if n == PIPELINE_AFTER
+            if n == pipeline_after()
                 && parallel()
                 && let Some(empty) = self.drain_pipelined(ring, max - n)?
             {
@@ -611,6 +624,10 @@ impl<'a> Pump<'a> {
                                 written.fetch_add(1, Ordering::Relaxed);
                             }
                             let _ = back_tx.send(batch);
+                            static SAID: std::sync::Once = std::sync::Once::new();
+                            SAID.call_once(|| {
+                                tracing::debug!("the pump's writing thread wrote records");
+                            });
                         }
                         Ok(())
                     });

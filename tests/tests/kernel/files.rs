@@ -464,6 +464,7 @@ fn kept_directory_states_follow_moves_and_removals() {
     r.check_records(&[
         rec("/file/path", path_str(&d, "r/p/k.pem")).has("/unmapped/rule", "files.deny[0]"),
         rec("/file/path", path_str(&d, &format!("r/p/{a28}.pem")))
+            .count(3)
             .has("/unmapped/rule", "files.deny[0]"),
         rec("/file/path", path_str(&d, "o/a/b/f")).has("/unmapped/reason", "not_in_read_allowlist"),
         rec("/file/path", path_str(&d, "o/x/f")).has("/unmapped/reason", "not_in_read_allowlist"),

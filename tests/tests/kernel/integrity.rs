@@ -501,6 +501,72 @@ fn a_flood_of_identical_denials_is_counted_not_lost() {
     );
 }
 
+/// A flood of distinct denials (one process, 3,000 files) is written by the pump's writing
+/// thread (`SANDBOX_PIPELINE_AFTER=1`: every drain of two records or more hands them over)
+/// in the order the kernel made them, and every denial is a record or counted as lost.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_flood_of_distinct_denials_is_written_in_order() {
+    let d = workdir("flood-distinct");
+    let n = 3_000usize;
+    for i in 0..n {
+        write(&d.join(format!("secret.{i}")), "s");
+    }
+    let base = s(&d.join("secret"));
+    let policy = format!("files:\n  deny: ['{base}.[0-9]*']\n");
+    let probe = s(&bins().probe);
+    let count = n.to_string();
+    // The route: without the sandbox every file opens.
+    assert_eq!(
+        probe_outside(&["open-n", &base, &count, &count]),
+        format!("ALLOWED={n} DENIED=0")
+    );
+    let r = run_as_env(
+        User::Root,
+        &d,
+        Some(&policy),
+        &[probe.as_str(), "open-n", &base, &count, &count],
+        &[("SANDBOX_PIPELINE_AFTER", "1"), ("SANDBOX_DEBUG", "1")],
+    );
+    assert!(
+        r.stdout.contains(&format!("ALLOWED=0 DENIED={n}")),
+        "{}",
+        r.stdout
+    );
+    // The thread ran (else this test shows nothing about it).
+    assert!(
+        r.stderr
+            .contains("sandbox: debug: the pump's writing thread wrote records"),
+        "{}",
+        r.stderr
+    );
+    let prefix = format!("{base}.");
+    let order: Vec<usize> = r
+        .audit
+        .iter()
+        .filter_map(|rec| rec["file"]["path"].as_str())
+        .filter_map(|p| p.strip_prefix(&prefix))
+        .filter_map(|i| i.parse().ok())
+        .collect();
+    let lost: u64 = r
+        .audit
+        .iter()
+        .filter(|rec| rec["activity_name"] == "Records Lost")
+        .filter_map(|rec| rec["count"].as_u64())
+        .sum();
+    assert_eq!(
+        order.len() as u64 + lost,
+        n as u64,
+        "records {}, lost {lost}",
+        order.len()
+    );
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "records out of order: {:?}",
+        order.windows(2).find(|w| w[0] >= w[1])
+    );
+}
+
 /// What the command leaves running when it exits is ended before the last read of the
 /// ring: every denial it made is in the log, as a record or counted as lost; none is made
 /// after that read and never told (a process left behind in audit mode could otherwise act
