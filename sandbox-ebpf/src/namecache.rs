@@ -19,14 +19,18 @@
 //!   directory's inode is freed, changes it, so a directory made again at the same
 //!   address never inherits a name's result.
 //! - It is also used only for the lookup's directory (inode, dentry), policy, generation
-//!   and rename count, and for [`crate::dircache::MAX_AGE_JIFFIES`] after it was made; the
-//!   rename count is read again after the name, as for a directory slot.
+//!   and rename count, and for [`crate::dircache::MAX_AGE_JIFFIES`] after the directory
+//!   state it came from was made (the slot carries that state's time); the rename count is
+//!   read again after the name, as for a directory slot.
+//! - A name changes only in `__d_move`, under `rename_lock` (the count); `d_tmpfile`
+//!   writes a new `O_TMPFILE` dentry's name without it, before any other task can reach
+//!   that dentry, and before its first decision.
 //! - Filled only from a scan of the name from a valid directory slot that started outside
 //!   any seeking of mounted directories (`seeking` 0: nothing but the tables decides),
 //!   with the rename count unchanged meanwhile; written under a sequence lock as directory
 //!   slots are, and emptied again when another task took the working memory meanwhile.
 
-use crate::dircache::{self, MAX_AGE_JIFFIES, Now};
+use crate::dircache::{self, DirSlot, MAX_AGE_JIFFIES, Now};
 use crate::kread;
 use crate::maps::NAME_CACHE;
 
@@ -198,10 +202,10 @@ fn victim(i: u32, now: &Now) -> u32 {
     if age(i ^ 1) > age(i) { i ^ 1 } else { i }
 }
 
-/// Keeps `kinds` as what `name` matched from the directory state copied under lock value
-/// `dir_lock`, for the decision of `now`.
+/// Keeps `kinds` as what `name` matched from the directory state `dir` (as copied from its
+/// slot, with the slot's lock value), for the decision of `now`.
 #[inline(always)]
-pub fn put(now: &Now, policy_id: u32, name: &Name, dir_lock: u64, kinds: u32, sb_known: bool) {
+pub fn put(now: &Now, policy_id: u32, name: &Name, dir: &DirSlot, kinds: u32, sb_known: bool) {
     if now.generation == 0 || now.parent_inode == 0 || name.len == 0 {
         return;
     }
@@ -221,11 +225,13 @@ pub fn put(now: &Now, policy_id: u32, name: &Name, dir_lock: u64, kinds: u32, sb
                 core::ptr::write_volatile(&raw mut (*p).$f, $v)
             };
         }
-        set!(dir_lock, dir_lock);
+        set!(dir_lock, dir.lock);
         set!(dir_inode, now.parent_inode);
         set!(dir_dentry, now.parent_dentry);
         set!(generation, now.generation);
-        set!(time, now.time);
+        // The directory state's time, not this decision's: the result is never used
+        // longer than the state it came from could be.
+        set!(time, dir.time);
         let mut i = 0;
         while i < NAME_WORDS {
             core::ptr::write_volatile(&raw mut (*p).words[i], name.words[i]);

@@ -717,7 +717,7 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     let r = matched(path, inode, sb_known, facts);
     if seeking == 0 && matches!(r, Resolved::Matched(_)) {
         // `put` empties the slot again if another decision took the working memory.
-        namecache::put(&s.now, policy_id, &s.name, s.dir.lock, path, sb_known);
+        namecache::put(&s.now, policy_id, &s.name, &s.dir, path, sb_known);
     }
     Some(r)
 }

@@ -138,11 +138,10 @@ pub fn inode_free_security(ctx: aya_ebpf::programs::LsmContext) -> i32 {
     if !crate::dircache::enabled() {
         return 0;
     }
+    // Every inode, whatever its mode says now: `make_bad_inode` (a corrupted file system)
+    // turns a directory in use into a regular file before it is freed. `forget` clears a
+    // slot only when it holds this inode.
     let inode: *const u8 = ctx.arg(0);
-    let off = kread::offsets();
-    let mode: u16 = kread::read(inode, off.inode_i_mode).unwrap_or(0);
-    if imode::is_dir(mode) {
-        crate::dircache::forget(kread::untyped(inode));
-    }
+    crate::dircache::forget(kread::untyped(inode));
     0
 }
