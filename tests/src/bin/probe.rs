@@ -119,7 +119,11 @@ fn op_orphan_open(path: &str, delay_ms: &str, result: &str) -> String {
                 libc::dup2(null, 2);
                 let _ = std::fs::write(format!("{result}.started"), b"");
                 std::thread::sleep(delay);
-                let _ = std::fs::write(result, op_open(path, "r"));
+                // Written whole, then renamed into place: a reader waiting for the file
+                // never sees it empty (a 7.3 run once did).
+                let tmp = format!("{result}.tmp");
+                let _ = std::fs::write(&tmp, op_open(path, "r"));
+                let _ = std::fs::rename(&tmp, result);
                 libc::_exit(0)
             }
             _ => "OK".into(),
