@@ -603,6 +603,8 @@ impl<'a> Pump<'a> {
         max: usize,
     ) -> anyhow::Result<Option<bool>> {
         use std::sync::atomic::{AtomicU64, Ordering};
+        /// Said once (`SANDBOX_DEBUG`): the flood test requires the thread to have run.
+        static WROTE: std::sync::Once = std::sync::Once::new();
         let written = AtomicU64::new(0);
         let mut made = 0u64;
         let outcome = {
@@ -624,8 +626,7 @@ impl<'a> Pump<'a> {
                                 written.fetch_add(1, Ordering::Relaxed);
                             }
                             let _ = back_tx.send(batch);
-                            static SAID: std::sync::Once = std::sync::Once::new();
-                            SAID.call_once(|| {
+                            WROTE.call_once(|| {
                                 tracing::debug!("the pump's writing thread wrote records");
                             });
                         }
