@@ -22,6 +22,8 @@ const KERNEL_ONLY: &[&str] = &[
     "RENAME_DEST",
     // Directories' scan states (`sandbox-ebpf/src/dircache.rs`).
     "DIR_CACHE",
+    // What names matched in kept directory states (`sandbox-ebpf/src/namecache.rs`).
+    "NAME_CACHE",
     // The programs' diagnostics (aya-log; read by `aya_log::EbpfLogger` when on).
     "AYA_LOGS",
 ];
