@@ -47,19 +47,22 @@ fn file_of(ctx: *mut c_void) -> *const u8 {
     unsafe { *ctx.cast::<*const u8>().add(CTX_FILE) }
 }
 
-/// Empties the cache slot of the directory `dentry` is in, so that the next decision about
-/// it misses.
+/// The file's dentry and its directory's inode.
+#[inline(always)]
+fn dentry_and_directory(file: *const u8) -> Option<(*const u8, u64)> {
+    let off = kread::offsets();
+    let dentry = kread::read_ptr(file, off.file_f_path_dentry).ok()?;
+    let parent = kread::read_ptr(dentry, off.dentry_d_parent).ok()?;
+    let inode = kread::read_ptr(parent, off.dentry_d_inode).ok()?;
+    Some((dentry, inode as u64))
+}
+
+/// Empties the cache slot of the directory the file is in, so that the next decision
+/// about it misses.
 #[inline(always)]
 fn forget_directory(file: *const u8) {
-    let off = kread::offsets();
-    let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
-        return;
-    };
-    let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
-        return;
-    };
-    if let Ok(inode) = kread::read_ptr(parent, off.dentry_d_inode) {
-        dircache::forget(inode as u64);
+    if let Some((_, dir)) = dentry_and_directory(file) {
+        dircache::forget(dir);
     }
 }
 
@@ -67,16 +70,10 @@ fn forget_directory(file: *const u8) {
 /// next decision about it scans its name from the directory's kept state.
 #[inline(always)]
 fn forget_name(file: *const u8) {
+    let Some((dentry, dir)) = dentry_and_directory(file) else {
+        return;
+    };
     let off = kread::offsets();
-    let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
-        return;
-    };
-    let Ok(parent) = kread::read_ptr(dentry, off.dentry_d_parent) else {
-        return;
-    };
-    let Ok(inode) = kread::read_ptr(parent, off.dentry_d_inode) else {
-        return;
-    };
     let len: u32 = kread::read(dentry, off.dentry_d_name_len).unwrap_or(0);
     let src: u64 = kread::read(dentry, off.dentry_d_name_name).unwrap_or(0);
     let mut name = namecache::Name {
@@ -85,7 +82,7 @@ fn forget_name(file: *const u8) {
         _pad: 0,
     };
     namecache::read(&mut name, len, src);
-    namecache::forget(inode as u64, &name);
+    namecache::forget(dir, &name);
 }
 
 /// What `file_open` reads of the file before resolving it.

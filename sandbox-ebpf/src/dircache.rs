@@ -225,18 +225,17 @@ pub fn put(v: &mut DirSlot) {
     // SAFETY: `p` is a map value of this array; the lock makes this the only writer.
     unsafe {
         let lock = &raw mut (*p).lock;
-        let seq = core::ptr::read_volatile(lock);
-        if seq & 1 != 0 || !kread::compare_exchange(lock, seq, seq + 1) {
+        let Some(held) = kread::write_begin(lock) else {
             return;
-        }
+        };
         // The copy carries the odd lock value: a reader never sees the lock even while
         // the fields are being written.
-        v.lock = seq + 1;
+        v.lock = held;
         copy(v, p);
         if !crate::maps::still_mine() {
             core::ptr::write_volatile(&raw mut (*p).inode, 0);
         }
-        kread::atomic_add(lock, 1);
+        kread::write_end(lock);
     }
 }
 
@@ -252,14 +251,13 @@ pub fn forget(inode: u64) {
             return;
         }
         let lock = &raw mut (*p).lock;
-        let seq = core::ptr::read_volatile(lock);
         // A writer holding the slot fills it for another directory (one being filled is
         // referenced, so not being freed).
-        if seq & 1 != 0 || !kread::compare_exchange(lock, seq, seq + 1) {
+        if kread::write_begin(lock).is_none() {
             return;
         }
         core::ptr::write_volatile(&raw mut (*p).inode, 0);
-        kread::atomic_add(lock, 1);
+        kread::write_end(lock);
     }
 }
 

@@ -101,6 +101,22 @@ pub fn untyped(p: *const u8) -> u64 {
     read::<u64>((&raw const v).cast(), 0).unwrap_or(0)
 }
 
+/// Takes a slot's sequence lock for writing: `Some(odd value)` when it was even and this
+/// writer moved it on; `None` when another writer holds it (the caller gives up).
+/// [`write_end`] releases it. Readers read the lock before and after their copy.
+#[inline(always)]
+pub fn write_begin(lock: *mut u64) -> Option<u64> {
+    // SAFETY: `lock` points to an aligned u64 of a map value (the callers pass one).
+    let seq = unsafe { core::ptr::read_volatile(lock) };
+    (seq & 1 == 0 && compare_exchange(lock, seq, seq + 1)).then_some(seq + 1)
+}
+
+/// Releases a lock taken by [`write_begin`] (even again, two above where it was).
+#[inline(always)]
+pub fn write_end(lock: *mut u64) {
+    atomic_add(lock, 1);
+}
+
 /// `*p += v` as one atomic instruction (`BPF_ATOMIC | BPF_ADD`, without fetch: any kernel
 /// with BPF LSM has it). Programs preempted on the same CPU may add to the same per-CPU
 /// counter; a plain load-add-store could lose one of the adds.

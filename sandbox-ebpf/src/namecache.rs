@@ -216,8 +216,7 @@ pub fn put(now: &Now, policy_id: u32, name: &Name, dir: &DirSlot, kinds: u32, sb
     // SAFETY: `p` is a map value of this array; the lock makes this the only writer.
     unsafe {
         let lock = &raw mut (*p).lock;
-        let seq = core::ptr::read_volatile(lock);
-        if seq & 1 != 0 || !kread::compare_exchange(lock, seq, seq + 1) {
+        if kread::write_begin(lock).is_none() {
             return;
         }
         macro_rules! set {
@@ -247,7 +246,7 @@ pub fn put(now: &Now, policy_id: u32, name: &Name, dir: &DirSlot, kinds: u32, sb
         if !crate::maps::still_mine() {
             set!(dir_inode, 0);
         }
-        kread::atomic_add(lock, 1);
+        kread::write_end(lock);
     }
 }
 
@@ -262,12 +261,11 @@ pub fn forget(dir_inode: u64, name: &Name) {
         // SAFETY: as in `put`.
         unsafe {
             let lock = &raw mut (*p).lock;
-            let seq = core::ptr::read_volatile(lock);
-            if seq & 1 != 0 || !kread::compare_exchange(lock, seq, seq + 1) {
+            if kread::write_begin(lock).is_none() {
                 continue;
             }
             core::ptr::write_volatile(&raw mut (*p).dir_inode, 0);
-            kread::atomic_add(lock, 1);
+            kread::write_end(lock);
         }
     }
 }

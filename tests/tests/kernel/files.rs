@@ -470,7 +470,12 @@ fn kept_directory_states_follow_moves_and_removals() {
         rec("/file/path", path_str(&d, "o/x/f")).has("/unmapped/reason", "not_in_read_allowlist"),
     ]);
     // Outside the sandbox the files refused are readable.
-    for f in ["o/x/f", "o/u19/f"] {
+    for f in [
+        "o/x/f",
+        "o/u19/f",
+        &format!("r/p/{a27}.pem"),
+        &format!("r/p/{a28}.pem"),
+    ] {
         assert_eq!(
             probe_outside_as(User::Agent, &["open", &path_str(&d, f), "r"]),
             OK

@@ -439,6 +439,15 @@ fn a_terminal_that_does_not_read_never_stops_auditing() {
     drop((master, slave));
 }
 
+/// Denials the audit log counts as lost (`Records Lost` records).
+fn lost(audit: &[Value]) -> u64 {
+    audit
+        .iter()
+        .filter(|r| r["activity_name"] == "Records Lost")
+        .filter_map(|r| r["count"].as_u64())
+        .sum()
+}
+
 /// A flood of identical denials (one process, one file) is counted in the kernel: a few
 /// records, each later one with the count of those it stands for, and nothing lost
 /// uncounted: the records and their counts add up to every denial.
@@ -480,11 +489,7 @@ fn a_flood_of_identical_denials_is_counted_not_lost() {
         .iter()
         .map(|r| r["count"].as_u64().unwrap_or(1))
         .sum();
-    let lost: u64 = recs
-        .iter()
-        .filter(|r| r["activity_name"] == "Records Lost")
-        .filter_map(|r| r["count"].as_u64())
-        .sum();
+    let lost = lost(recs);
     assert_eq!(
         counted + lost,
         n,
@@ -548,12 +553,7 @@ fn a_flood_of_distinct_denials_is_written_in_order() {
         .filter_map(|p| p.strip_prefix(&prefix))
         .filter_map(|i| i.parse().ok())
         .collect();
-    let lost: u64 = r
-        .audit
-        .iter()
-        .filter(|rec| rec["activity_name"] == "Records Lost")
-        .filter_map(|rec| rec["count"].as_u64())
-        .sum();
+    let lost = lost(&r.audit);
     assert_eq!(
         order.len() as u64 + lost,
         n as u64,
@@ -598,12 +598,7 @@ fn what_the_command_leaves_running_is_recorded_to_its_end() {
         .filter(|x| x["file"]["path"] == secret.as_str())
         .map(|x| x["count"].as_u64().unwrap_or(1))
         .sum();
-    let lost: u64 = r
-        .audit
-        .iter()
-        .filter(|x| x["activity_name"] == "Records Lost")
-        .filter_map(|x| x["count"].as_u64())
-        .sum();
+    let lost = lost(&r.audit);
     assert!(attempts > 1, "the loop never ran: {}", r.stderr);
     // The last attempt may have been counted and killed before its open.
     assert!(
