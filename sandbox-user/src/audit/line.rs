@@ -1,38 +1,38 @@
 //! The terminal line of a record (and the record's `message`): one sentence a person reads.
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use sandbox_common::decision;
 
 use super::decode::{Event, Hook};
-use super::name::Formatter;
+use super::name::{Formatter, Named};
 use super::record::read_file_kind;
 
 impl Formatter<'_> {
     /// One readable line for the terminal. Paths, the command name and the rule as
     /// written are escaped (`term::escape`): nothing from the kernel or the agent reaches
     /// the terminal as a control sequence.
-    pub fn line(&self, e: &Event) -> String {
-        format!("sandbox: {}", self.describe(e, crate::term::escape))
+    pub fn line(&self, e: &Event, n: &Named) -> String {
+        format!("sandbox: {}", Self::describe(e, n, crate::term::escape))
     }
 
     /// The same sentence for the record's `message` (JSON escapes what it must).
-    pub fn message(&self, e: &Event) -> String {
-        self.describe(e, |s| Cow::Borrowed(s))
+    pub fn message(e: &Event, n: &Named) -> String {
+        Self::describe(e, n, |s| Cow::Borrowed(s))
     }
 
-    fn describe(&self, e: &Event, escape: fn(&str) -> Cow<'_, str>) -> String {
+    fn describe(e: &Event, n: &Named, escape: fn(&str) -> Cow<'_, str>) -> String {
         let h = &e.header;
-        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
-            .into_owned();
+        let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default());
         let comm = escape(&comm);
         let verb = if h.decision == decision::DENY {
             "denied"
         } else {
             "would deny (audit)"
         };
-        let path = || escape(&self.full_path(e)).into_owned();
+        let path = || escape(&n.path);
         let what = match e.hook {
             Hook::FileOpen => format!("open ({}) {}", Self::access(e), path()),
             Hook::Name(activity) => format!("{activity} {}", path()),
@@ -57,12 +57,11 @@ impl Formatter<'_> {
                 IpAddr::V4(a) => format!("{activity} {a}:{}", h.port),
             },
         };
-        let (rule, source) = self.rule(e);
-        let source = if source.is_empty() {
-            String::new()
-        } else {
-            format!(" '{}'", escape(&source))
-        };
-        format!("{verb} {what} by {rule}{source} [pid {} {comm}]", h.tgid)
+        let mut s = format!("{verb} {what} by {}", n.rule);
+        if !n.source.is_empty() {
+            let _ = write!(s, " '{}'", escape(&n.source));
+        }
+        let _ = write!(s, " [pid {} {comm}]", h.tgid);
+        s
     }
 }

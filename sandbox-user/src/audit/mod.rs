@@ -1,10 +1,12 @@
 //! Audit records: the kernel's bytes decoded (`decode`), named with the policy and the host
 //! (`name`), typed as OCSF events (`record`, the schema), told as one line on the terminal
-//! (`line`), and written to the owner-only log (`sink`). Counts of identical denials the
+//! (`line`), encoded (`json`: serde_json's bytes, cheaper) and written to the owner-only log
+//! (`sink`). Counts of identical denials the
 //! kernel did not send are matched to their first record by `aggregate`.
 
 pub mod aggregate;
 mod decode;
+pub mod json;
 mod line;
 mod name;
 mod record;
@@ -14,6 +16,6 @@ mod sink;
 mod ocsf_check;
 
 pub use decode::{DecodeError, Event, Hook};
-pub use name::Formatter;
+pub use name::{Formatter, Named};
 pub use record::{OCSF_VERSION, Record, SCHEMA_VERSION, boot_ns_now, rfc3339_ms, wall_ms};
-pub use sink::{AuditFile, AuditOpenError};
+pub use sink::{AuditFile, AuditOpenError, Lines};

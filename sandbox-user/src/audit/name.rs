@@ -2,10 +2,12 @@
 //! table), the rule behind a decision (the compiled policy, identities), reasons, cgroups.
 
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use sandbox_common::{NO_RULE, reason};
 
 use super::decode::{Event, Hook};
+use super::record::{Actor, ActorExtra};
 use crate::compile::CompiledPolicy;
 use crate::host::mounts::Superblock;
 
@@ -19,7 +21,51 @@ pub struct Formatter<'a> {
     /// the process exiting).
     pub cgroups: crate::host::cgroup::Names,
     /// This machine, for `device`.
-    pub device: super::record::Device,
+    pub device: Arc<super::record::Device>,
+    /// The policy's name, for `policy.name`.
+    pub policy_name: Arc<str>,
+    /// The last acting process seen per pid slot, with what its records say of it.
+    pub(super) actors: Mutex<[Option<KeptActor>; ACTOR_SLOTS]>,
+}
+
+/// Slots of [`Formatter::actors`] (by pid).
+pub(super) const ACTOR_SLOTS: usize = 16;
+
+pub(super) type KeptActor = (ActorKey, Arc<Actor>, Arc<ActorExtra>);
+
+/// Everything an event's actor is made of.
+#[derive(PartialEq, Eq)]
+pub(super) struct ActorKey {
+    ids: [u32; 6],
+    cgroup_id: u64,
+    comm: [u8; 16],
+    exe: Vec<u8>,
+}
+
+impl ActorKey {
+    fn ids(e: &Event) -> [u32; 6] {
+        let h = &e.header;
+        [h.pid, h.tgid, h.ppid, h.uid, h.gid, h.exe_dev]
+    }
+
+    /// `None` when the executable is not in the event (it is read from /proc then).
+    pub(super) fn of(e: &Event) -> Option<Self> {
+        (e.header.exe_len > 0).then(|| Self {
+            ids: Self::ids(e),
+            cgroup_id: e.header.cgroup_id,
+            comm: e.header.comm,
+            exe: e.exe_path.clone(),
+        })
+    }
+
+    /// Whether `e`'s actor is made of the same fields.
+    pub(super) fn is_of(&self, e: &Event) -> bool {
+        e.header.exe_len > 0
+            && self.ids == Self::ids(e)
+            && self.cgroup_id == e.header.cgroup_id
+            && self.comm == e.header.comm
+            && self.exe == e.exe_path
+    }
 }
 
 impl<'a> Formatter<'a> {
@@ -33,49 +79,75 @@ impl<'a> Formatter<'a> {
             mounts,
             identities,
             cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::root()?),
-            device: super::record::Device::this_host(),
+            device: Arc::new(super::record::Device::this_host()),
+            policy_name: policy.name.as_str().into(),
+            actors: Mutex::new(Default::default()),
         })
     }
 }
 
-impl Formatter<'_> {
+/// What a record says of an event's objects, worked out once for its record and its
+/// line: the full path and the rule behind the decision.
+pub struct Named {
     /// The full path: superblock mount point + path inside it (invalid UTF-8 shown as
-    /// U+FFFD; see [`Formatter::path_bytes`]).
-    pub fn full_path(&self, e: &Event) -> String {
-        self.join(e.header.dev, &e.sb_path)
+    /// U+FFFD).
+    pub path: String,
+    /// The path's exact bytes, when they are not valid UTF-8.
+    pub raw: Option<Vec<u8>>,
+    /// The rule as the policy names it (`files.deny[0]`), and as written (`~/.ssh`).
+    pub rule: String,
+    pub source: String,
+}
+
+impl Named {
+    /// The full path as the kernel saw it, byte for byte.
+    pub fn bytes(&self) -> &[u8] {
+        self.raw.as_deref().unwrap_or(self.path.as_bytes())
+    }
+}
+
+impl Formatter<'_> {
+    /// The event's path and rule.
+    pub fn named(&self, e: &Event) -> Named {
+        let (path, raw) = self.place(e.header.dev, &e.sb_path);
+        let (rule, source) = self.rule(e, raw.as_deref().unwrap_or(path.as_bytes()));
+        Named {
+            path,
+            raw,
+            rule,
+            source,
+        }
     }
 
-    /// The full path as the kernel saw it, byte for byte.
-    pub fn path_bytes(&self, e: &Event) -> Vec<u8> {
-        let dev = e.header.dev;
-        if dev == 0 && e.sb_path.starts_with(b"@") {
-            return e.sb_path.clone();
-        }
-        match self.mounts.iter().find(|m| m.dev == dev) {
-            Some(m) => m
-                .place(&e.sb_path)
-                .unwrap_or_else(|| self.full_path(e).into_bytes()),
-            None => self.full_path(e).into_bytes(),
-        }
+    /// The full path of an event's object (see [`Named::path`]).
+    pub fn full_path(&self, e: &Event) -> String {
+        self.place(e.header.dev, &e.sb_path).0
     }
 
     /// The acting process's executable: from the kernel record, else (older record, kernel
     /// thread) from /proc while the process still exists.
     pub fn exe(&self, e: &Event) -> Option<String> {
         if e.header.exe_len > 0 {
-            return Some(self.join(e.header.exe_dev, &e.exe_path));
+            return Some(self.place(e.header.exe_dev, &e.exe_path).0);
         }
         std::fs::read_link(format!("/proc/{}/exe", e.header.tgid))
             .ok()
             .map(|p| p.display().to_string())
     }
 
-    /// Mount point of superblock `dev` + a path inside it.
-    fn join(&self, dev: u32, sb_path: &[u8]) -> String {
-        let inner = String::from_utf8_lossy(sb_path);
+    /// Mount point of superblock `dev` + a path inside it, as text, and its bytes when
+    /// they are not valid UTF-8.
+    fn place(&self, dev: u32, sb_path: &[u8]) -> (String, Option<Vec<u8>>) {
+        let text = |b: Vec<u8>| match String::from_utf8(b) {
+            Ok(s) => (s, None),
+            Err(e) => {
+                let b = e.into_bytes();
+                (String::from_utf8_lossy(&b).into_owned(), Some(b))
+            }
+        };
         if dev == 0 && sb_path.starts_with(b"@") {
             // An abstract unix socket name: no file system.
-            return inner.into_owned();
+            return text(sb_path.to_vec());
         }
         match self
             .mounts
@@ -83,13 +155,22 @@ impl Formatter<'_> {
             .find(|m| m.dev == dev)
             .and_then(|m| m.place(sb_path))
         {
-            Some(p) => String::from_utf8_lossy(&p).into_owned(),
+            Some(p) => text(p),
             // Unknown, or outside every mounted directory of its file system.
-            None => format!("dev{}:{}:{inner}", dev >> 20, dev & 0xfffff),
+            None => (
+                format!(
+                    "dev{}:{}:{}",
+                    dev >> 20,
+                    dev & 0xfffff,
+                    String::from_utf8_lossy(sb_path)
+                ),
+                None,
+            ),
         }
     }
 
-    pub(super) fn rule(&self, e: &Event) -> (String, String) {
+    /// The rule behind an event's decision; `path`: the event's full path, as bytes.
+    fn rule(&self, e: &Event, path: &[u8]) -> (String, String) {
         let id = e.header.rule;
         let found = if id == u32::from(NO_RULE) {
             None
@@ -105,7 +186,7 @@ impl Formatter<'_> {
                     .identities
                     .rule(e.header.dev, e.header.ino, slot)
                     .and_then(|r| self.policy.rule(r)),
-                _ => self.policy.rule_for(slot, &self.path_bytes(e)),
+                _ => self.policy.rule_for(slot, path),
             }
         };
         if let Some(r) = found {

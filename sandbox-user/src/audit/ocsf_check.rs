@@ -588,3 +588,40 @@ fn print_samples() {
         serde_json::to_string(&Record::loss(3, "ring buffer full", None)).unwrap()
     );
 }
+
+/// The audit log's encoder (`json`) writes every record as serde_json writes it.
+#[test]
+fn records_are_written_as_serde_json_writes_them() {
+    let policy = policy();
+    let fmt = formatter(&policy);
+    let mut events = samples();
+    // A rule named from the path; an abstract socket name; a path of an unknown file
+    // system, not UTF-8; the same path with a control character in it.
+    for (dev, path) in [
+        (0u32, &b"@abstract"[..]),
+        (77, &b"/x/\xfe"[..]),
+        (0, &b"/home/u/.ssh/k"[..]),
+        (0, &b"/home/u/a\nb\"c\\d\x1b"[..]),
+    ] {
+        let mut e = samples().remove(0);
+        e.header.rule = u32::try_from(sandbox_common::accept::FILE_DENY).unwrap();
+        e.header.dev = dev;
+        e.sb_path = path.to_vec();
+        events.push(e);
+    }
+    let mut records: Vec<Record> = Vec::new();
+    for e in &events {
+        records.push(fmt.record(e));
+        records.push(fmt.orphan_record(e, "run-1-2"));
+    }
+    records.push(Record::loss(3, "ring buffer full", None));
+    records.push(Record::error("undecodable \"x\"\n".into(), Some("run-1")));
+    for r in &records {
+        let mut ours = Vec::new();
+        crate::audit::json::fast(&mut ours, r).unwrap();
+        assert_eq!(
+            String::from_utf8(ours).unwrap(),
+            serde_json::to_string(r).unwrap()
+        );
+    }
+}

@@ -10,13 +10,15 @@
 //! vocabulary of the policy: the rule as named in the policy, the glob or CIDR as written,
 //! the reason, the access mode, the verb of the hook.
 
+use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sandbox_common::{EVENT_F_DISCONNECTED, EVENT_F_OUTSIDE_MOUNTS, decision};
 use serde::Serialize;
 
 use super::decode::{Event, Hook};
-use super::name::Formatter;
+use super::name::{ACTOR_SLOTS, ActorKey, Formatter, Named};
 
 /// The OCSF version the records follow.
 pub const OCSF_VERSION: &str = "1.8.0";
@@ -41,7 +43,7 @@ pub struct Record {
     pub activity_id: u32,
     pub activity_name: &'static str,
     pub type_uid: u64,
-    pub type_name: String,
+    pub type_name: &'static str,
     pub severity_id: u32,
     pub severity: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -69,10 +71,12 @@ pub struct Record {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// Shared by the records of one process (see `Formatter::actor`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub actor: Option<Actor>,
+    pub actor: Option<Arc<Actor>>,
+    /// The same for every record of a run.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub device: Option<Device>,
+    pub device: Option<Arc<Device>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<File>,
     /// Exec: the program launched. Signals, ptrace, scheduling: the target process.
@@ -104,7 +108,7 @@ pub struct Product {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Policy {
-    pub name: String,
+    pub name: Arc<str>,
     /// `false` in audit mode: the policy only reported.
     pub is_applied: bool,
 }
@@ -246,7 +250,7 @@ pub struct Unmapped {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub actor: Option<ActorExtra>,
+    pub actor: Option<Arc<ActorExtra>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<FileExtra>,
     /// A unix socket's listening peer, where the kernel knows it.
@@ -400,6 +404,20 @@ pub fn classify(hook: Hook) -> (Class, u32, &'static str, &'static str) {
     }
 }
 
+/// "Class: Activity", made once for each pair (a few dozen in all) and kept.
+fn type_name(class: Class, activity: &'static str) -> &'static str {
+    type Names = std::collections::HashMap<(u32, &'static str), &'static str>;
+    static NAMES: std::sync::Mutex<Option<Names>> = std::sync::Mutex::new(None);
+    let make = || format!("{}: {activity}", class.name());
+    let Ok(mut names) = NAMES.lock() else {
+        return make().leak();
+    };
+    names
+        .get_or_insert_default()
+        .entry((class.uid(), activity))
+        .or_insert_with(|| make().leak())
+}
+
 /// Epoch milliseconds of a `CLOCK_BOOTTIME` instant (0: now).
 pub fn wall_ms(boot_ns: u64) -> u64 {
     let now = now_ms();
@@ -462,7 +480,7 @@ impl Record {
             activity_id,
             activity_name,
             type_uid: u64::from(class.uid()) * 100 + u64::from(activity_id),
-            type_name: format!("{}: {activity_name}", class.name()),
+            type_name: type_name(class, activity_name),
             severity_id: 3,
             severity: "Medium",
             action_id: None,
@@ -532,14 +550,19 @@ impl Record {
 impl Formatter<'_> {
     /// The record of a kernel event, named with this run's policy.
     pub fn record(&self, e: &Event) -> Record {
-        let (rule, source) = self.rule(e);
-        let mut r = self.record_with(e);
+        self.record_named(e, self.named(e))
+    }
+
+    /// [`Formatter::record`] with the event's names worked out already (shared with its
+    /// terminal line).
+    pub fn record_named(&self, e: &Event, n: Named) -> Record {
+        let mut r = self.record_with(e, &n);
         r.policy = Some(Policy {
-            name: self.policy.name.clone(),
+            name: self.policy_name.clone(),
             is_applied: e.header.decision == decision::DENY,
         });
-        r.unmapped.rule = Some(rule);
-        r.unmapped.rule_source = Some(source);
+        r.unmapped.rule = Some(n.rule);
+        r.unmapped.rule_source = Some(n.source);
         r
     }
 
@@ -547,7 +570,7 @@ impl Formatter<'_> {
     /// sweep of a later run): its policy is gone, so only the reason is known;
     /// `unmapped.orphaned.run` names the dead run.
     pub fn orphan_record(&self, e: &Event, run: &str) -> Record {
-        let mut r = self.record_with(e);
+        let mut r = self.record_with(e, &self.named(e));
         r.unmapped.orphaned = Some(Orphaned {
             run: run.to_owned(),
         });
@@ -555,12 +578,12 @@ impl Formatter<'_> {
             && let Some(a) = r.actor.as_mut()
         {
             // The process is long gone: its pid may name another one now.
-            a.process.file = None;
+            Arc::make_mut(a).process.file = None;
         }
         r
     }
 
-    fn record_with(&self, e: &Event) -> Record {
+    fn record_with(&self, e: &Event, n: &Named) -> Record {
         let h = &e.header;
         let (class, activity_id, caption, verb) = classify(e.hook);
         let blocked = h.decision == decision::DENY;
@@ -569,7 +592,7 @@ impl Formatter<'_> {
             (activity_id, caption),
             verb,
             wall_ms(h.time_ns),
-            self.message(e),
+            Self::message(e, n),
         );
         if blocked {
             r.action_id = Some(2);
@@ -589,22 +612,29 @@ impl Formatter<'_> {
             r.disposition = Some("Logged");
         }
         r.unmapped.reason = Some(Self::reason_name(h.reason));
-        r.actor = Some(self.actor(e));
-        r.unmapped.actor = Some(ActorExtra {
-            gid: h.gid,
-            cgroup: self.cgroups.name(h.cgroup_id),
-            cgroup_id: h.cgroup_id,
-        });
+        let (actor, extra) = self.actor(e);
+        r.actor = Some(actor);
+        r.unmapped.actor = Some(extra);
         r.device = Some(self.device.clone());
-        self.object(e, verb, &mut r);
+        Self::object(e, n, verb, &mut r);
         r
     }
 
-    fn actor(&self, e: &Event) -> Actor {
+    /// The acting process, as `actor` and `unmapped.actor` say it: made once for a run
+    /// of records of the same process (a flood is one process's), kept per pid in
+    /// [`Formatter::actors`] while every field it is made of is the same.
+    fn actor(&self, e: &Event) -> (Arc<Actor>, Arc<ActorExtra>) {
         let h = &e.header;
+        let slot = h.pid as usize % ACTOR_SLOTS;
+        if let Ok(kept) = self.actors.lock()
+            && let Some((k, actor, extra)) = &kept[slot]
+            && k.is_of(e)
+        {
+            return (actor.clone(), extra.clone());
+        }
         let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
             .into_owned();
-        Actor {
+        let actor = Arc::new(Actor {
             user: User {
                 uid: h.uid.to_string(),
             },
@@ -618,11 +648,23 @@ impl Formatter<'_> {
                     ..Process::default()
                 })),
             },
+        });
+        let extra = Arc::new(ActorExtra {
+            gid: h.gid,
+            cgroup: self.cgroups.name(h.cgroup_id),
+            cgroup_id: h.cgroup_id,
+        });
+        // The executable is read from /proc when the kernel did not record it: not kept.
+        if let Some(key) = ActorKey::of(e)
+            && let Ok(mut kept) = self.actors.lock()
+        {
+            kept[slot] = Some((key, actor.clone(), extra.clone()));
         }
+        (actor, extra)
     }
 
     /// What the record is about: the file, the program, the target process, the address.
-    fn object(&self, e: &Event, verb: &'static str, r: &mut Record) {
+    fn object(e: &Event, n: &Named, verb: &'static str, r: &mut Record) {
         let h = &e.header;
         let target = || {
             Some(Process {
@@ -637,21 +679,21 @@ impl Formatter<'_> {
                     "symlink" => 7,
                     _ => 0,
                 };
-                r.file = Some(File::at(self.full_path(e), type_id));
+                r.file = Some(File::at(n.path.clone(), type_id));
                 r.unmapped.access = Some(if matches!(e.hook, Hook::FileOpen) {
                     Self::access(e)
                 } else {
                     "write"
                 });
-                r.unmapped.file = Some(self.file_extra(e));
+                r.unmapped.file = Some(Self::file_extra(e, n));
             }
             Hook::Exec => {
                 r.process = Some(Process {
                     pid: Some(h.tgid),
-                    file: Some(File::at(self.full_path(e), 1)),
+                    file: Some(File::at(n.path.clone(), 1)),
                     ..Process::default()
                 });
-                r.unmapped.file = Some(self.file_extra(e));
+                r.unmapped.file = Some(Self::file_extra(e, n));
             }
             Hook::Protect(_) => {
                 match verb {
@@ -679,7 +721,7 @@ impl Formatter<'_> {
             }
             Hook::Unix(_) => {
                 r.dst_endpoint = Some(Endpoint {
-                    name: Some(self.full_path(e)),
+                    name: Some(n.path.clone()),
                     ..Endpoint::default()
                 });
                 r.connection_info = Some(outbound(None));
@@ -714,18 +756,20 @@ impl Formatter<'_> {
         }
     }
 
-    fn file_extra(&self, e: &Event) -> FileExtra {
+    fn file_extra(e: &Event, n: &Named) -> FileExtra {
         let h = &e.header;
-        let bytes = self.path_bytes(e);
         FileExtra {
             inode: h.ino,
             dev: h.dev,
             truncated: h.flags & sandbox_common::EVENT_F_PATH_TRUNCATED != 0,
             disconnected: h.flags & EVENT_F_DISCONNECTED != 0,
             outside_mounts: h.flags & EVENT_F_OUTSIDE_MOUNTS != 0,
-            path_hex: std::str::from_utf8(&bytes)
-                .is_err()
-                .then(|| bytes.iter().map(|b| format!("{b:02x}")).collect()),
+            path_hex: n.raw.as_ref().map(|bytes| {
+                bytes.iter().fold(String::new(), |mut s, b| {
+                    let _ = write!(s, "{b:02x}");
+                    s
+                })
+            }),
         }
     }
 }

@@ -257,11 +257,20 @@ impl AuditFile {
     pub fn write(&mut self, v: &impl Serialize) -> std::io::Result<()> {
         let mut line = std::mem::take(&mut self.line);
         line.clear();
-        serde_json::to_writer(&mut line, v)?;
+        super::json::write(&mut line, v)?;
         line.push(b'\n');
         self.write_line(&line);
         self.line = line;
         Ok(())
+    }
+
+    /// Writes records encoded already (buffered), line by line as [`AuditFile::write`].
+    pub fn write_lines(&mut self, lines: &Lines) {
+        let mut start = 0;
+        for &end in &lines.ends {
+            self.write_line(&lines.bytes[start..end]);
+            start = end;
+        }
     }
 
     /// A line to the buffer; a failure is counted (see [`AuditFile::lost`]), never returned.
@@ -396,11 +405,72 @@ fn renameat(
     )?)
 }
 
+/// Records encoded as the log's lines, apart from the file (by the thread that made them,
+/// while the file's own thread writes earlier ones).
+#[derive(Default)]
+pub struct Lines {
+    bytes: Vec<u8>,
+    /// Where each line ends in `bytes` (after its newline).
+    ends: Vec<usize>,
+}
+
+impl Lines {
+    /// One record, as [`AuditFile::write`] writes it.
+    pub fn push(&mut self, v: &impl Serialize) -> std::io::Result<()> {
+        super::json::write(&mut self.bytes, v)?;
+        self.bytes.push(b'\n');
+        self.ends.push(self.bytes.len());
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    /// Records encoded by another thread (`Lines`) land as records written one by one:
+    /// the same bytes, rotated at the same lines.
+    #[test]
+    fn encoded_lines_are_written_as_records_are() {
+        let dir = std::env::temp_dir().join(format!("sandbox-lines-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (one, many) = (dir.join("one.jsonl"), dir.join("many.jsonl"));
+        let open = |p: &Path| AuditFile::with_rotation(p, 300, 5, &safepath::Agent::AnyNonRoot);
+        let (mut a, mut b) = (open(&one).unwrap(), open(&many).unwrap());
+        let mut lines = Lines::default();
+        for i in 0..20 {
+            let rec = json!({ "n": i, "pad": "x\n\"".repeat(i) });
+            a.write(&rec).unwrap();
+            lines.push(&rec).unwrap();
+            if lines.len() == 3 {
+                b.write_lines(&lines);
+                lines.clear();
+            }
+        }
+        b.write_lines(&lines);
+        a.flush().unwrap();
+        b.flush().unwrap();
+        for k in ["", ".1", ".2", ".3"] {
+            let read = |p: &Path| std::fs::read(format!("{}{k}", p.display())).unwrap();
+            assert_eq!(read(&one), read(&many), "{k}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn audit_file_rotates_by_size_and_keeps_n() {

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, Sleep};
 
 use crate::audit::aggregate::{Aggregates, Repeat};
-use crate::audit::{AuditFile, Event as Kernel, Formatter, Record};
+use crate::audit::{AuditFile, Event as Kernel, Formatter, Lines, Record};
 use crate::compile::CompiledPolicy;
 use crate::host::cgroup::Cgroup;
 use crate::host::mounts::{MountWatch, Superblock};
@@ -435,6 +435,12 @@ fn pipeline_after() -> usize {
 const PIPELINE_BATCH: usize = 64;
 const PIPELINE_DEPTH: usize = 16;
 
+/// Records handed to the pump's writing thread: to encode and write, or encoded already.
+enum Batch {
+    Records(Vec<Record>),
+    Lines(Lines),
+}
+
 /// The part of the pump that turns kernel records into audit records, apart from where they
 /// go (`out`: the audit file, or the writing thread of a pipelined drain).
 struct Producer<'p, 'a> {
@@ -474,11 +480,11 @@ impl Producer<'_, '_> {
                 {
                     *self.exec_denials += 1;
                 }
-                let rec = self.fmt.record(&e);
-                self.emit(rec, out)?;
+                let named = self.fmt.named(&e);
                 if !self.sinks.quiet {
-                    term::line(&self.fmt.line(&e));
+                    term::line(&self.fmt.line(&e, &named));
                 }
+                self.emit(self.fmt.record_named(&e, named), out)?;
             }
             Err(err) => {
                 self.emit(
@@ -504,9 +510,16 @@ impl Producer<'_, '_> {
                 count,
                 last_ns,
             } => {
+                let named = self.fmt.named(&key);
+                if !self.sinks.quiet {
+                    term::line(&format!(
+                        "{} ({count} more times)",
+                        self.fmt.line(&key, &named)
+                    ));
+                }
                 let mut rec = match orphaned {
                     Some(run) => self.fmt.orphan_record(&key, run),
-                    None => self.fmt.record(&key),
+                    None => self.fmt.record_named(&key, named),
                 };
                 let last = crate::audit::wall_ms(last_ns);
                 rec.start_time = Some(rec.time);
@@ -515,11 +528,8 @@ impl Producer<'_, '_> {
                 rec.time_dt = crate::audit::rfc3339_ms(last);
                 rec.count = Some(count);
                 rec.message = format!("{} ({count} more times)", rec.message);
-                self.emit(rec, out)?;
-                if !self.sinks.quiet {
-                    term::line(&format!("{} ({count} more times)", self.fmt.line(&key)));
-                }
-                Ok(())
+                self.emit(rec, out)
+
             }
             Repeat::Unknown { count } => {
                 self.sinks.metrics(|m| m.ring_lost(count));
@@ -592,8 +602,11 @@ impl<'a> Pump<'a> {
         Ok(false)
     }
 
-    /// [`Pump::drain`]'s records from the ring in this thread, their encoding and writing
-    /// in a second one, in the same order (one channel). `None`: the thread could not be
+    /// [`Pump::drain`]'s records from the ring in this thread, their writing in a second
+    /// one, in the same order (one channel). Which thread encodes a batch balances itself:
+    /// the writing thread encodes the records it is handed while it keeps up; when a batch
+    /// is already waiting for it, this thread encodes the next one itself (as the log's
+    /// lines) and the writing thread only writes it. `None`: the thread could not be
     /// started (a pids limit), nothing was taken from the ring, the caller goes on alone.
     /// If the writing thread stops, the records made but not written are counted in an
     /// `audit_loss` record before the error is returned.
@@ -602,29 +615,42 @@ impl<'a> Pump<'a> {
         ring: &mut RingBuf<MapData>,
         max: usize,
     ) -> anyhow::Result<Option<bool>> {
-        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
         /// Said once (`SANDBOX_DEBUG`): the flood test requires the thread to have run.
         static WROTE: std::sync::Once = std::sync::Once::new();
         let written = AtomicU64::new(0);
+        // Batches handed over and not written yet.
+        let waiting = AtomicUsize::new(0);
         let mut made = 0u64;
         let outcome = {
             let (mut p, audit) = self.split();
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(PIPELINE_DEPTH);
-            // Written batches come back to be freed here: memory freed by the thread that
-            // allocated it stays out of the allocator's locks (freeing them in the writer
-            // doubled the cost of a record).
-            let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<Record>>();
-            let written = &written;
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(PIPELINE_DEPTH);
+            // Written batches come back to be freed (or their buffers used again) here:
+            // memory freed by the thread that allocated it stays out of the allocator's
+            // locks (freeing them in the writer doubled the cost of a record).
+            let (back_tx, back_rx) = std::sync::mpsc::channel::<Batch>();
+            let (written, waiting) = (&written, &waiting);
             let made = &mut made;
             std::thread::scope(|scope| {
                 let writer = std::thread::Builder::new()
                     .name("sandbox-audit".into())
                     .spawn_scoped(scope, move || -> std::io::Result<()> {
                         for batch in rx {
-                            for rec in &batch {
-                                audit.write(rec)?;
-                                written.fetch_add(1, Ordering::Relaxed);
-                            }
+                            let n = match &batch {
+                                Batch::Records(recs) => {
+                                    for rec in recs {
+                                        audit.write(rec)?;
+                                        written.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    0
+                                }
+                                Batch::Lines(lines) => {
+                                    audit.write_lines(lines);
+                                    lines.len() as u64
+                                }
+                            };
+                            written.fetch_add(n, Ordering::Relaxed);
+                            waiting.fetch_sub(1, Ordering::Relaxed);
                             let _ = back_tx.send(batch);
                             WROTE.call_once(|| {
                                 tracing::debug!("the pump's writing thread wrote records");
@@ -636,16 +662,37 @@ impl<'a> Pump<'a> {
                     return Ok(None);
                 };
                 let mut batch = Vec::with_capacity(PIPELINE_BATCH);
-                let hand_over = |batch: &mut Vec<Record>| {
-                    let spare = match back_rx.try_recv() {
-                        Ok(mut done) => {
-                            done.clear();
-                            done
+                let mut spare_lines = Vec::new();
+                let mut hand_over = |batch: &mut Vec<Record>| -> std::io::Result<()> {
+                    let mut spare = None;
+                    while let Ok(done) = back_rx.try_recv() {
+                        match done {
+                            Batch::Records(mut recs) => {
+                                recs.clear();
+                                spare = Some(recs);
+                            }
+                            Batch::Lines(mut lines) => {
+                                lines.clear();
+                                spare_lines.push(lines);
+                            }
                         }
-                        Err(_) => Vec::with_capacity(PIPELINE_BATCH),
-                    };
+                    }
+                    let spare = spare.unwrap_or_else(|| Vec::with_capacity(PIPELINE_BATCH));
                     let full = std::mem::replace(batch, spare);
-                    tx.send(full)
+                    // More than the batch being written waits: the writer is behind, this
+                    // batch is encoded here (a threshold of 1 or 2 gave the same figures;
+                    // 0 left the writer idle half the time).
+                    let out = if waiting.load(Ordering::Relaxed) > 1 {
+                        let mut lines = spare_lines.pop().unwrap_or_default();
+                        for rec in &full {
+                            lines.push(rec)?;
+                        }
+                        Batch::Lines(lines)
+                    } else {
+                        Batch::Records(full)
+                    };
+                    waiting.fetch_add(1, Ordering::Relaxed);
+                    tx.send(out)
                         .map_err(|_| std::io::Error::other("the audit writer stopped"))
                 };
                 let mut empty = false;
