@@ -28,7 +28,7 @@ pub fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> serde_json::Res
 
 /// [`write`] without serde_json: what records take.
 pub(super) fn fast<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> Result<(), Error> {
-    v.serialize(&mut Json { out })
+    v.serialize(&mut Json { out, raw: false })
 }
 
 /// Why a value was not written here (serde_json writes it).
@@ -57,7 +57,13 @@ impl ser::Error for Error {
 
 struct Json<'o> {
     out: &'o mut Vec<u8>,
+    /// The next string is JSON already (a `serde_json::value::RawValue`'s).
+    raw: bool,
 }
+
+/// The name under which serde_json's `RawValue` hands over its text (a test holds the
+/// records that hold one to serde_json's bytes: a change of the name would show there).
+const RAW_VALUE: &str = "$serde_json::private::RawValue";
 
 /// A JSON string: quoted, with serde_json's escapes.
 fn string(out: &mut Vec<u8>, s: &str) {
@@ -110,6 +116,8 @@ fn escaped(out: &mut Vec<u8>, b: &[u8]) {
 struct Members<'a, 'o> {
     json: &'a mut Json<'o>,
     first: bool,
+    /// A `RawValue`: its one field is its text, written as it is.
+    raw: bool,
 }
 
 impl Members<'_, '_> {
@@ -187,7 +195,11 @@ impl<'a, 'o> ser::Serializer for &'a mut Json<'o> {
     }
 
     fn serialize_str(self, v: &str) -> Result<(), Error> {
-        string(self.out, v);
+        if std::mem::take(&mut self.raw) {
+            self.out.extend_from_slice(v.as_bytes());
+        } else {
+            string(self.out, v);
+        }
         Ok(())
     }
 
@@ -239,6 +251,7 @@ impl<'a, 'o> ser::Serializer for &'a mut Json<'o> {
         Ok(Members {
             json: self,
             first: true,
+            raw: false,
         })
     }
 
@@ -268,11 +281,15 @@ impl<'a, 'o> ser::Serializer for &'a mut Json<'o> {
         Err(Error::Unsupported("a map"))
     }
 
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Members<'a, 'o>, Error> {
-        self.out.push(b'{');
+    fn serialize_struct(self, name: &'static str, _: usize) -> Result<Members<'a, 'o>, Error> {
+        let raw = name == RAW_VALUE;
+        if !raw {
+            self.out.push(b'{');
+        }
         Ok(Members {
             json: self,
             first: true,
+            raw,
         })
     }
 
@@ -324,6 +341,12 @@ impl ser::SerializeStruct for Members<'_, '_> {
         key: &'static str,
         v: &T,
     ) -> Result<(), Error> {
+        if self.raw {
+            self.json.raw = true;
+            let written = v.serialize(&mut *self.json);
+            self.json.raw = false;
+            return written;
+        }
         self.comma();
         // A field's name: written as it is (a test holds every record's to serde_json's).
         let out = &mut *self.json.out;
@@ -334,7 +357,9 @@ impl ser::SerializeStruct for Members<'_, '_> {
     }
 
     fn end(self) -> Result<(), Error> {
-        self.json.out.push(b'}');
+        if !self.raw {
+            self.json.out.push(b'}');
+        }
         Ok(())
     }
 }
@@ -343,8 +368,21 @@ impl ser::SerializeStruct for Members<'_, '_> {
 mod tests {
     use super::*;
 
+    /// Written here (not by the fallback), as serde_json writes it.
     fn same<T: Serialize + ?Sized>(v: &T) {
         let mut ours = Vec::new();
+        fast(&mut ours, v).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&ours),
+            serde_json::to_string(v).unwrap()
+        );
+    }
+
+    /// Written by serde_json (the fallback).
+    fn same_by_serde_json<T: Serialize + ?Sized>(v: &T) {
+        let mut ours = Vec::new();
+        assert!(fast(&mut ours, v).is_err());
+        ours.clear();
         write(&mut ours, v).unwrap();
         assert_eq!(
             String::from_utf8_lossy(&ours),
@@ -415,7 +453,10 @@ mod tests {
             h: '\n',
         });
         // Written by serde_json instead: the same bytes.
-        same(&std::collections::BTreeMap::from([("k", 1.5f64)]));
-        same(&serde_json::json!({"x": [1, {"y": null}]}));
+        same_by_serde_json(&std::collections::BTreeMap::from([("k", 1.5f64)]));
+        same_by_serde_json(&serde_json::json!({"x": [1, {"y": null}]}));
+        // A RawValue's text as it is.
+        let raw = serde_json::value::RawValue::from_string(r#"{"a":[1,"\n"]}"#.into()).unwrap();
+        same(&("x", raw, Some(3)));
     }
 }

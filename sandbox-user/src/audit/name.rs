@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use sandbox_common::{NO_RULE, reason};
 
 use super::decode::{Event, Hook};
-use super::record::{Actor, ActorExtra};
+use super::record::{Actor, ActorExtra, Encoded};
 use crate::compile::CompiledPolicy;
 use crate::host::mounts::Superblock;
 
@@ -21,7 +21,7 @@ pub struct Formatter<'a> {
     /// the process exiting).
     pub cgroups: crate::host::cgroup::Names,
     /// This machine, for `device`.
-    pub device: Arc<super::record::Device>,
+    pub device: Arc<Encoded<super::record::Device>>,
     /// The policy's name, for `policy.name`.
     pub policy_name: Arc<str>,
     /// The last acting process seen per pid slot, with what its records say of it.
@@ -31,7 +31,7 @@ pub struct Formatter<'a> {
 /// Slots of [`Formatter::actors`] (by pid).
 pub(super) const ACTOR_SLOTS: usize = 16;
 
-pub(super) type KeptActor = (ActorKey, Arc<Actor>, Arc<ActorExtra>);
+pub(super) type KeptActor = (ActorKey, Arc<Encoded<Actor>>, Arc<Encoded<ActorExtra>>);
 
 /// Everything an event's actor is made of.
 #[derive(PartialEq, Eq)]
@@ -79,7 +79,7 @@ impl<'a> Formatter<'a> {
             mounts,
             identities,
             cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::root()?),
-            device: Arc::new(super::record::Device::this_host()),
+            device: Arc::new(Encoded::new(super::record::Device::this_host())),
             policy_name: policy.name.as_str().into(),
             actors: Mutex::new(Default::default()),
         })

@@ -32,7 +32,7 @@ const PROFILES: [&str; 3] = ["host", "security_control", "datetime"];
 /// One line of the audit log.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
-    pub metadata: Metadata,
+    pub metadata: &'static Encoded<Metadata>,
     /// When it happened, epoch milliseconds: taken in the kernel for kernel records.
     pub time: u64,
     pub time_dt: String,
@@ -73,10 +73,10 @@ pub struct Record {
     pub policy: Option<Policy>,
     /// Shared by the records of one process (see `Formatter::actor`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub actor: Option<Arc<Actor>>,
+    pub actor: Option<Arc<Encoded<Actor>>>,
     /// The same for every record of a run.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub device: Option<Arc<Device>>,
+    pub device: Option<Arc<Encoded<Device>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<File>,
     /// Exec: the program launched. Signals, ptrace, scheduling: the target process.
@@ -89,6 +89,33 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connection_info: Option<ConnectionInfo>,
     pub unmapped: Unmapped,
+}
+
+/// A part of records the same in many of them (the acting process, this host, the
+/// product), with its JSON made once: written as it is (`audit::json`, serde_json).
+#[derive(Debug, Clone)]
+pub struct Encoded<T> {
+    pub value: T,
+    json: Box<serde_json::value::RawValue>,
+}
+
+impl<T: Serialize> Encoded<T> {
+    pub fn new(value: T) -> Self {
+        let mut bytes = Vec::new();
+        // Neither can fail: these are structs of strings and numbers.
+        let json = super::json::write(&mut bytes, &value)
+            .ok()
+            .and_then(|()| String::from_utf8(bytes).ok())
+            .and_then(|s| serde_json::value::RawValue::from_string(s).ok())
+            .unwrap_or_else(|| serde_json::value::to_raw_value(&()).unwrap_or_default());
+        Self { value, json }
+    }
+}
+
+impl<T> Serialize for Encoded<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(s)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -250,7 +277,7 @@ pub struct Unmapped {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub actor: Option<Arc<ActorExtra>>,
+    pub actor: Option<Arc<Encoded<ActorExtra>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<FileExtra>,
     /// A unix socket's listening peer, where the kernel knows it.
@@ -449,6 +476,20 @@ pub fn rfc3339_ms(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
 }
 
+/// `metadata`: the same in every record.
+static METADATA: std::sync::LazyLock<Encoded<Metadata>> = std::sync::LazyLock::new(|| {
+    Encoded::new(Metadata {
+        version: OCSF_VERSION,
+        product: Product {
+            name: "sandbox",
+            vendor_name: "sandbox",
+            version: env!("CARGO_PKG_VERSION"),
+        },
+        profiles: PROFILES,
+        log_name: "audit",
+    })
+});
+
 impl Record {
     /// The parts every record shares.
     fn base(
@@ -461,16 +502,7 @@ impl Record {
         let (category_uid, category_name) = class.category();
         let (activity_id, activity_name) = activity;
         Self {
-            metadata: Metadata {
-                version: OCSF_VERSION,
-                product: Product {
-                    name: "sandbox",
-                    vendor_name: "sandbox",
-                    version: env!("CARGO_PKG_VERSION"),
-                },
-                profiles: PROFILES,
-                log_name: "audit",
-            },
+            metadata: &METADATA,
             time,
             time_dt: rfc3339_ms(time),
             category_uid,
@@ -578,7 +610,9 @@ impl Formatter<'_> {
             && let Some(a) = r.actor.as_mut()
         {
             // The process is long gone: its pid may name another one now.
-            Arc::make_mut(a).process.file = None;
+            let mut actor = a.value.clone();
+            actor.process.file = None;
+            *a = Arc::new(Encoded::new(actor));
         }
         r
     }
@@ -623,7 +657,7 @@ impl Formatter<'_> {
     /// The acting process, as `actor` and `unmapped.actor` say it: made once for a run
     /// of records of the same process (a flood is one process's), kept per pid in
     /// [`Formatter::actors`] while every field it is made of is the same.
-    fn actor(&self, e: &Event) -> (Arc<Actor>, Arc<ActorExtra>) {
+    fn actor(&self, e: &Event) -> (Arc<Encoded<Actor>>, Arc<Encoded<ActorExtra>>) {
         let h = &e.header;
         let slot = h.pid as usize % ACTOR_SLOTS;
         if let Ok(kept) = self.actors.lock()
@@ -634,7 +668,7 @@ impl Formatter<'_> {
         }
         let comm = String::from_utf8_lossy(h.comm.split(|b| *b == 0).next().unwrap_or_default())
             .into_owned();
-        let actor = Arc::new(Actor {
+        let actor = Arc::new(Encoded::new(Actor {
             user: User {
                 uid: h.uid.to_string(),
             },
@@ -648,12 +682,12 @@ impl Formatter<'_> {
                     ..Process::default()
                 })),
             },
-        });
-        let extra = Arc::new(ActorExtra {
+        }));
+        let extra = Arc::new(Encoded::new(ActorExtra {
             gid: h.gid,
             cgroup: self.cgroups.name(h.cgroup_id),
             cgroup_id: h.cgroup_id,
-        });
+        }));
         // The executable is read from /proc when the kernel did not record it: not kept.
         if let Some(key) = ActorKey::of(e)
             && let Ok(mut kept) = self.actors.lock()
