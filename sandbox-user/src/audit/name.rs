@@ -107,6 +107,15 @@ impl Named {
 }
 
 impl Formatter<'_> {
+    /// The mount table changed: paths are placed with the new one (and the kept actors,
+    /// whose executables were placed with the old one, are made again).
+    pub fn set_mounts(&mut self, mounts: &[Superblock]) {
+        self.mounts = mounts.to_vec();
+        if let Ok(kept) = self.actors.get_mut() {
+            *kept = Default::default();
+        }
+    }
+
     /// The event's path and rule.
     pub fn named(&self, e: &Event) -> Named {
         let (path, raw) = self.place(e.header.dev, &e.sb_path);

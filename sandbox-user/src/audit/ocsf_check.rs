@@ -625,3 +625,28 @@ fn records_are_written_as_serde_json_writes_them() {
         );
     }
 }
+
+/// A process's part of its records is kept, but not across a change of the mount table:
+/// its executable is placed with the table of the record's time.
+#[test]
+fn a_kept_actor_is_made_again_when_the_mounts_change() {
+    let policy = policy();
+    let mut fmt = formatter(&policy);
+    let mut e = samples().remove(0);
+    e.header.exe_dev = 0x80_0002;
+    let exe = |fmt: &Formatter<'_>| {
+        let v = serde_json::to_value(fmt.record(&e)).unwrap();
+        v["actor"]["process"]["file"]["path"].clone()
+    };
+    assert_eq!(exe(&fmt), "dev8:2:/usr/bin/cat");
+    assert_eq!(exe(&fmt), "dev8:2:/usr/bin/cat");
+    let mut mounts = fmt.mounts.clone();
+    mounts.push(crate::host::mounts::Superblock {
+        dev: 0x80_0002,
+        mount_point: "/opt".into(),
+        fstype: "ext4".into(),
+        dirs: Vec::new(),
+    });
+    fmt.set_mounts(&mounts);
+    assert_eq!(exe(&fmt), "/opt/usr/bin/cat");
+}

@@ -602,7 +602,12 @@ impl Formatter<'_> {
     /// sweep of a later run): its policy is gone, so only the reason is known;
     /// `unmapped.orphaned.run` names the dead run.
     pub fn orphan_record(&self, e: &Event, run: &str) -> Record {
-        let mut r = self.record_with(e, &self.named(e));
+        self.orphan_record_named(e, &self.named(e), run)
+    }
+
+    /// [`Formatter::orphan_record`] with the event's names worked out already.
+    pub fn orphan_record_named(&self, e: &Event, n: &Named, run: &str) -> Record {
+        let mut r = self.record_with(e, n);
         r.unmapped.orphaned = Some(Orphaned {
             run: run.to_owned(),
         });

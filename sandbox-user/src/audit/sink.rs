@@ -264,13 +264,9 @@ impl AuditFile {
         Ok(())
     }
 
-    /// Writes records encoded already (buffered), line by line as [`AuditFile::write`].
-    pub fn write_lines(&mut self, lines: &Lines) {
-        let mut start = 0;
-        for &end in &lines.ends {
-            self.write_line(&lines.bytes[start..end]);
-            start = end;
-        }
+    /// Writes a record encoded already (one of [`Lines::iter`]), as [`AuditFile::write`].
+    pub fn write_encoded(&mut self, line: &[u8]) {
+        self.write_line(line);
     }
 
     /// A line to the buffer; a failure is counted (see [`AuditFile::lost`]), never returned.
@@ -415,12 +411,27 @@ pub struct Lines {
 }
 
 impl Lines {
-    /// One record, as [`AuditFile::write`] writes it.
+    /// One record, as [`AuditFile::write`] writes it (nothing of it if it fails).
     pub fn push(&mut self, v: &impl Serialize) -> std::io::Result<()> {
-        super::json::write(&mut self.bytes, v)?;
+        let start = self.bytes.len();
+        if let Err(e) = super::json::write(&mut self.bytes, v) {
+            self.bytes.truncate(start);
+            return Err(e.into());
+        }
         self.bytes.push(b'\n');
         self.ends.push(self.bytes.len());
         Ok(())
+    }
+
+    /// The lines, each with its newline.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.bytes[a..b])
+    }
+
+    /// Bytes held (kept for the next batch after `clear`).
+    pub fn capacity(&self) -> usize {
+        self.bytes.capacity()
     }
 
     pub fn len(&self) -> usize {
@@ -458,11 +469,11 @@ mod tests {
             a.write(&rec).unwrap();
             lines.push(&rec).unwrap();
             if lines.len() == 3 {
-                b.write_lines(&lines);
+                lines.iter().for_each(|l| b.write_encoded(l));
                 lines.clear();
             }
         }
-        b.write_lines(&lines);
+        lines.iter().for_each(|l| b.write_encoded(l));
         a.flush().unwrap();
         b.flush().unwrap();
         for k in ["", ".1", ".2", ".3"] {

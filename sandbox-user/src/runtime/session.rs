@@ -240,7 +240,7 @@ impl<'a> Session<'a> {
             }
             Event::Mounts => {
                 let m = remount(self.enforcer, self.compiled)?;
-                self.pump.fmt.mounts.clone_from(&m);
+                self.pump.fmt.set_mounts(&m);
                 *self.mounts = m;
             }
             Event::HostAddrs => {
@@ -481,10 +481,11 @@ impl Producer<'_, '_> {
                     *self.exec_denials += 1;
                 }
                 let named = self.fmt.named(&e);
-                if !self.sinks.quiet {
-                    term::line(&self.fmt.line(&e, &named));
-                }
+                let line = (!self.sinks.quiet).then(|| self.fmt.line(&e, &named));
                 self.emit(self.fmt.record_named(&e, named), out)?;
+                if let Some(line) = line {
+                    term::line(&line);
+                }
             }
             Err(err) => {
                 self.emit(
@@ -511,14 +512,10 @@ impl Producer<'_, '_> {
                 last_ns,
             } => {
                 let named = self.fmt.named(&key);
-                if !self.sinks.quiet {
-                    term::line(&format!(
-                        "{} ({count} more times)",
-                        self.fmt.line(&key, &named)
-                    ));
-                }
+                let line = (!self.sinks.quiet)
+                    .then(|| format!("{} ({count} more times)", self.fmt.line(&key, &named)));
                 let mut rec = match orphaned {
-                    Some(run) => self.fmt.orphan_record(&key, run),
+                    Some(run) => self.fmt.orphan_record_named(&key, &named, run),
                     None => self.fmt.record_named(&key, named),
                 };
                 let last = crate::audit::wall_ms(last_ns);
@@ -528,8 +525,11 @@ impl Producer<'_, '_> {
                 rec.time_dt = crate::audit::rfc3339_ms(last);
                 rec.count = Some(count);
                 rec.message = format!("{} ({count} more times)", rec.message);
-                self.emit(rec, out)
-
+                self.emit(rec, out)?;
+                if let Some(line) = line {
+                    term::line(&line);
+                }
+                Ok(())
             }
             Repeat::Unknown { count } => {
                 self.sinks.metrics(|m| m.ring_lost(count));
@@ -636,20 +636,20 @@ impl<'a> Pump<'a> {
                     .name("sandbox-audit".into())
                     .spawn_scoped(scope, move || -> std::io::Result<()> {
                         for batch in rx {
-                            let n = match &batch {
+                            match &batch {
                                 Batch::Records(recs) => {
                                     for rec in recs {
                                         audit.write(rec)?;
                                         written.fetch_add(1, Ordering::Relaxed);
                                     }
-                                    0
                                 }
                                 Batch::Lines(lines) => {
-                                    audit.write_lines(lines);
-                                    lines.len() as u64
+                                    for line in lines.iter() {
+                                        audit.write_encoded(line);
+                                        written.fetch_add(1, Ordering::Relaxed);
+                                    }
                                 }
-                            };
-                            written.fetch_add(n, Ordering::Relaxed);
+                            }
                             waiting.fetch_sub(1, Ordering::Relaxed);
                             let _ = back_tx.send(batch);
                             WROTE.call_once(|| {
@@ -671,10 +671,15 @@ impl<'a> Pump<'a> {
                                 recs.clear();
                                 spare = Some(recs);
                             }
-                            Batch::Lines(mut lines) => {
+                            // Two kept at most, none grown past 1 MiB (paths of
+                            // control bytes are six times their size escaped).
+                            Batch::Lines(mut lines)
+                                if spare_lines.len() < 2 && lines.capacity() <= 1 << 20 =>
+                            {
                                 lines.clear();
                                 spare_lines.push(lines);
                             }
+                            Batch::Lines(_) => {}
                         }
                     }
                     let spare = spare.unwrap_or_else(|| Vec::with_capacity(PIPELINE_BATCH));
@@ -721,7 +726,8 @@ impl<'a> Pump<'a> {
                 let stopped = writer
                     .join()
                     .unwrap_or_else(|_| Err(std::io::Error::other("the audit writer panicked")));
-                // The writer's error first: a hand-over fails only because the writer stopped.
+                // The writer's error first: a hand-over that fails to send does so because the
+                // writer stopped (one that fails to encode is this thread's own error).
                 stopped.and(result).map(|()| Some(empty))
             })
         };
