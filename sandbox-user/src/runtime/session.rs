@@ -435,6 +435,22 @@ fn pipeline_after() -> usize {
 const PIPELINE_BATCH: usize = 64;
 const PIPELINE_DEPTH: usize = 16;
 
+/// Where the pump reads kernel records: the ring buffer (tests: records made up).
+trait Source {
+    type Item<'a>: std::ops::Deref<Target = [u8]>
+    where
+        Self: 'a;
+    fn next(&mut self) -> Option<Self::Item<'_>>;
+}
+
+impl Source for RingBuf<MapData> {
+    type Item<'a> = aya::maps::ring_buf::RingBufItem<'a>;
+
+    fn next(&mut self) -> Option<Self::Item<'_>> {
+        RingBuf::next(self)
+    }
+}
+
 /// Records handed to the pump's writing thread: to encode and write, or encoded already.
 enum Batch {
     Records(Vec<Record>),
@@ -581,11 +597,20 @@ impl<'a> Pump<'a> {
 
     /// Writes up to `max` records; `true` when the ring buffer is empty.
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>, max: usize) -> anyhow::Result<bool> {
+        self.drain_from(ring, max)
+    }
+
+    /// [`Pump::drain`] from any source of kernel records.
+    fn drain_from(&mut self, ring: &mut impl Source, max: usize) -> anyhow::Result<bool> {
         let mut n = 0;
         while n < max {
             if n == pipeline_after()
                 && parallel()
-                && let Some(empty) = self.drain_pipelined(ring, max - n)?
+                // More than the batch being written waits: the writer is behind, the next
+                // batch is encoded here (a threshold of 1 or 2 gave the same figures; 0
+                // left the writer idle half the time).
+                && let Some(empty) =
+                    self.drain_pipelined(ring, max - n, |waiting, _| waiting > 1)?
             {
                 self.flush()?;
                 return Ok(empty);
@@ -609,11 +634,14 @@ impl<'a> Pump<'a> {
     /// lines) and the writing thread only writes it. `None`: the thread could not be
     /// started (a pids limit), nothing was taken from the ring, the caller goes on alone.
     /// If the writing thread stops, the records made but not written are counted in an
-    /// `audit_loss` record before the error is returned.
+    /// `audit_loss` record before the error is returned. `encode_here(waiting, batch)`:
+    /// whether this thread encodes batch number `batch`, with `waiting` batches handed
+    /// over and not written (more than the one being written: the writer is behind).
     fn drain_pipelined(
         &mut self,
-        ring: &mut RingBuf<MapData>,
+        ring: &mut impl Source,
         max: usize,
+        encode_here: impl Fn(usize, usize) -> bool,
     ) -> anyhow::Result<Option<bool>> {
         use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
         /// Said once (`SANDBOX_DEBUG`): the flood test requires the thread to have run.
@@ -663,6 +691,7 @@ impl<'a> Pump<'a> {
                 };
                 let mut batch = Vec::with_capacity(PIPELINE_BATCH);
                 let mut spare_lines = Vec::new();
+                let mut batches = 0;
                 let mut hand_over = |batch: &mut Vec<Record>| -> std::io::Result<()> {
                     let mut spare = None;
                     while let Ok(done) = back_rx.try_recv() {
@@ -684,10 +713,8 @@ impl<'a> Pump<'a> {
                     }
                     let spare = spare.unwrap_or_else(|| Vec::with_capacity(PIPELINE_BATCH));
                     let full = std::mem::replace(batch, spare);
-                    // More than the batch being written waits: the writer is behind, this
-                    // batch is encoded here (a threshold of 1 or 2 gave the same figures;
-                    // 0 left the writer idle half the time).
-                    let out = if waiting.load(Ordering::Relaxed) > 1 {
+                    batches += 1;
+                    let out = if encode_here(waiting.load(Ordering::Relaxed), batches - 1) {
                         let mut lines = spare_lines.pop().unwrap_or_default();
                         for rec in &full {
                             lines.push(rec)?;
@@ -877,4 +904,128 @@ impl<'a> Pump<'a> {
 fn parallel() -> bool {
     static N: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *N.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use sandbox_common::{EventHeader, decision, hook, reason};
+
+    use super::*;
+    use crate::host::{mounts, safepath};
+
+    /// Which batches the reading thread encodes (see `Pump::drain_pipelined`).
+    type EncodeHere = fn(usize, usize) -> bool;
+
+    /// Kernel records made up, as the ring would hand them over.
+    struct Made(VecDeque<Vec<u8>>);
+
+    impl Source for Made {
+        type Item<'a> = Vec<u8>;
+
+        fn next(&mut self) -> Option<Vec<u8>> {
+            self.0.pop_front()
+        }
+    }
+
+    /// A denied open of `path` by pid 40, as the programs send it.
+    fn denial(path: &str) -> Vec<u8> {
+        let exe = b"/usr/bin/cat";
+        let mut h = EventHeader {
+            hook: hook::FILE_OPEN,
+            decision: decision::DENY,
+            reason: reason::RULE,
+            pid: 40,
+            tgid: 40,
+            ppid: 1,
+            uid: 1000,
+            gid: 1000,
+            rule: u32::from(sandbox_common::NO_RULE),
+            access: 1,
+            path_len: u32::try_from(path.len()).unwrap(),
+            time_ns: 1,
+            dev: 0x80_0001,
+            exe_dev: 0x80_0001,
+            exe_len: u32::try_from(exe.len()).unwrap(),
+            ..EventHeader::default()
+        };
+        h.comm[..4].copy_from_slice(b"cat\0");
+        // SAFETY: EventHeader is plain old data.
+        let mut b = unsafe {
+            std::slice::from_raw_parts(
+                (&raw const h).cast::<u8>(),
+                std::mem::size_of::<EventHeader>(),
+            )
+        }
+        .to_vec();
+        b.extend_from_slice(path.as_bytes());
+        b.extend_from_slice(exe);
+        b
+    }
+
+    /// The pipelined drain writes every record, in the order made, whichever thread
+    /// encodes each batch: the writing thread, this one, or every other batch each.
+    #[test]
+    fn a_pipelined_drain_writes_every_record_in_order_whoever_encodes_it() {
+        let ctx = crate::policy::Context {
+            home: "/home/u".into(),
+            cwd: "/work".into(),
+            env: Default::default(),
+            resolvers: Vec::new(),
+            host_addrs: Vec::new(),
+        };
+        let policy =
+            crate::policy::load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
+        let policy = crate::compile::compile(&policy, 1).unwrap();
+        let ids = crate::kernel::loader::Identities::default();
+        let root = mounts::Superblock {
+            dev: 0x80_0001,
+            mount_point: "/".into(),
+            fstype: "ext4".into(),
+            dirs: Vec::new(),
+        };
+        let dir = std::env::temp_dir().join(format!("sandbox-pump-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let n = PIPELINE_BATCH * 9 + 5;
+        let splits: [(&str, EncodeHere); 3] = [
+            ("the writer", |_, _| false),
+            ("the reader", |_, _| true),
+            ("every other batch each", |_, batch| batch % 2 == 1),
+        ];
+        for (who, encode_here) in splits {
+            let log = dir.join(format!("{}.jsonl", who.replace(' ', "-")));
+            let mut audit =
+                AuditFile::with_rotation(&log, u64::MAX, 1, &safepath::Agent::AnyNonRoot).unwrap();
+            let mut pump = Pump {
+                fmt: Formatter::new(&policy, vec![root.clone()], &ids).unwrap(),
+                audit: &mut audit,
+                sinks: Sinks {
+                    quiet: true,
+                    metrics: None,
+                },
+                reported_drops: 0,
+                exec_denials: 0,
+                agg: Aggregates::default(),
+            };
+            let mut made = Made((0..n).map(|i| denial(&format!("/tmp/f{i}"))).collect());
+            let done = pump
+                .drain_pipelined(&mut made, usize::MAX, encode_here)
+                .unwrap();
+            assert_eq!(done, Some(true), "{who}");
+            pump.flush().unwrap();
+            drop(pump);
+            let text = std::fs::read_to_string(&log).unwrap();
+            let paths: Vec<String> = text
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    v["file"]["path"].as_str().unwrap().to_owned()
+                })
+                .collect();
+            let want: Vec<String> = (0..n).map(|i| format!("/tmp/f{i}")).collect();
+            assert_eq!(paths, want, "encoded by {who}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
