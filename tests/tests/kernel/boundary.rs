@@ -477,11 +477,7 @@ fn host_addresses_gained_while_running_are_private_too() {
     ip("del", v6, 128);
     // Inside: the addresses appear once the command runs.
     let adder = std::thread::spawn(move || {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !sandbox_runs() {
-            assert!(Instant::now() < deadline, "the command never started");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_sandbox_run();
         ip("add", v4, 32);
         ip("add", v6, 128);
     });

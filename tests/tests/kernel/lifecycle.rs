@@ -155,7 +155,7 @@ fn attach_tells_the_service_manager() {
         text
     };
     let denied = "sandbox_records_total{class=\"file\",decision=\"deny\",rule=\"files.deny[0]\"} 1";
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + Duration::from_mins(2);
     while !scrape().contains(denied) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
