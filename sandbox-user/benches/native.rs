@@ -37,14 +37,13 @@ use std::time::Instant;
 use aya::maps::Array;
 use aya::programs::Iter;
 use sandbox_common::DirCacheCtl;
-use sandbox_user::audit::aggregate::Aggregates;
 use sandbox_user::audit::{AuditFile, Event, Formatter};
 use sandbox_user::compile::{CompiledPolicy, compile};
 use sandbox_user::host::cgroup::{self, Cgroup};
 use sandbox_user::host::{mounts, safepath};
 use sandbox_user::kernel::loader::{self, Enforcer, KernelFit};
 use sandbox_user::policy::{Context, load_str};
-use sandbox_user::runtime::session::{Pump, Sinks};
+use sandbox_user::runtime::session::Pump;
 
 const BASE: &str = "/tmp/sandbox-native-bench";
 /// The tree of `sandbox-bench`'s realistic workload (tests/src/bin/bench.rs), same shape.
@@ -388,17 +387,7 @@ impl Harness {
         let _ = std::fs::remove_file(&log);
         // Not rotated: every record of the run stays in one file, to be counted.
         let mut audit = AuditFile::with_rotation(&log, u64::MAX, 1, &safepath::Agent::AnyNonRoot)?;
-        let mut pump = Pump {
-            fmt,
-            audit: &mut audit,
-            sinks: Sinks {
-                quiet: true,
-                metrics: None,
-            },
-            reported_drops: 0,
-            exec_denials: 0,
-            agg: Aggregates::default(),
-        };
+        let mut pump = Pump::quiet(fmt, &mut audit);
         self.pass(name)?;
         pump.drain(&mut ring, usize::MAX)?;
         let (mut kernel, mut user) = (Vec::new(), Vec::new());

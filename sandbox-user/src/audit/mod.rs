@@ -19,3 +19,17 @@ pub use decode::{DecodeError, Event, Hook};
 pub use name::{Formatter, Named};
 pub use record::{OCSF_VERSION, Record, SCHEMA_VERSION, boot_ns_now, rfc3339_ms, wall_ms};
 pub use sink::{AuditFile, AuditOpenError, Lines};
+
+/// The built-in policy, compiled for a user `u` working in `/work` (tests of records).
+#[cfg(test)]
+pub(crate) fn built_in_policy() -> crate::compile::CompiledPolicy {
+    let ctx = crate::policy::Context {
+        home: "/home/u".into(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+    };
+    let p = crate::policy::load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
+    crate::compile::compile(&p, 1).unwrap()
+}

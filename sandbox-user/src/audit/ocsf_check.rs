@@ -482,15 +482,7 @@ fn formatter(policy: &crate::compile::CompiledPolicy) -> Formatter<'_> {
 }
 
 fn policy() -> crate::compile::CompiledPolicy {
-    let ctx = crate::policy::Context {
-        home: "/home/u".into(),
-        cwd: "/work".into(),
-        env: Default::default(),
-        resolvers: Vec::new(),
-        host_addrs: Vec::new(),
-    };
-    let p = crate::policy::load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
-    crate::compile::compile(&p, 1).unwrap()
+    crate::audit::built_in_policy()
 }
 
 #[test]

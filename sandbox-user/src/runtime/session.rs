@@ -402,6 +402,24 @@ pub struct Pump<'a> {
     pub agg: Aggregates,
 }
 
+impl<'a> Pump<'a> {
+    /// A pump of its own (nothing counted yet) writing only to `audit`: no terminal lines,
+    /// no metrics (the benchmark, tests).
+    pub fn quiet(fmt: Formatter<'a>, audit: &'a mut AuditFile) -> Self {
+        Self {
+            fmt,
+            audit,
+            sinks: Sinks {
+                quiet: true,
+                metrics: None,
+            },
+            reported_drops: 0,
+            exec_denials: 0,
+            agg: Aggregates::default(),
+        }
+    }
+}
+
 /// Records written after the command ended (bounded: processes it left may still be
 /// producing them until the cgroup is killed).
 pub const FINAL_DRAIN: usize = 1 << 20;
@@ -968,16 +986,7 @@ mod tests {
     /// encodes each batch: the writing thread, this one, or every other batch each.
     #[test]
     fn a_pipelined_drain_writes_every_record_in_order_whoever_encodes_it() {
-        let ctx = crate::policy::Context {
-            home: "/home/u".into(),
-            cwd: "/work".into(),
-            env: Default::default(),
-            resolvers: Vec::new(),
-            host_addrs: Vec::new(),
-        };
-        let policy =
-            crate::policy::load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
-        let policy = crate::compile::compile(&policy, 1).unwrap();
+        let policy = crate::audit::built_in_policy();
         let ids = crate::kernel::loader::Identities::default();
         let root = mounts::Superblock {
             dev: 0x80_0001,
@@ -997,17 +1006,10 @@ mod tests {
             let log = dir.join(format!("{}.jsonl", who.replace(' ', "-")));
             let mut audit =
                 AuditFile::with_rotation(&log, u64::MAX, 1, &safepath::Agent::AnyNonRoot).unwrap();
-            let mut pump = Pump {
-                fmt: Formatter::new(&policy, vec![root.clone()], &ids).unwrap(),
-                audit: &mut audit,
-                sinks: Sinks {
-                    quiet: true,
-                    metrics: None,
-                },
-                reported_drops: 0,
-                exec_denials: 0,
-                agg: Aggregates::default(),
-            };
+            let mut pump = Pump::quiet(
+                Formatter::new(&policy, vec![root.clone()], &ids).unwrap(),
+                &mut audit,
+            );
             let mut made = Made((0..n).map(|i| denial(&format!("/tmp/f{i}"))).collect());
             let done = pump
                 .drain_pipelined(&mut made, usize::MAX, encode_here)
