@@ -32,6 +32,7 @@ pub mod map_names {
     pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
     pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
     pub const LOOKUP_FILTER: &str = "LOOKUP_FILTER";
+    pub const CGROUP_FILTER: &str = "CGROUP_FILTER";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -192,6 +193,16 @@ pub mod filter {
         (region * WORDS + (m >> 54) as u32, ((m >> 48) & 63) as u32)
     }
 
+    /// Words of `CGROUP_FILTER` (4,096 bits, for the few cgroups an object binds).
+    pub const CGROUP_WORDS: u32 = 64;
+
+    /// The word and the bit of a bound cgroup's id in `CGROUP_FILTER`.
+    #[inline]
+    pub const fn cgroup_slot(id: u64) -> (u32, u32) {
+        let m = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        ((m >> 58) as u32, ((m >> 52) & 63) as u32)
+    }
+
     /// The filter key of an `INODE_RULES` key.
     #[inline]
     pub const fn inode_key(ino: u64, dev: u32) -> u64 {
@@ -199,6 +210,7 @@ pub mod filter {
     }
 
     const _: () = assert!(WORDS == 1 << 10);
+    const _: () = assert!(CGROUP_WORDS == 1 << 6);
 }
 
 /// Map flag: the array can be memory-mapped by userspace (`BPF_F_MMAPABLE`).
@@ -425,11 +437,19 @@ pub struct KernelOffsets {
     /// `dentry.d_flags`: the directory cache leaves alone directories whose names the
     /// file system revalidates (`DCACHE_OP_REVALIDATE`: NFS, SMB, FUSE, 9p, Ceph, ...).
     pub dentry_d_flags: u32,
+    /// `dentry.d_iname` (`d_shortname` from 6.14): where a short name's bytes live in the
+    /// dentry itself; 0 when the kernel's is unknown or shorter than
+    /// [`DNAME_INLINE_MIN`] bytes (the name is then read with a probe read).
+    pub dentry_d_iname: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 172);
+const _: () = assert!(size_of::<KernelOffsets>() == 176);
+
+/// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
+/// every 64-bit kernel before 6.14, 40 from it.
+pub const DNAME_INLINE_MIN: usize = 32;
 
 /// Hooks that report events (`EventHeader::hook`).
 pub mod hook {
@@ -718,6 +738,7 @@ impl KernelOffsets {
         css_set_dfl_cgrp: 0,
         super_block_s_root: 0,
         dentry_d_flags: 0,
+        dentry_d_iname: 0,
         valid: 0,
     };
 }

@@ -104,7 +104,9 @@ pub struct Now {
     /// The file's name (`d_name.name`) and its length, when `prepared`.
     pub name: u64,
     pub name_len: u32,
-    pub _pad: u32,
+    /// Set by [`crate::path::resolve_typed`]: the name's bytes are in `SCRATCH.name`
+    /// already (read from the dentry itself, where a short name lives).
+    pub name_read: u32,
 }
 
 /// Fills `n` with the cache's generation and the rename count now; whether the cache can

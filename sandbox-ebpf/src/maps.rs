@@ -18,6 +18,12 @@ pub static SCOPE_LEVELS: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub static CGROUP_POLICY: HashMap<u64, u32> = HashMap::with_max_entries(1024, 0);
 
+/// One bit per bound cgroup id (`filter::cgroup_slot`): a clear bit spares a task the
+/// `CGROUP_POLICY` lookup (most of the host: out of scope). Set by the loader before it
+/// writes the binding; never cleared (a stale bit costs only the lookup).
+#[map]
+pub static CGROUP_FILTER: Array<u64> = Array::with_max_entries(filter::CGROUP_WORDS, 0);
+
 /// Policy id -> header (flags, DFA geometry). Written by the loader, read by every hook.
 #[map]
 pub static POLICIES: Array<PolicyInfo> = Array::with_max_entries(MAX_POLICIES, 0);
@@ -174,9 +180,14 @@ pub fn claim(s: &mut Scratch) {
 /// program on this CPU since [`claim`]).
 #[inline(always)]
 pub fn still_mine() -> bool {
+    scratch().is_some_and(|s| owns(s))
+}
+
+/// [`still_mine`] for working memory already looked up.
+#[inline(always)]
+pub fn owns(s: &Scratch) -> bool {
     // SAFETY: plain helper call.
-    let me = unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() };
-    scratch().is_some_and(|s| s.owner == me)
+    s.owner == unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() }
 }
 
 /// This CPU's working memory. Every user goes through here.

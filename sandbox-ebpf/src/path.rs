@@ -466,6 +466,7 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     };
     crate::maps::claim(s);
     s.now.prepared = 1;
+    s.now.name_read = 0;
     // Volatile: LLVM would merge the adjacent stores into a call of `memset`, a loop of
     // byte stores in BPF.
     kread::zero(&mut s.now.parent_dentry);
@@ -488,8 +489,50 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
         }
         s.now.name_len = kread::field(dentry, off.dentry_d_name_len).unwrap_or(u32::MAX);
         s.now.name = kread::field(dentry, off.dentry_d_name_name).unwrap_or(0);
+        if inline_name(dentry, s) {
+            // The file seen before in this directory: decided here, without the global
+            // function (and the probe reads it takes to get its arguments).
+            if let Some(r) = resolve_known_in(s, policy_id, facts) {
+                return r;
+            }
+        }
     }
     resolve_with(policy_id, facts, 1)
+}
+
+/// A short name's bytes, read from the dentry itself (`d_iname`) with direct loads, into
+/// `SCRATCH.name` as [`namecache::read`] would put them (zero past the length). Whether
+/// they were: not for a name kept elsewhere (a long one), or a kernel whose inline name
+/// the loader did not find (`dentry_d_iname` 0: the verifier drops this code then).
+/// The bytes may change under a rename; the rename count, read before and after, says so.
+#[inline(always)]
+fn inline_name(dentry: *const u8, s: &mut crate::maps::Scratch) -> bool {
+    let off = offsets();
+    let (len, name) = (s.now.name_len, s.now.name);
+    if off.dentry_d_iname == 0
+        || len == 0
+        || len > namecache::NAME_BYTES
+        || name != (dentry as u64).wrapping_add(u64::from(off.dentry_d_iname))
+    {
+        return false;
+    }
+    let mut i = 0;
+    while i < namecache::NAME_WORDS {
+        #[allow(clippy::cast_possible_truncation)] // i < NAME_WORDS (4)
+        let lo = 8 * i as u32;
+        let w: u64 = kread::field(dentry, off.dentry_d_iname + lo).unwrap_or(0);
+        s.name.words[i] = if len >= lo + 8 {
+            w
+        } else if len <= lo {
+            0
+        } else {
+            w & ((1u64 << (8 * (len - lo))) - 1)
+        };
+        i += 1;
+    }
+    s.name.len = len;
+    s.now.name_read = 1;
+    true
 }
 
 #[inline(always)]
@@ -621,6 +664,7 @@ fn resolve_here(
     } else {
         crate::maps::claim(s);
         s.now.prepared = 0;
+        s.now.name_read = 0;
         let on = dircache::now(&mut s.now);
         if on {
             parent_of(facts.dentry, &mut s.now);
@@ -629,9 +673,12 @@ fn resolve_here(
         on
     };
     if cache {
-        namecache::read(&mut s.name, s.now.name_len, s.now.name);
-        if let Some(r) = resolve_known(policy_id, facts) {
-            return r;
+        if s.now.name_read == 0 {
+            namecache::read(&mut s.name, s.now.name_len, s.now.name);
+            // (A name read by the hook was looked up there already.)
+            if let Some(r) = resolve_known_in(s, policy_id, facts) {
+                return r;
+            }
         }
         if dircache::get(&s.now, policy_id, &mut s.dir)
             && let Some(r) = resolve_below(policy_id, info, facts)
@@ -653,19 +700,29 @@ fn name_of(dentry: *const u8, now: &mut dircache::Now) {
 /// A file whose name's result is kept for its directory's state (`namecache.rs`): no
 /// scan at all. `None` when none is kept or a move happened meanwhile.
 #[inline(always)]
-fn resolve_known(policy_id: u32, facts: &mut FileFacts) -> Option<Resolved> {
-    let s = scratch()?;
+fn resolve_known_in(
+    s: &mut crate::maps::Scratch,
+    policy_id: u32,
+    facts: &mut FileFacts,
+) -> Option<Resolved> {
     let hit = namecache::get(&s.now, policy_id, &s.name)?;
     let inode = inode_rules(policy_id, facts);
     if !dircache::unchanged(&s.now) {
         return None;
     }
-    // Kept only from scans that did not seek mounted directories.
-    s.scan.seeking = 0;
     // A record rebuilds the whole path (`whole_path`).
     facts.start = PATH_END;
     facts.partial = true;
-    Some(matched(hit.kinds, inode, hit.sb_known, facts))
+    if !crate::maps::owns(s) {
+        return Some(Resolved::Preempted);
+    }
+    // Kept only from scans that did not seek mounted directories: none is outside the
+    // mounted ones (`matched`).
+    Some(Resolved::Matched(FileMatch {
+        path: hit.kinds,
+        inode,
+        sb_known: hit.sb_known,
+    }))
 }
 
 /// The path of a file whose directory's scan state is kept (in `SCRATCH.dir`): only

@@ -3,11 +3,11 @@
 //! has a binding (usually one).
 
 use aya_ebpf::helpers::bpf_get_current_ancestor_cgroup_id;
-use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, policy_flags};
+use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, filter, policy_flags};
 
 use crate::kread;
 
-use crate::maps::{CGROUP_POLICY, POLICIES, SCOPE_LEVELS};
+use crate::maps::{CGROUP_FILTER, CGROUP_POLICY, POLICIES, SCOPE_LEVELS};
 
 /// The policy an in-scope task is confined by.
 #[derive(Clone, Copy)]
@@ -38,6 +38,16 @@ impl Scope {
     }
 }
 
+/// Whether cgroup `id` may be bound (its bit in `CGROUP_FILTER`; true when the filter
+/// cannot be read): where it is not, the hash lookup is spared.
+#[inline(always)]
+fn may_be_bound(id: u64) -> bool {
+    let (word, bit) = filter::cgroup_slot(id);
+    CGROUP_FILTER
+        .get(word)
+        .is_none_or(|w| (*w >> (bit & 63)) & 1 != 0)
+}
+
 /// The nearest bound ancestor of the current task's cgroup: (cgroup id, policy id).
 #[inline(always)]
 fn nearest_binding() -> Option<(u64, u32)> {
@@ -56,7 +66,9 @@ fn nearest_binding() -> Option<(u64, u32)> {
                 return None;
             }
             // SAFETY: the value is a plain u32 copied out immediately.
-            if let Some(policy_id) = unsafe { CGROUP_POLICY.get(&id) } {
+            if may_be_bound(id)
+                && let Some(policy_id) = unsafe { CGROUP_POLICY.get(&id) }
+            {
                 return Some((id, *policy_id));
             }
         }

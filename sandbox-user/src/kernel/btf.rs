@@ -83,6 +83,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         css_set_dfl_cgrp: f("css_set", &["dfl_cgrp"], Some(8))?,
         super_block_s_root: f("super_block", &["s_root"], Some(8))?,
         dentry_d_flags: f("dentry", &["d_flags"], Some(4))?,
+        dentry_d_iname: r.inline_name()?,
         valid: 1,
     })
 }
@@ -128,6 +129,21 @@ impl Resolver<'_> {
             }
         }
         Ok(total_bits / 8)
+    }
+
+    /// Where a dentry keeps a short name itself: `d_iname` (up to 6.13), `d_shortname`
+    /// (6.14 on); 0 when neither is there or it holds fewer than
+    /// `sandbox_common::DNAME_INLINE_MIN` bytes (the programs then read every name with a
+    /// probe read).
+    fn inline_name(&self) -> Result<u32, BtfError> {
+        let dentry = self.find_struct("dentry")?;
+        for name in ["d_iname", "d_shortname"] {
+            if let Some((bits, ty)) = self.find_member(&dentry, name)? {
+                let fits = self.size_of(&ty)? >= sandbox_common::DNAME_INLINE_MIN;
+                return Ok(if fits && bits % 64 == 0 { bits / 8 } else { 0 });
+            }
+        }
+        Ok(0)
     }
 
     fn find_struct(&self, name: &str) -> Result<Type, BtfError> {
@@ -194,6 +210,13 @@ impl Resolver<'_> {
             Type::Ptr(_) => 8,
             Type::Enum(e) => e.size(),
             Type::Struct(s) | Type::Union(s) => s.size(),
+            Type::Array(a) => {
+                let elem = self
+                    .btf
+                    .resolve_chained_type(&a)
+                    .map_err(|e| BtfError::Other(e.to_string()))?;
+                a.len() * self.size_of(&elem)?
+            }
             other => return Err(BtfError::Other(format!("cannot size a {}", other.name()))),
         })
     }
@@ -214,6 +237,9 @@ mod tests {
         // struct qstr { union { struct { u32 hash; u32 len; }; u64 hash_len; }; const char *name; }
         assert_eq!(off.dentry_d_name_name, off.dentry_d_name_len + 4);
         assert!(off.file_f_path_dentry > 0 && off.linux_binprm_file > 0);
+        // Every kernel we support keeps short names in the dentry (32 or 40 bytes).
+        assert!(off.dentry_d_iname > off.dentry_d_name_name);
+        assert_eq!(off.dentry_d_iname % 8, 0);
     }
 }
 

@@ -765,6 +765,11 @@ impl Enforcer {
         self.levels |= 1 << cgroup.level;
         let levels = self.levels;
         let mut maps = self.maps();
+        // The filter's bit first: a binding whose bit is clear would be out of scope.
+        let (word, bit) = sandbox_common::filter::cgroup_slot(cgroup.id);
+        let mut f = maps.cgroup_filter()?;
+        let was = f.get(&word, 0).map_err(f.err())?;
+        f.set(word, was | 1 << bit, 0).map_err(f.err())?;
         let mut h = maps.cgroup_policy()?;
         h.insert(cgroup.id, policy_id, 0).map_err(h.err())?;
         let mut a = maps.scope_levels()?;

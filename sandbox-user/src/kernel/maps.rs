@@ -291,6 +291,8 @@ maps! {
     scope_levels -> SCOPE_LEVELS: array [u32 => u64];
     /// Bound cgroup id -> policy id.
     cgroup_policy -> CGROUP_POLICY: hash [u64 => u32];
+    /// One bit per bound cgroup id (`sandbox_common::filter::cgroup_slot`).
+    cgroup_filter -> CGROUP_FILTER: array [u32 => u64];
     /// Policy id -> its header (`live` last).
     policies -> POLICIES: array [u32 => PolicyInfo];
     /// (policy id, DFA) -> byte classes.
