@@ -14,7 +14,6 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail};
 
-use crate::compile::CompiledPolicy;
 use crate::kernel::loader::{self, KernelFit};
 use crate::preflight;
 
@@ -62,7 +61,7 @@ pub struct Host {
 
 /// Runs the checks and picks the backend. Fails (nothing can be enforced) without root's
 /// privileges, without BTF, or when neither backend loads.
-pub fn detect(probe_policy: &CompiledPolicy) -> anyhow::Result<Host> {
+pub fn detect() -> anyhow::Result<Host> {
     let hard: Vec<String> = preflight::hard_checks()
         .into_iter()
         .filter(|c| !c.ok)
@@ -77,7 +76,7 @@ pub fn detect(probe_policy: &CompiledPolicy) -> anyhow::Result<Host> {
     let forced = std::env::var("SANDBOX_BACKEND").ok();
     let lsm = match forced.as_deref() {
         Some("fallback") => Err("SANDBOX_BACKEND=fallback".to_owned()),
-        Some("bpf-lsm") | None => lsm_usable(probe_policy),
+        Some("bpf-lsm") | None => lsm_usable(),
         Some(other) => bail!("SANDBOX_BACKEND={other}: expected bpf-lsm or fallback"),
     };
     match lsm {
@@ -94,7 +93,7 @@ pub fn detect(probe_policy: &CompiledPolicy) -> anyhow::Result<Host> {
         }
         Err(why) => {
             let kernel = loader::kernel_fit_without_lsm()?;
-            loader::probe_cgroup(probe_policy, &kernel).map_err(|e| {
+            loader::probe_cgroup(&kernel).map_err(|e| {
                 anyhow!(
                     "BPF-LSM cannot be used ({why}), and neither can the fallback: {e}. \
                      Nothing was started. Run `sandbox preflight` for each check"
@@ -122,10 +121,14 @@ pub fn detect(probe_policy: &CompiledPolicy) -> anyhow::Result<Host> {
 }
 
 /// The kernel fit when BPF-LSM programs load and `bpf` is an active LSM, else why not.
-fn lsm_usable(probe_policy: &CompiledPolicy) -> Result<KernelFit, String> {
+fn lsm_usable() -> Result<KernelFit, String> {
+    let mut t = crate::runtime::arm::Timer::new();
     let kernel = loader::kernel_fit()
         .map_err(|e| format!("this kernel has no usable BPF-LSM hooks ({e})"))?;
-    if let Err(e) = loader::probe_lsm(probe_policy, &kernel) {
+    t.lap("kernel BTF read");
+    let probed = loader::probe_lsm(&kernel);
+    t.lap("BPF-LSM probe");
+    if let Err(e) = probed {
         return Err(format!(
             "the kernel refused to load a BPF-LSM program ({e}): BPF LSM is not built in, or \
              the kernel cannot create BPF trampolines (some virtualised kernels)"

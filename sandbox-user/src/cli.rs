@@ -484,7 +484,7 @@ fn preflight_cmd(policy_file: Option<&std::path::Path>, json: bool) -> anyhow::R
     let ctx = context()?;
     let p = crate::runtime::arm::load_policy(policy_file, &ctx)?;
     let c = compile::compile(&p, compile::FIXED_SEED)?;
-    let host = match crate::backend::detect(&c) {
+    let host = match crate::backend::detect() {
         Ok(h) => h,
         Err(e) => {
             out.check("FAIL", "load", &format!("{e:#}"));

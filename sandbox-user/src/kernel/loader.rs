@@ -242,26 +242,25 @@ impl Enforcer {
         identity_count: usize,
         btf: &Btf,
     ) -> Result<Self, LoadError> {
-        let mt = &policy.matcher;
-        let host_room = if policy.net.hosts.is_empty() {
-            0
-        } else {
-            MAX_HOST_ADDRESSES
-        } + if policy.net.host_rule.is_some() {
-            MAX_GAINED_ADDRESSES
-        } else {
-            0
+        Self::create(Some((policy, identity_count)), offsets, btf)
+    }
+
+    /// The object with every map at its smallest, for a probe that loads one program and
+    /// drops it: the full set (an 8 MiB ring, both caches, preallocated hash maps) took
+    /// 0.7 s of every start under emulation, and the real load makes its own.
+    fn create_for_probe(offsets: &KernelOffsets, btf: &Btf) -> Result<Self, LoadError> {
+        Self::create(None, offsets, btf)
+    }
+
+    fn create(
+        sized_for: Option<(&CompiledPolicy, usize)>,
+        offsets: &KernelOffsets,
+        btf: &Btf,
+    ) -> Result<Self, LoadError> {
+        let sizes: Vec<(&str, u32)> = match sized_for {
+            Some((policy, identity_count)) => Self::sizes(policy, identity_count).to_vec(),
+            None => PROBE_SIZES.to_vec(),
         };
-        let sizes = maps::sizes(
-            mt.anchored.trans.len() + mt.floating.trans.len(),
-            mt.anchored.accept.len() + mt.floating.accept.len(),
-            mt.literals.len(),
-            identity_count,
-            (
-                policy.net.v4.len() + policy.net.listen_v4.len() + host_room,
-                policy.net.v6.len() + policy.net.listen_v6.len() + host_room,
-            ),
-        );
         // The programs' own diagnostics (aya-log, fail-closed branches only): off unless
         // asked for, fixed in read-only data so that off costs nothing.
         let log_level: u8 = if crate::diag::kernel_log_on() {
@@ -290,6 +289,30 @@ impl Enforcer {
             holder: None,
             dir_cache: sandbox_common::DirCacheCtl::default(),
         })
+    }
+
+    /// The sizes of the maps the compiled policy sizes.
+    fn sizes(policy: &CompiledPolicy, identity_count: usize) -> [(&'static str, u32); 6] {
+        let mt = &policy.matcher;
+        let host_room = if policy.net.hosts.is_empty() {
+            0
+        } else {
+            MAX_HOST_ADDRESSES
+        } + if policy.net.host_rule.is_some() {
+            MAX_GAINED_ADDRESSES
+        } else {
+            0
+        };
+        maps::sizes(
+            mt.anchored.trans.len() + mt.floating.trans.len(),
+            mt.anchored.accept.len() + mt.floating.accept.len(),
+            mt.literals.len(),
+            identity_count,
+            (
+                policy.net.v4.len() + policy.net.listen_v4.len() + host_room,
+                policy.net.v6.len() + policy.net.listen_v6.len() + host_room,
+            ),
+        )
     }
 
     /// Loads and attaches `programs`: loaded side by side ([`load_all`]), attached in
@@ -865,8 +888,8 @@ pub fn kernel_fit_without_lsm() -> Result<KernelFit, LoadError> {
 
 /// Whether BPF-LSM programs load here: maps for `policy` and the first program of
 /// `kernel.programs`, loaded (the kernel makes its trampoline then) and not attached.
-pub fn probe_lsm(policy: &CompiledPolicy, kernel: &KernelFit) -> Result<(), LoadError> {
-    let mut e = Enforcer::create_maps(policy, &kernel.offsets, 1, &kernel.btf)?;
+pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
+    let mut e = Enforcer::create_for_probe(&kernel.offsets, &kernel.btf)?;
     let Some(p) = kernel
         .programs
         .iter()
@@ -887,6 +910,38 @@ pub fn probe_lsm(policy: &CompiledPolicy, kernel: &KernelFit) -> Result<(), Load
             detail: error_chain(&err),
         })
 }
+
+/// Every map of the object at its smallest, for [`probe_lsm`] and [`probe_cgroup`]
+/// (arrays and hash maps of one entry, the ring of one page).
+const PROBE_SIZES: [(&str, u32); 24] = {
+    use sandbox_common::map_names as m;
+    [
+        (m::SCOPE_LEVELS, 1),
+        (m::CGROUP_POLICY, 1),
+        (m::CGROUP_FILTER, 1),
+        (m::POLICIES, 1),
+        (m::DFA_CLASSES, 1),
+        (m::DFA_TRANS, 1),
+        (m::DFA_ACCEPT, 1),
+        (m::SB_START, 1),
+        (m::SB_ROOTS, 1),
+        (m::LITERALS, 1),
+        (m::INODE_RULES, 1),
+        (m::LOOKUP_FILTER, 1),
+        (m::NET_V4, 1),
+        (m::NET_V6, 1),
+        (m::PROTECTED, 1),
+        ("RENAME_DEST", 64),
+        (m::EVENTS, 4096),
+        (m::DROPS, 1),
+        (m::AGG, 1),
+        ("DIR_CACHE", 1),
+        ("NAME_CACHE", 1),
+        (m::DIR_CACHE_CTL, 1),
+        (m::DIR_CACHE_PROBE, 1),
+        ("SCRATCH", 1),
+    ]
+};
 
 /// Loads (verifies) `progs` on every CPU at once. Verification is most of sandbox's start-up
 /// (the path hooks inline the walk and the scan: seconds under emulation), and the kernel
@@ -949,8 +1004,8 @@ fn debug_line(name: &str, prog: &Lsm, took: std::time::Duration) {
 }
 
 /// Whether the fallback backend's cgroup programs load here (loaded, not attached).
-pub fn probe_cgroup(policy: &CompiledPolicy, kernel: &KernelFit) -> Result<(), LoadError> {
-    let mut e = Enforcer::create_maps(policy, &kernel.offsets, 1, &kernel.btf)?;
+pub fn probe_cgroup(kernel: &KernelFit) -> Result<(), LoadError> {
+    let mut e = Enforcer::create_for_probe(&kernel.offsets, &kernel.btf)?;
     for p in sandbox_common::programs::CGROUP_PROGRAMS {
         let err = |detail: String| LoadError::Attach {
             hook: format!("cgroup/{}", p.name),

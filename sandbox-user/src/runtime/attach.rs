@@ -126,7 +126,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         &Agent::AnyNonRoot,
     )?;
     let compiled = compile_policy(policy.clone(), &audit, opts.policy.as_deref())?;
-    let host = crate::backend::detect(&compiled)?;
+    let host = crate::backend::detect()?;
     term::line(&format!("sandbox: {}", host.backend.describe()));
     fallback_check(&policy, &host, opts.allow_degraded)?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));

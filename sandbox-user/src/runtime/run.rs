@@ -117,7 +117,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let mut t = Timer::new();
     let compiled = compile::compile(&policy, compile::random_seed())?;
     t.lap("compile");
-    let host = backend::detect(&compiled)?;
+    let host = backend::detect()?;
     t.lap("preflight and backend");
     let landlock = fallback_rules(&policy, &host, &target, opts.allow_degraded)?;
 
