@@ -384,15 +384,7 @@ mod tests {
 /// last parameter, so a kernel whose hook has another arity must not get them.
 pub fn lsm_hook_arity(btf: &Btf, hook: &str) -> Result<usize, BtfError> {
     let name = format!("bpf_lsm_{hook}");
-    let ids = btf.named(&name);
-    if ids.is_empty() {
-        return Err(BtfError::Other(format!("no {name} in kernel BTF")));
-    }
-    let func = ids
-        .iter()
-        .map(|id| btf.header(*id))
-        .find(|h| h.as_ref().is_ok_and(|h| h.kind == kind::FUNC))
-        .ok_or_else(|| BtfError::Other(format!("{name} is not a function in kernel BTF")))??;
+    let func = btf.header(lsm_hook_id(btf, hook)?)?;
     let proto = btf.header(func.size_or_type)?;
     if proto.kind != kind::FUNC_PROTO {
         return Err(BtfError::Other(format!(
@@ -401,6 +393,20 @@ pub fn lsm_hook_arity(btf: &Btf, hook: &str) -> Result<usize, BtfError> {
         )));
     }
     Ok(proto.vlen as usize)
+}
+
+/// The BTF id of the kernel's BPF-LSM attach point for `hook` (the function
+/// `bpf_lsm_<hook>`), which a program's load names.
+pub fn lsm_hook_id(btf: &Btf, hook: &str) -> Result<u32, BtfError> {
+    let name = format!("bpf_lsm_{hook}");
+    let ids = btf.named(&name);
+    if ids.is_empty() {
+        return Err(BtfError::Other(format!("no {name} in kernel BTF")));
+    }
+    ids.iter()
+        .copied()
+        .find(|id| btf.header(*id).is_ok_and(|h| h.kind == kind::FUNC))
+        .ok_or_else(|| BtfError::Other(format!("{name} is not a function in kernel BTF")))
 }
 
 /// Reads BTF from a file (normally `/sys/kernel/btf/vmlinux`).

@@ -62,6 +62,9 @@ pub struct KernelFit {
     pub programs: Vec<Program>,
     /// The kernel's BTF as aya reads it (for loading the programs).
     pub btf: Btf,
+    /// The BTF id of the attach point of `programs::PROBE` (`bpf_lsm_<hook>`), when the
+    /// kernel has it.
+    pub probe_attach: Option<u32>,
 }
 
 /// Addresses `allow_hosts` names may resolve to at once, per address family.
@@ -883,35 +886,107 @@ pub fn kernel_fit_without_lsm() -> Result<KernelFit, LoadError> {
         offsets,
         programs: Vec::new(),
         btf: Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?,
+        probe_attach: None,
     })
 }
 
-/// Whether BPF-LSM programs load here: maps for `policy` and the first program of
-/// `kernel.programs`, loaded (the kernel makes its trampoline then) and not attached.
+/// Whether BPF-LSM programs load here: the smallest program there is (`r0 = 0; exit`) for
+/// the attach point of `programs::PROBE`, loaded with `BPF_PROG_LOAD` and closed, never
+/// attached. Loading it from the object took 0.7 s of every start under emulation (aya
+/// parses, loads and relocates the whole object for one program, and the real load does
+/// it all again).
 pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
-    let mut e = Enforcer::create_for_probe(&kernel.offsets, &kernel.btf)?;
-    let Some(p) = kernel
-        .programs
-        .iter()
-        .find(|p| p.name == sandbox_common::programs::PROBE)
-        .or(kernel.programs.first())
-    else {
-        return Err(LoadError::Btf("no BPF-LSM hook fits this kernel".into()));
+    let hook = sandbox_common::programs::find(sandbox_common::programs::PROBE).hook;
+    let refused = |detail: String| LoadError::Attach {
+        hook: hook.into(),
+        detail,
     };
-    let prog: &mut Lsm = e
-        .ebpf
-        .program_mut(p.name)
-        .ok_or_else(|| LoadError::Load(format!("{} missing from the object", p.name)))?
-        .try_into()
-        .map_err(|e: aya::programs::ProgramError| LoadError::Load(e.to_string()))?;
-    prog.load(p.hook, &kernel.btf)
-        .map_err(|err| LoadError::Attach {
-            hook: p.hook.into(),
-            detail: error_chain(&err),
-        })
+    let Some(attach_btf_id) = kernel.probe_attach else {
+        return Err(LoadError::Btf(format!(
+            "the kernel's BTF has no BPF-LSM attach point bpf_lsm_{hook}"
+        )));
+    };
+    /// `union bpf_attr` as `BPF_PROG_LOAD` reads it, up to `attach_btf_obj_fd`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct ProgLoad {
+        prog_type: u32,
+        insn_cnt: u32,
+        insns: u64,
+        license: u64,
+        log_level: u32,
+        log_size: u32,
+        log_buf: u64,
+        kern_version: u32,
+        prog_flags: u32,
+        prog_name: [u8; 16],
+        prog_ifindex: u32,
+        expected_attach_type: u32,
+        prog_btf_fd: u32,
+        func_info_rec_size: u32,
+        func_info: u64,
+        func_info_cnt: u32,
+        line_info_rec_size: u32,
+        line_info: u64,
+        line_info_cnt: u32,
+        attach_btf_id: u32,
+        attach_btf_obj_fd: u32,
+        pad: u32,
+    }
+    const _: () = assert!(std::mem::offset_of!(ProgLoad, attach_btf_id) == 108);
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    const BPF_PROG_TYPE_LSM: u32 = 29;
+    const BPF_LSM_MAC: u32 = 27;
+    // mov64 r0, 0; exit
+    let insns: [u64; 2] = [0xb7, 0x95];
+    let license = c"GPL";
+    let mut log = vec![0u8; 4096];
+    let mut name = [0u8; 16];
+    name[..13].copy_from_slice(b"sandbox_probe");
+    let attr = ProgLoad {
+        prog_type: BPF_PROG_TYPE_LSM,
+        insn_cnt: 2,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: 1,
+        log_size: 4096,
+        log_buf: log.as_mut_ptr() as u64,
+        prog_name: name,
+        expected_attach_type: BPF_LSM_MAC,
+        attach_btf_id,
+        ..ProgLoad::default()
+    };
+    // SAFETY: `attr` is a valid `bpf_attr` prefix of the size given; the pointers in it
+    // (instructions, license, log) outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_LOAD,
+            &raw const attr,
+            size_of::<ProgLoad>(),
+        )
+    };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        let verifier =
+            String::from_utf8_lossy(&log[..log.iter().position(|b| *b == 0).unwrap_or(0)])
+                .trim()
+                .to_owned();
+        return Err(refused(format!(
+            "the BPF_PROG_LOAD syscall returned {err}{}",
+            if verifier.is_empty() {
+                String::new()
+            } else {
+                format!(". Verifier output: {verifier}")
+            }
+        )));
+    }
+    // SAFETY: a file descriptor the kernel just returned, owned by nothing else.
+    drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) });
+    Ok(())
 }
 
-/// Every map of the object at its smallest, for [`probe_lsm`] and [`probe_cgroup`]
+/// Every map of the object at its smallest, for [`probe_cgroup`]
 /// (arrays and hash maps of one entry, the ring of one page).
 const PROBE_SIZES: [(&str, u32); 24] = {
     use sandbox_common::map_names as m;
@@ -1023,7 +1098,7 @@ pub fn probe_cgroup(kernel: &KernelFit) -> Result<(), LoadError> {
 }
 
 /// Reads the running kernel's BTF: struct offsets, and the programs whose hook forms fit.
-/// Two parsers read the BTF (btf-rs for offsets and hook forms, aya for loading); they run
+/// Two parsers read the BTF (ours for offsets and hook forms, aya for loading); they run
 /// side by side.
 pub fn kernel_fit() -> Result<KernelFit, LoadError> {
     let (ours, aya_btf) = std::thread::scope(|s| {
@@ -1036,18 +1111,21 @@ pub fn kernel_fit() -> Result<KernelFit, LoadError> {
             })?;
             let offsets =
                 crate::kernel::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
-            Ok::<_, LoadError>((offsets, programs))
+            let probe = sandbox_common::programs::find(sandbox_common::programs::PROBE);
+            let probe_attach = crate::kernel::btf::lsm_hook_id(&btf, probe.hook).ok();
+            Ok::<_, LoadError>((offsets, programs, probe_attach))
         })();
         let aya_btf = aya_btf
             .join()
             .unwrap_or_else(|_| Err(LoadError::Btf("BTF parser panicked".into())));
         (ours, aya_btf)
     });
-    let (offsets, programs) = ours?;
+    let (offsets, programs, probe_attach) = ours?;
     Ok(KernelFit {
         offsets,
         programs,
         btf: aya_btf?,
+        probe_attach,
     })
 }
 
