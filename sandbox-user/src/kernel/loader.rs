@@ -890,6 +890,38 @@ pub fn kernel_fit_without_lsm() -> Result<KernelFit, LoadError> {
     })
 }
 
+/// `union bpf_attr` as `BPF_PROG_LOAD` reads it, up to `attach_btf_obj_fd`.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoad {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: u64,
+    line_info_cnt: u32,
+    attach_btf_id: u32,
+    attach_btf_obj_fd: u32,
+    pad: u32,
+}
+const _: () = assert!(std::mem::offset_of!(ProgLoad, attach_btf_id) == 108);
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TYPE_LSM: u32 = 29;
+const BPF_LSM_MAC: u32 = 27;
+
 /// Whether BPF-LSM programs load here: the smallest program there is (`r0 = 0; exit`) for
 /// the attach point of `programs::PROBE`, loaded with `BPF_PROG_LOAD` and closed, never
 /// attached. Loading it from the object took 0.7 s of every start under emulation (aya
@@ -906,37 +938,6 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
             "the kernel's BTF has no BPF-LSM attach point bpf_lsm_{hook}"
         )));
     };
-    /// `union bpf_attr` as `BPF_PROG_LOAD` reads it, up to `attach_btf_obj_fd`.
-    #[repr(C)]
-    #[derive(Default)]
-    struct ProgLoad {
-        prog_type: u32,
-        insn_cnt: u32,
-        insns: u64,
-        license: u64,
-        log_level: u32,
-        log_size: u32,
-        log_buf: u64,
-        kern_version: u32,
-        prog_flags: u32,
-        prog_name: [u8; 16],
-        prog_ifindex: u32,
-        expected_attach_type: u32,
-        prog_btf_fd: u32,
-        func_info_rec_size: u32,
-        func_info: u64,
-        func_info_cnt: u32,
-        line_info_rec_size: u32,
-        line_info: u64,
-        line_info_cnt: u32,
-        attach_btf_id: u32,
-        attach_btf_obj_fd: u32,
-        pad: u32,
-    }
-    const _: () = assert!(std::mem::offset_of!(ProgLoad, attach_btf_id) == 108);
-    const BPF_PROG_LOAD: libc::c_long = 5;
-    const BPF_PROG_TYPE_LSM: u32 = 29;
-    const BPF_LSM_MAC: u32 = 27;
     // mov64 r0, 0; exit
     let insns: [u64; 2] = [0xb7, 0x95];
     let license = c"GPL";
