@@ -128,6 +128,14 @@ fn lsm_usable() -> Result<KernelFit, String> {
     t.lap("kernel BTF read");
     let probed = loader::probe_lsm(&kernel);
     t.lap("BPF-LSM probe");
+    // The probe's program reads no kernel memory; the real ones do, which lockdown's
+    // confidentiality mode refuses.
+    if preflight::lockdown_confidentiality() {
+        return Err(
+            "kernel lockdown is in confidentiality mode, which refuses the kernel-memory reads              every BPF-LSM path decision makes (boot with lockdown=integrity to use it)"
+                .to_owned(),
+        );
+    }
     if let Err(e) = probed {
         return Err(format!(
             "the kernel refused to load a BPF-LSM program ({e}): BPF LSM is not built in, or \

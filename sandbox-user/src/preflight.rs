@@ -61,6 +61,19 @@ pub fn lsm_list() -> Result<String, String> {
     }
 }
 
+/// Whether kernel lockdown is in its confidentiality mode (`/sys/kernel/security/lockdown`
+/// reads `none integrity [confidentiality]`): the kernel then refuses BPF programs'
+/// reads of kernel memory (`bpf_probe_read_kernel`), which every path decision makes.
+/// False when the file cannot be read (no lockdown LSM, or securityfs not mounted).
+pub fn lockdown_confidentiality() -> bool {
+    std::fs::read_to_string("/sys/kernel/security/lockdown")
+        .is_ok_and(|s| lockdown_mode_is_confidentiality(&s))
+}
+
+fn lockdown_mode_is_confidentiality(s: &str) -> bool {
+    s.split_whitespace().any(|w| w == "[confidentiality]")
+}
+
 fn bpf_lsm() -> Check {
     match lsm_list() {
         Ok(list) if list.split(',').any(|l| l == "bpf") => Check {
@@ -140,5 +153,17 @@ pub fn explain_load_failure(e: &crate::kernel::loader::LoadError) -> String {
         )
     } else {
         format!("{text}\n\nNothing was started. Run `sandbox preflight` for each check.")
+    }
+}
+
+#[cfg(test)]
+mod lockdown_tests {
+    #[test]
+    fn the_active_lockdown_mode_is_the_bracketed_one() {
+        use super::lockdown_mode_is_confidentiality as conf;
+        assert!(!conf("[none] integrity confidentiality\n"));
+        assert!(!conf("none [integrity] confidentiality\n"));
+        assert!(conf("none integrity [confidentiality]\n"));
+        assert!(!conf(""));
     }
 }

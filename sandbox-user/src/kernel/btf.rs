@@ -422,6 +422,66 @@ pub fn load(path: &Path) -> Result<Btf, BtfError> {
 mod arity_tests {
     use super::*;
 
+    /// btf-rs's offset and size of `strukt.path`, walked as `Resolver::offset` walks ours.
+    fn theirs_path(b: &btf_rs::Btf, strukt: &str, path: &[&str]) -> (u32, usize) {
+        fn strip(b: &btf_rs::Btf, mut t: btf_rs::Type) -> btf_rs::Type {
+            while matches!(
+                t,
+                btf_rs::Type::Typedef(_)
+                    | btf_rs::Type::Const(_)
+                    | btf_rs::Type::Volatile(_)
+                    | btf_rs::Type::Restrict(_)
+                    | btf_rs::Type::TypeTag(_)
+            ) {
+                t = b.resolve_chained_type(t.as_btf_type().unwrap()).unwrap();
+            }
+            t
+        }
+        fn find(b: &btf_rs::Btf, t: &btf_rs::Type, name: &str) -> Option<(u32, btf_rs::Type)> {
+            let (btf_rs::Type::Struct(s) | btf_rs::Type::Union(s)) = t else {
+                return None;
+            };
+            for m in &s.members {
+                let n = b.resolve_name(m).unwrap_or_default();
+                let mt = b.resolve_chained_type(m).unwrap();
+                if n == name {
+                    return Some((m.bit_offset(), mt));
+                }
+                if n.is_empty()
+                    && let Some((bits, t)) = find(b, &strip(b, mt), name)
+                {
+                    return Some((m.bit_offset() + bits, t));
+                }
+            }
+            None
+        }
+        fn size(b: &btf_rs::Btf, t: btf_rs::Type) -> usize {
+            match strip(b, t) {
+                btf_rs::Type::Int(i) => i.size(),
+                btf_rs::Type::Ptr(_) => 8,
+                btf_rs::Type::Struct(s) | btf_rs::Type::Union(s) => s.size(),
+                btf_rs::Type::Array(a) => a.len() * size(b, b.resolve_chained_type(&a).unwrap()),
+                other => panic!("{}", other.name()),
+            }
+        }
+        let mut t = b
+            .resolve_types_by_name(strukt)
+            .unwrap()
+            .into_iter()
+            .find(|t| matches!(t, btf_rs::Type::Struct(s) if !s.members.is_empty()))
+            .unwrap();
+        let (mut bits, mut last) = (0, None);
+        for (i, name) in path.iter().enumerate() {
+            let (b2, mt) = find(b, &t, name).unwrap_or_else(|| panic!("{strukt}.{name}"));
+            bits += b2;
+            if i + 1 < path.len() {
+                t = strip(b, mt.clone());
+            }
+            last = Some(mt);
+        }
+        (bits / 8, size(b, last.unwrap()))
+    }
+
     /// Our reader agrees with a general one (btf-rs) on every offset the programs use and
     /// every hook's arity, on this machine's kernel.
     #[test]
@@ -446,34 +506,45 @@ mod arity_tests {
                 });
             assert_eq!(lsm_hook_arity(&ours, h).ok(), want, "{h}");
         }
-        // Offsets: each field against btf-rs's member offsets, walked the same way.
+        // Offsets: every path `offsets` resolves, nested and anonymous members included,
+        // against btf-rs walked the same way, and the final member's size.
         let off = offsets(&ours).unwrap();
-        let member = |strukt: &str, name: &str| -> u32 {
-            let t = theirs
-                .resolve_types_by_name(strukt)
-                .unwrap()
-                .into_iter()
-                .find_map(|t| match t {
-                    btf_rs::Type::Struct(s) if !s.members.is_empty() => Some(s),
-                    _ => None,
-                })
-                .unwrap();
-            let m = t
-                .members
-                .iter()
-                .find(|m| theirs.resolve_name(*m).unwrap_or_default() == name)
-                .unwrap();
-            m.bit_offset() / 8
-        };
-        assert_eq!(off.dentry_d_parent, member("dentry", "d_parent"));
-        assert_eq!(off.dentry_d_inode, member("dentry", "d_inode"));
-        assert_eq!(off.dentry_d_sb, member("dentry", "d_sb"));
-        assert_eq!(off.dentry_d_flags, member("dentry", "d_flags"));
-        assert_eq!(off.file_f_inode, member("file", "f_inode"));
-        assert_eq!(off.inode_i_ino, member("inode", "i_ino"));
-        assert_eq!(off.super_block_s_dev, member("super_block", "s_dev"));
-        assert_eq!(off.task_struct_tgid, member("task_struct", "tgid"));
-        assert_eq!(off.socket_sk, member("socket", "sk"));
+        let r = Resolver { btf: &ours };
+        for (strukt, path, want) in [
+            ("file", &["f_path", "dentry"][..], off.file_f_path_dentry),
+            ("file", &["f_inode"], off.file_f_inode),
+            ("file", &["f_mode"], off.file_f_mode),
+            ("dentry", &["d_parent"], off.dentry_d_parent),
+            ("dentry", &["d_name", "len"], off.dentry_d_name_len),
+            ("dentry", &["d_name", "name"], off.dentry_d_name_name),
+            ("dentry", &["d_inode"], off.dentry_d_inode),
+            ("dentry", &["d_sb"], off.dentry_d_sb),
+            ("dentry", &["d_flags"], off.dentry_d_flags),
+            ("inode", &["i_ino"], off.inode_i_ino),
+            ("inode", &["i_mode"], off.inode_i_mode),
+            ("super_block", &["s_dev"], off.super_block_s_dev),
+            ("task_struct", &["tgid"], off.task_struct_tgid),
+            ("socket", &["sk"], off.socket_sk),
+            ("sock", &["__sk_common", "skc_family"], off.sock_family),
+            ("sock", &["sk_cgrp_data", "cgroup"], off.sock_cgroup),
+            (
+                "sock",
+                &["__sk_common", "skc_v6_rcv_saddr"],
+                off.sock_v6_rcv_saddr,
+            ),
+            ("unix_sock", &["path", "dentry"], off.unix_sock_path_dentry),
+            ("cgroup", &["self", "parent"], off.cgroup_parent),
+            ("css_set", &["dfl_cgrp"], off.css_set_dfl_cgrp),
+        ] {
+            let (theirs_off, theirs_size) = theirs_path(&theirs, strukt, path);
+            assert_eq!(want, theirs_off, "{strukt}.{}", path.join("."));
+            assert_eq!(
+                r.offset(strukt, path, Some(theirs_size)).unwrap(),
+                theirs_off,
+                "{strukt}.{} size",
+                path.join(".")
+            );
+        }
         let iname = ["d_iname", "d_shortname"]
             .iter()
             .find_map(|n| {

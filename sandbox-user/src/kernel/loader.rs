@@ -248,9 +248,8 @@ impl Enforcer {
         Self::create(Some((policy, identity_count)), offsets, btf)
     }
 
-    /// The object with every map at its smallest, for a probe that loads one program and
-    /// drops it: the full set (an 8 MiB ring, both caches, preallocated hash maps) took
-    /// 0.7 s of every start under emulation, and the real load makes its own.
+    /// The object with every map at its smallest, for [`probe_cgroup`], which loads the
+    /// fallback's cgroup programs and drops them (the real load makes its own maps).
     fn create_for_probe(offsets: &KernelOffsets, btf: &Btf) -> Result<Self, LoadError> {
         Self::create(None, offsets, btf)
     }
@@ -950,7 +949,7 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
         log_level: 1,
-        log_size: 4096,
+        log_size: log.len() as u32,
         log_buf: log.as_mut_ptr() as u64,
         prog_name: name,
         expected_attach_type: BPF_LSM_MAC,
@@ -970,7 +969,7 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
     if fd < 0 {
         let err = std::io::Error::last_os_error();
         let verifier =
-            String::from_utf8_lossy(&log[..log.iter().position(|b| *b == 0).unwrap_or(0)])
+            String::from_utf8_lossy(&log[..log.iter().position(|b| *b == 0).unwrap_or(log.len())])
                 .trim()
                 .to_owned();
         return Err(refused(format!(
