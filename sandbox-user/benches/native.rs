@@ -188,15 +188,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
         drop(h);
-        // And the scope lookup of a task outside (another cgroup of its level bound).
-        let elsewhere = own.sibling("native-bench-elsewhere")?;
-        let mut h = Harness::new(&kernel, &compiled, &elsewhere, rename_lock, holder.pid())?;
-        let mut outside = Vec::new();
-        for _ in 0..7 {
-            outside.push(h.per_file("bench_scope", Cache::On)?);
-        }
-        drop(h);
-        let _ = std::fs::remove_dir(&elsewhere.path);
+        let outside = scope_outside(&kernel, &compiled, &own, rename_lock, holder.pid(), 7)?;
         let names = progs.iter().copied().chain(["bench_scope (out)"]);
         for (p, xs) in names.zip(all.into_iter().chain([outside])) {
             let lo = xs.iter().copied().fold(f64::MAX, f64::min);
@@ -245,14 +237,8 @@ fn main() -> anyhow::Result<()> {
         table[rows.len() - 1].1[col] = d.kernel;
         pump_ns.push(d);
     }
-    // Out of scope: the same scope lookup with another cgroup of the same level bound
-    // (the reading task is then outside, as every task of the host outside a sandbox).
-    let elsewhere = own.sibling("native-bench-elsewhere")?;
     let compiled = compiled(&policy(1_000, false))?;
-    let mut h = Harness::new(&kernel, &compiled, &elsewhere, rename_lock, holder.pid())?;
-    let outside = h.per_file("bench_scope", Cache::On)?;
-    drop(h);
-    let _ = std::fs::remove_dir(&elsewhere.path);
+    let outside = scope_outside(&kernel, &compiled, &own, rename_lock, holder.pid(), 1)?[0];
     for (label, v) in &table {
         println!("{label:<34} {:>10.0} {:>10.0} {:>10.0}", v[0], v[1], v[2]);
     }
@@ -266,6 +252,27 @@ fn main() -> anyhow::Result<()> {
     holder.stop();
     drop(own);
     Ok(())
+}
+
+/// The scope lookup of a task outside every sandbox, `rounds` times: another cgroup of
+/// the reading task's level is bound (the reader is then outside, as every task of the
+/// host outside a sandbox).
+fn scope_outside(
+    kernel: &KernelFit,
+    compiled: &CompiledPolicy,
+    own: &OwnCgroup,
+    rename_lock: u64,
+    tid: u32,
+    rounds: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let elsewhere = own.sibling("native-bench-elsewhere")?;
+    let mut h = Harness::new(kernel, compiled, &elsewhere, rename_lock, tid)?;
+    let out = (0..rounds)
+        .map(|_| h.per_file("bench_scope", Cache::On))
+        .collect();
+    drop(h);
+    let _ = std::fs::remove_dir(&elsewhere.path);
+    out
 }
 
 /// Whether the directory cache is on while a program runs.
@@ -581,7 +588,7 @@ fn iter_link(prog: &Iter, tid: u32) -> anyhow::Result<OwnedFd> {
         _pad: 0,
     };
     let fd = prog.fd()?.as_fd().as_raw_fd();
-    let attr = LinkCreate {
+    let mut attr = LinkCreate {
         prog_fd: fd.cast_unsigned(),
         target_fd: 0,
         attach_type: BPF_TRACE_ITER,
@@ -590,20 +597,8 @@ fn iter_link(prog: &Iter, tid: u32) -> anyhow::Result<OwnedFd> {
         iter_info_len: size_of::<TaskInfo>() as u32,
         _pad: 0,
     };
-    // SAFETY: `attr` and `info` outlive the call; the kernel reads `size_of` bytes.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            &raw const attr,
-            size_of::<LinkCreate>(),
-        )
-    };
-    if r < 0 {
-        anyhow::bail!("BPF_LINK_CREATE: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor the kernel gave us.
-    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+    // SAFETY: `attr` and `info` outlive the call.
+    Ok(unsafe { sandbox_user::sys::bpf_fd("bpf(BPF_LINK_CREATE)", BPF_LINK_CREATE, &mut attr) }?)
 }
 
 /// Runs the iterator of `link` once over its task's files.

@@ -52,6 +52,41 @@ pub fn random<const N: usize>() -> Result<[u8; N], SysError> {
     Ok(b)
 }
 
+/// `bpf(cmd, attr, size_of::<T>())`, the one place sandbox calls it without aya: a
+/// descriptor (`BPF_PROG_LOAD`, `BPF_LINK_CREATE`) or 0, else the call's error.
+///
+/// # Safety
+/// `attr` must be a valid prefix of `union bpf_attr` for `cmd`, and every pointer in it
+/// valid for what the kernel reads or writes through it for the lengths it gives.
+pub unsafe fn bpf<T>(call: &'static str, cmd: libc::c_long, attr: &mut T) -> Result<i64, SysError> {
+    // SAFETY: the caller's promise; the kernel reads `size_of::<T>()` bytes of `attr`.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, std::ptr::from_mut(attr), size_of::<T>()) };
+    if r < 0 {
+        Err(SysError::last(call))
+    } else {
+        Ok(r)
+    }
+}
+
+/// [`bpf`] for a command that returns a new descriptor, owned by the result.
+///
+/// # Safety
+/// As for [`bpf`].
+pub unsafe fn bpf_fd<T>(
+    call: &'static str,
+    cmd: libc::c_long,
+    attr: &mut T,
+) -> Result<std::os::fd::OwnedFd, SysError> {
+    // SAFETY: the caller's promise.
+    let fd = unsafe { bpf(call, cmd, attr) }?;
+    let fd = i32::try_from(fd).map_err(|_| SysError {
+        call,
+        source: std::io::Error::other("not a descriptor"),
+    })?;
+    // SAFETY: a new descriptor the kernel returned, owned by nothing else.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 /// `BPF_MAP_UPDATE_BATCH` of `count` elements whose keys and values start at `keys` and
 /// `values` (kernel 5.6+). Returns how many the kernel wrote when it fails part way.
 ///
@@ -86,18 +121,9 @@ pub unsafe fn bpf_map_update_batch(
     };
     // SAFETY: `attr` is a valid `bpf_attr.batch` whose pointers cover `count` elements of
     // the map's sizes (the caller's promise); the kernel only reads them.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_BATCH,
-            &raw mut attr,
-            size_of::<BatchAttr>(),
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err((SysError::last("bpf(BPF_MAP_UPDATE_BATCH)"), attr.count))
+    match unsafe { bpf("bpf(BPF_MAP_UPDATE_BATCH)", BPF_MAP_UPDATE_BATCH, &mut attr) } {
+        Ok(_) => Ok(()),
+        Err(e) => Err((e, attr.count)),
     }
 }
 

@@ -943,7 +943,7 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
     let mut log = vec![0u8; 4096];
     let mut name = [0u8; 16];
     name[..13].copy_from_slice(b"sandbox_probe");
-    let attr = ProgLoad {
+    let mut attr = ProgLoad {
         prog_type: BPF_PROG_TYPE_LSM,
         insn_cnt: 2,
         insns: insns.as_ptr() as u64,
@@ -956,24 +956,17 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
         attach_btf_id,
         ..ProgLoad::default()
     };
-    // SAFETY: `attr` is a valid `bpf_attr` prefix of the size given; the pointers in it
-    // (instructions, license, log) outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            &raw const attr,
-            size_of::<ProgLoad>(),
-        )
-    };
-    if fd < 0 {
-        let err = std::io::Error::last_os_error();
+    // SAFETY: `attr` is a valid `bpf_attr` prefix; the pointers in it (instructions,
+    // license, log) outlive the call. The descriptor is closed when dropped.
+    let loaded = unsafe { crate::sys::bpf_fd("bpf(BPF_PROG_LOAD)", BPF_PROG_LOAD, &mut attr) };
+    if let Err(e) = loaded {
         let verifier =
             String::from_utf8_lossy(&log[..log.iter().position(|b| *b == 0).unwrap_or(log.len())])
                 .trim()
                 .to_owned();
         return Err(refused(format!(
-            "the BPF_PROG_LOAD syscall returned {err}{}",
+            "the BPF_PROG_LOAD syscall returned {}{}",
+            e.source,
             if verifier.is_empty() {
                 String::new()
             } else {
@@ -981,8 +974,6 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
             }
         )));
     }
-    // SAFETY: a file descriptor the kernel just returned, owned by nothing else.
-    drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) });
     Ok(())
 }
 
