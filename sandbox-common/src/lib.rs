@@ -14,7 +14,7 @@ pub mod programs;
 /// handles; nothing else spells a map name.
 pub mod map_names {
     pub const PROTECTED: &str = "PROTECTED";
-    pub const SCOPE_LEVELS: &str = "SCOPE_LEVELS";
+    pub const SCOPE: &str = "SCOPE";
     pub const CGROUP_POLICY: &str = "CGROUP_POLICY";
     pub const POLICIES: &str = "POLICIES";
     pub const DFA_CLASSES: &str = "DFA_CLASSES";
@@ -249,6 +249,22 @@ pub struct ScanStart {
     /// `SB_F_*`.
     pub flags: u32,
 }
+
+/// `SCOPE` value (one entry): where the bindings of a set of programs are. A set usually
+/// binds one cgroup (a run's, or `attach`'s): then [`ScopeCtl::sole`] names it and a hook
+/// compares one ancestor id with it, without the `CGROUP_POLICY` lookup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScopeCtl {
+    /// Bit n: a cgroup at level n is bound (in `CGROUP_POLICY`). 0: nothing is in scope.
+    pub levels: u64,
+    /// The bound cgroup's id when the set binds exactly one, at level `sole_level` under
+    /// policy `sole_policy`; 0: the bindings are looked up in `CGROUP_POLICY`.
+    pub sole: u64,
+    pub sole_level: u32,
+    pub sole_policy: u32,
+}
+const _: () = assert!(size_of::<ScopeCtl>() == 24);
 
 /// `DIR_CACHE_CTL` value: whether the programs may keep the scan state of directories
 /// (`sandbox-ebpf/src/dircache.rs`), and what makes it stale.
@@ -678,6 +694,7 @@ mod pod {
     unsafe impl aya::Pod for super::PolicyInfo {}
     unsafe impl aya::Pod for super::AggSlot {}
     unsafe impl aya::Pod for super::DirCacheCtl {}
+    unsafe impl aya::Pod for super::ScopeCtl {}
     unsafe impl aya::Pod for super::ByteClasses {}
     unsafe impl aya::Pod for super::DfaAccept {}
     unsafe impl aya::Pod for super::DfaInfo {}

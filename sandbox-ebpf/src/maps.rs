@@ -6,13 +6,13 @@ use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
 use sandbox_common::{
     BPF_F_MMAPABLE, ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES,
     NetKeyV4, NetKeyV6, NetRules, PATH_BUF, PATH_MAX, PolicyInfo, SbKey, SbRootKey, ScanStart,
-    filter,
+    ScopeCtl, filter,
 };
 
-/// Bit `n` set: some bound cgroup sits at level `n`. Written by the loader, read by every hook
-/// to know which ancestor levels to look up.
+/// Where this set's bindings are ([`ScopeCtl`]: the levels with one, and the binding when
+/// there is only one). Written by the loader, read first by every hook.
 #[map]
-pub static SCOPE_LEVELS: Array<u64> = Array::with_max_entries(1, 0);
+pub static SCOPE: Array<ScopeCtl> = Array::with_max_entries(1, 0);
 
 /// Bound cgroup id -> policy id. Written by the loader (bind/unbind), read by every hook.
 #[map]

@@ -1,13 +1,14 @@
 //! Which policy, if any, applies to the current task: the first bound cgroup among its
-//! ancestors. Out-of-scope tasks pay one array lookup and one hash lookup per level that
-//! has a binding (usually one).
+//! ancestors. A set of programs binds one cgroup (a run's, or `attach`'s): then every task
+//! pays one array lookup, one helper call and a compare. With several bindings, a task
+//! pays a filter bit and a hash lookup per level that has one.
 
 use aya_ebpf::helpers::bpf_get_current_ancestor_cgroup_id;
 use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, filter, policy_flags};
 
 use crate::kread;
 
-use crate::maps::{CGROUP_FILTER, CGROUP_POLICY, POLICIES, SCOPE_LEVELS};
+use crate::maps::{CGROUP_FILTER, CGROUP_POLICY, POLICIES, SCOPE};
 
 /// The policy an in-scope task is confined by.
 #[derive(Clone, Copy)]
@@ -51,9 +52,17 @@ fn may_be_bound(id: u64) -> bool {
 /// The nearest bound ancestor of the current task's cgroup: (cgroup id, policy id).
 #[inline(always)]
 fn nearest_binding() -> Option<(u64, u32)> {
-    let mask = *SCOPE_LEVELS.get(0)?;
+    let ctl = SCOPE.get(0)?;
+    let mask = ctl.levels;
     if mask == 0 {
         return None;
+    }
+    if ctl.sole != 0 {
+        // The set's one binding: the task is in scope if its ancestor at that level is the
+        // bound cgroup (a task less deep has none there: 0).
+        // SAFETY: plain helper call.
+        let id = unsafe { bpf_get_current_ancestor_cgroup_id(ctl.sole_level as i32) };
+        return (id == ctl.sole).then_some((id, ctl.sole_policy));
     }
     let mut level = 0;
     // Up to the deepest bound level only: a task outside every sandbox (most of the host)

@@ -13,7 +13,7 @@ use aya::programs::Lsm;
 use aya::{Btf, Ebpf, EbpfLoader};
 use sandbox_common::{
     ByteClasses, DfaAccept, InodeKey, KernelOffsets, LISTEN_ID_BASE, LiteralKey, OFFSETS_GLOBAL,
-    SbKey, SbRootKey, ScanStart,
+    SbKey, SbRootKey, ScanStart, ScopeCtl,
 };
 
 use crate::compile::CompiledPolicy;
@@ -94,7 +94,8 @@ pub struct Enforcer {
     /// The programs' diagnostics, when on (`diag::kernel_log_on`).
     kernel_log: Option<aya_log::EbpfLogger<crate::diag::KernelLog>>,
     pub policy_id: u32,
-    levels: u64,
+    /// What `SCOPE` holds.
+    scope: ScopeCtl,
     /// Links pinned in bpffs (see `pins`): they stay attached if sandbox dies.
     pinned: Vec<aya::programs::links::PinnedLink>,
     pin_dir: Option<std::path::PathBuf>,
@@ -285,7 +286,7 @@ impl Enforcer {
             ebpf,
             kernel_log: None,
             policy_id: 0,
-            levels: 0,
+            scope: ScopeCtl::default(),
             pinned: Vec::new(),
             pin_dir: None,
             holder: None,
@@ -442,9 +443,9 @@ impl Enforcer {
     /// (seconds on 6.1 and 6.12, one RCU-tasks wait per link).
     pub fn release_in_background(&mut self) -> Result<(), LoadError> {
         let mut maps = self.maps();
-        let mut a = maps.scope_levels()?;
-        a.set(0, 0, 0).map_err(a.err())?;
-        self.levels = 0;
+        let mut a = maps.scope()?;
+        a.set(0, ScopeCtl::default(), 0).map_err(a.err())?;
+        self.scope = ScopeCtl::default();
         crate::kernel::pins::wait_for_running_programs();
         let links = self.unpin_all();
         std::thread::spawn(move || drop(links));
@@ -787,8 +788,17 @@ impl Enforcer {
     /// Puts `cgroup` (and everything below it) under the policy.
     pub fn bind(&mut self, cgroup: &Cgroup) -> Result<(), LoadError> {
         let policy_id = self.policy_id;
-        self.levels |= 1 << cgroup.level;
-        let levels = self.levels;
+        let was = self.scope;
+        let mut scope = ScopeCtl {
+            levels: was.levels | 1 << cgroup.level,
+            ..ScopeCtl::default()
+        };
+        // The hooks compare with the one binding when there is one, else look bindings up.
+        if was.levels == 0 || (was.sole == cgroup.id && was.sole_policy == policy_id) {
+            scope.sole = cgroup.id;
+            scope.sole_level = cgroup.level;
+            scope.sole_policy = policy_id;
+        }
         let mut maps = self.maps();
         // The filter's bit first: a binding whose bit is clear would be out of scope.
         let (word, bit) = sandbox_common::filter::cgroup_slot(cgroup.id);
@@ -797,8 +807,11 @@ impl Enforcer {
         f.set(word, was | 1 << bit, 0).map_err(f.err())?;
         let mut h = maps.cgroup_policy()?;
         h.insert(cgroup.id, policy_id, 0).map_err(h.err())?;
-        let mut a = maps.scope_levels()?;
-        a.set(0, levels, 0).map_err(a.err())
+        // Last: the hooks find the binding from here.
+        let mut a = maps.scope()?;
+        a.set(0, scope, 0).map_err(a.err())?;
+        self.scope = scope;
+        Ok(())
     }
 
     /// The event ring buffer (can be taken once).
@@ -982,7 +995,7 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
 const PROBE_SIZES: [(&str, u32); 24] = {
     use sandbox_common::map_names as m;
     [
-        (m::SCOPE_LEVELS, 1),
+        (m::SCOPE, 1),
         (m::CGROUP_POLICY, 1),
         (m::CGROUP_FILTER, 1),
         (m::POLICIES, 1),

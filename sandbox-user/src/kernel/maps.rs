@@ -15,7 +15,7 @@ use aya::maps::lpm_trie::Key;
 use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, MapError, MapType, PerCpuArray, RingBuf};
 use sandbox_common::{
     AggSlot, ByteClasses, DfaAccept, DirCacheCtl, InodeKey, LiteralKey, LpmKey, NetKeyV4, NetKeyV6,
-    NetRules, PolicyInfo, SbKey, SbRootKey, ScanStart, map_names as m,
+    NetRules, PolicyInfo, SbKey, SbRootKey, ScanStart, ScopeCtl, map_names as m,
 };
 
 use super::loader::LoadError;
@@ -287,8 +287,8 @@ macro_rules! maps {
 }
 
 maps! {
-    /// Which cgroup levels hold a bound cgroup (bit n: level n); 0 = nothing in scope.
-    scope_levels -> SCOPE_LEVELS: array [u32 => u64];
+    /// Which cgroup levels hold a bound cgroup, and the one binding when there is one.
+    scope -> SCOPE: array [u32 => ScopeCtl];
     /// Bound cgroup id -> policy id.
     cgroup_policy -> CGROUP_POLICY: hash [u64 => u32];
     /// One bit per bound cgroup id (`sandbox_common::filter::cgroup_slot`).
