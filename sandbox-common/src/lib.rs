@@ -15,7 +15,6 @@ pub mod programs;
 pub mod map_names {
     pub const PROTECTED: &str = "PROTECTED";
     pub const SCOPE: &str = "SCOPE";
-    pub const CGROUP_POLICY: &str = "CGROUP_POLICY";
     pub const POLICIES: &str = "POLICIES";
     pub const DFA_CLASSES: &str = "DFA_CLASSES";
     pub const DFA_TRANS: &str = "DFA_TRANS";
@@ -32,7 +31,6 @@ pub mod map_names {
     pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
     pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
     pub const LOOKUP_FILTER: &str = "LOOKUP_FILTER";
-    pub const CGROUP_FILTER: &str = "CGROUP_FILTER";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -193,16 +191,6 @@ pub mod filter {
         (region * WORDS + (m >> 54) as u32, ((m >> 48) & 63) as u32)
     }
 
-    /// Words of `CGROUP_FILTER` (4,096 bits, for the few cgroups an object binds).
-    pub const CGROUP_WORDS: u32 = 64;
-
-    /// The word and the bit of a bound cgroup's id in `CGROUP_FILTER`.
-    #[inline]
-    pub const fn cgroup_slot(id: u64) -> (u32, u32) {
-        let m = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        ((m >> 58) as u32, ((m >> 52) & 63) as u32)
-    }
-
     /// The filter key of an `INODE_RULES` key.
     #[inline]
     pub const fn inode_key(ino: u64, dev: u32) -> u64 {
@@ -210,7 +198,6 @@ pub mod filter {
     }
 
     const _: () = assert!(WORDS == 1 << 10);
-    const _: () = assert!(CGROUP_WORDS == 1 << 6);
 }
 
 /// Map flag: the array can be memory-mapped by userspace (`BPF_F_MMAPABLE`).
@@ -250,21 +237,20 @@ pub struct ScanStart {
     pub flags: u32,
 }
 
-/// `SCOPE` value (one entry): where the bindings of a set of programs are. A set usually
-/// binds one cgroup (a run's, or `attach`'s): then [`ScopeCtl::sole`] names it and a hook
-/// compares one ancestor id with it, without the `CGROUP_POLICY` lookup.
+/// `SCOPE` value (one entry): the cgroup a set of programs confines, with everything below
+/// it. A set binds one cgroup (a run's, or `attach`'s; a reload loads another set), so a
+/// hook compares one ancestor id of the current task with it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ScopeCtl {
-    /// Bit n: a cgroup at level n is bound (in `CGROUP_POLICY`). 0: nothing is in scope.
-    pub levels: u64,
-    /// The bound cgroup's id when the set binds exactly one, at level `sole_level` under
-    /// policy `sole_policy`; 0: the bindings are looked up in `CGROUP_POLICY`.
-    pub sole: u64,
-    pub sole_level: u32,
-    pub sole_policy: u32,
+    /// The bound cgroup's id; 0: nothing is in scope.
+    pub id: u64,
+    /// Its depth below the root cgroup (the root is level 0).
+    pub level: u32,
+    /// The policy its tasks are under.
+    pub policy_id: u32,
 }
-const _: () = assert!(size_of::<ScopeCtl>() == 24);
+const _: () = assert!(size_of::<ScopeCtl>() == 16);
 
 /// `DIR_CACHE_CTL` value: whether the programs may keep the scan state of directories
 /// (`sandbox-ebpf/src/dircache.rs`), and what makes it stale.

@@ -9,20 +9,10 @@ use sandbox_common::{
     ScopeCtl, filter,
 };
 
-/// Where this set's bindings are ([`ScopeCtl`]: the levels with one, and the binding when
-/// there is only one). Written by the loader, read first by every hook.
+/// The cgroup this set confines ([`ScopeCtl`]). Written by the loader, read first by every
+/// hook.
 #[map]
 pub static SCOPE: Array<ScopeCtl> = Array::with_max_entries(1, 0);
-
-/// Bound cgroup id -> policy id. Written by the loader (bind/unbind), read by every hook.
-#[map]
-pub static CGROUP_POLICY: HashMap<u64, u32> = HashMap::with_max_entries(1024, 0);
-
-/// One bit per bound cgroup id (`filter::cgroup_slot`): a clear bit spares a task the
-/// `CGROUP_POLICY` lookup (most of the host: out of scope). Set by the loader before it
-/// writes the binding; never cleared (a stale bit costs only the lookup).
-#[map]
-pub static CGROUP_FILTER: Array<u64> = Array::with_max_entries(filter::CGROUP_WORDS, 0);
 
 /// Policy id -> header (flags, DFA geometry). Written by the loader, read by every hook.
 #[map]

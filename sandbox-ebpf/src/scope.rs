@@ -1,14 +1,13 @@
-//! Which policy, if any, applies to the current task: the first bound cgroup among its
-//! ancestors. A set of programs binds one cgroup (a run's, or `attach`'s): then every task
-//! pays one array lookup, one helper call and a compare. With several bindings, a task
-//! pays a filter bit and a hash lookup per level that has one.
+//! Which policy, if any, applies to the current task: the set's bound cgroup, if it is
+//! among the task's ancestors. A set of programs binds one cgroup (a run's, or `attach`'s),
+//! so every task, in scope or not, pays one array lookup, one helper call and a compare.
 
 use aya_ebpf::helpers::bpf_get_current_ancestor_cgroup_id;
-use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, filter, policy_flags};
+use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, policy_flags};
 
 use crate::kread;
 
-use crate::maps::{CGROUP_FILTER, CGROUP_POLICY, POLICIES, SCOPE};
+use crate::maps::{POLICIES, SCOPE};
 
 /// The policy an in-scope task is confined by.
 #[derive(Clone, Copy)]
@@ -39,64 +38,30 @@ impl Scope {
     }
 }
 
-/// Whether cgroup `id` may be bound (its bit in `CGROUP_FILTER`; true when the filter
-/// cannot be read): where it is not, the hash lookup is spared.
+/// The bound cgroup, if the current task is in it or below it: (cgroup id, policy id).
 #[inline(always)]
-fn may_be_bound(id: u64) -> bool {
-    let (word, bit) = filter::cgroup_slot(id);
-    CGROUP_FILTER
-        .get(word)
-        .is_none_or(|w| (*w >> (bit & 63)) & 1 != 0)
-}
-
-/// The nearest bound ancestor of the current task's cgroup: (cgroup id, policy id).
-#[inline(always)]
-fn nearest_binding() -> Option<(u64, u32)> {
+fn binding() -> Option<(u64, u32)> {
     let ctl = SCOPE.get(0)?;
-    let mask = ctl.levels;
-    if mask == 0 {
+    let bound = ctl.id;
+    if bound == 0 {
         return None;
     }
-    if ctl.sole != 0 {
-        // The set's one binding: the task is in scope if its ancestor at that level is the
-        // bound cgroup (a task less deep has none there: 0).
-        // SAFETY: plain helper call.
-        let id = unsafe { bpf_get_current_ancestor_cgroup_id(ctl.sole_level as i32) };
-        return (id == ctl.sole).then_some((id, ctl.sole_policy));
-    }
-    let mut level = 0;
-    // Up to the deepest bound level only: a task outside every sandbox (most of the host)
-    // does not walk the levels above it.
-    while level < MAX_CGROUP_LEVEL && mask >> level != 0 {
-        if mask & (1u64 << level) != 0 {
-            // SAFETY: plain helper call; returns 0 when the task's cgroup is shallower.
-            let id = unsafe { bpf_get_current_ancestor_cgroup_id(level as i32) };
-            if id == 0 {
-                return None;
-            }
-            // SAFETY: the value is a plain u32 copied out immediately.
-            if may_be_bound(id)
-                && let Some(policy_id) = unsafe { CGROUP_POLICY.get(&id) }
-            {
-                return Some((id, *policy_id));
-            }
-        }
-        level += 1;
-    }
-    None
+    // SAFETY: plain helper call; returns 0 when the task's cgroup is shallower.
+    let id = unsafe { bpf_get_current_ancestor_cgroup_id(ctl.level as i32) };
+    (id == bound).then_some((bound, ctl.policy_id))
 }
 
 /// The id of the bound cgroup the current task is confined by (its nearest bound
 /// ancestor), 0 when none.
 #[inline(always)]
 pub fn bound_cgroup() -> u64 {
-    nearest_binding().map_or(0, |(id, _)| id)
+    binding().map_or(0, |(id, _)| id)
 }
 
 /// The live policy of the current task, if it is in scope.
 #[inline(always)]
 pub fn current() -> Option<Scope> {
-    let (cgroup, policy_id) = nearest_binding()?;
+    let (cgroup, policy_id) = binding()?;
     let info = POLICIES.get(policy_id)?;
     (info.live != 0).then_some(Scope {
         policy_id,

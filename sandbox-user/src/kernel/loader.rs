@@ -785,29 +785,20 @@ impl Enforcer {
         self.maps().net_remove(pid, addr, full_prefix(addr))
     }
 
-    /// Puts `cgroup` (and everything below it) under the policy.
+    /// Puts `cgroup` (and everything below it) under the policy. A set binds one cgroup.
     pub fn bind(&mut self, cgroup: &Cgroup) -> Result<(), LoadError> {
-        let policy_id = self.policy_id;
-        let was = self.scope;
-        let mut scope = ScopeCtl {
-            levels: was.levels | 1 << cgroup.level,
-            ..ScopeCtl::default()
-        };
-        // The hooks compare with the one binding when there is one, else look bindings up.
-        if was.levels == 0 || (was.sole == cgroup.id && was.sole_policy == policy_id) {
-            scope.sole = cgroup.id;
-            scope.sole_level = cgroup.level;
-            scope.sole_policy = policy_id;
+        if self.scope.id != 0 && self.scope.id != cgroup.id {
+            return Err(LoadError::Load(format!(
+                "this set of programs confines cgroup {} already: it cannot confine {} too",
+                self.scope.id, cgroup.id
+            )));
         }
+        let scope = ScopeCtl {
+            id: cgroup.id,
+            level: cgroup.level,
+            policy_id: self.policy_id,
+        };
         let mut maps = self.maps();
-        // The filter's bit first: a binding whose bit is clear would be out of scope.
-        let (word, bit) = sandbox_common::filter::cgroup_slot(cgroup.id);
-        let mut f = maps.cgroup_filter()?;
-        let was = f.get(&word, 0).map_err(f.err())?;
-        f.set(word, was | 1 << bit, 0).map_err(f.err())?;
-        let mut h = maps.cgroup_policy()?;
-        h.insert(cgroup.id, policy_id, 0).map_err(h.err())?;
-        // Last: the hooks find the binding from here.
         let mut a = maps.scope()?;
         a.set(0, scope, 0).map_err(a.err())?;
         self.scope = scope;
@@ -992,12 +983,10 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
 
 /// Every map of the object at its smallest, for [`probe_cgroup`]
 /// (arrays and hash maps of one entry, the ring of one page).
-const PROBE_SIZES: [(&str, u32); 24] = {
+const PROBE_SIZES: [(&str, u32); 22] = {
     use sandbox_common::map_names as m;
     [
         (m::SCOPE, 1),
-        (m::CGROUP_POLICY, 1),
-        (m::CGROUP_FILTER, 1),
         (m::POLICIES, 1),
         (m::DFA_CLASSES, 1),
         (m::DFA_TRANS, 1),

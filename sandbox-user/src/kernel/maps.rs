@@ -287,12 +287,8 @@ macro_rules! maps {
 }
 
 maps! {
-    /// Which cgroup levels hold a bound cgroup, and the one binding when there is one.
+    /// The cgroup the set confines (id 0: none).
     scope -> SCOPE: array [u32 => ScopeCtl];
-    /// Bound cgroup id -> policy id.
-    cgroup_policy -> CGROUP_POLICY: hash [u64 => u32];
-    /// One bit per bound cgroup id (`sandbox_common::filter::cgroup_slot`).
-    cgroup_filter -> CGROUP_FILTER: array [u32 => u64];
     /// Policy id -> its header (`live` last).
     policies -> POLICIES: array [u32 => PolicyInfo];
     /// (policy id, DFA) -> byte classes.
