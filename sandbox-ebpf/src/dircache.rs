@@ -113,12 +113,6 @@ pub struct Now {
 /// be used (not off, no move in progress).
 #[inline(always)]
 pub fn now(n: &mut Now) -> bool {
-    uncounted(n) && count(n)
-}
-
-/// [`now`] without the rename count: whether the cache is on. [`count`] reads it.
-#[inline(always)]
-pub fn uncounted(n: &mut Now) -> bool {
     n.generation = 0;
     let Some(ctl) = DIR_CACHE_CTL.get(0) else {
         return false;
@@ -127,23 +121,15 @@ pub fn uncounted(n: &mut Now) -> bool {
     if ctl.generation == 0 {
         return false;
     }
+    let Some(seq) = rename_seq(ctl.rename_lock) else {
+        return false;
+    };
     n.rename_lock = ctl.rename_lock;
     // SAFETY: plain helper call.
     n.time = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
+    n.seq = seq;
     n.generation = ctl.generation;
     true
-}
-
-/// The rename count now, into `n` after [`uncounted`]; false (and the cache off for this
-/// decision) while a move is in progress.
-#[inline(always)]
-pub fn count(n: &mut Now) -> bool {
-    if let Some(seq) = rename_seq(n.rename_lock) {
-        n.seq = seq;
-        return true;
-    }
-    n.generation = 0;
-    false
 }
 
 /// `rename_lock`'s sequence count (the first field of `seqlock_t`), if even.

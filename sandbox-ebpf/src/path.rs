@@ -455,15 +455,10 @@ pub fn resolve(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     resolve_with(policy_id, facts, 0)
 }
 
-/// [`resolve`] for a dentry the verifier types (`file_open`'s, from its typed `file`): the
-/// decision's start (the working memory claimed) is made here, and the file's directory
-/// and name are read with direct loads ([`kread::field`]) instead of probe reads in the
-/// global function. A file seen before is decided here, with one read of the rename
-/// count: after the directory and the name, not before and after them. A result kept
-/// under that same count was made from this very directory and name: the count only
-/// grows, so no move started between the keeping and these reads (x86-64 keeps loads in
-/// order). What the global function keeps must come from reads made after the count, so
-/// for it the count is read again, and then the directory and name.
+/// [`resolve`] for a dentry the verifier types (`file_open`'s, from its typed `file`):
+/// the decision's start (the working memory claimed, the rename count read) is made here,
+/// and the file's directory and name are read after it with direct loads
+/// ([`kread::field`]) instead of probe reads in the global function.
 #[inline(always)]
 pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     let Some(s) = scratch() else {
@@ -478,45 +473,31 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     kread::zero(&mut s.now.parent_inode);
     s.now.name = 0;
     s.now.name_len = u32::MAX;
-    if dircache::uncounted(&mut s.now) {
+    if dircache::now(&mut s.now) {
+        let off = offsets();
         let dentry = facts.dentry;
-        read_typed(dentry, s);
-        if s.now.name_read != 0
-            && dircache::count(&mut s.now)
-            && let Some(r) = resolve_known_in(s, policy_id, facts, false)
-        {
+        let parent: *const u8 =
+            kread::field(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
+        if !parent.is_null() && parent != dentry {
+            let inode: *const u8 =
+                kread::field(parent, off.dentry_d_inode).unwrap_or(core::ptr::null());
+            let flags: u32 = kread::field(parent, off.dentry_d_flags).unwrap_or(u32::MAX);
+            if !inode.is_null() && flags & dircache::DCACHE_OP_REVALIDATE == 0 {
+                s.now.parent_dentry = parent as u64;
+                s.now.parent_inode = inode as u64;
+            }
+        }
+        s.now.name_len = kread::field(dentry, off.dentry_d_name_len).unwrap_or(u32::MAX);
+        s.now.name = kread::field(dentry, off.dentry_d_name_name).unwrap_or(0);
+        if inline_name(dentry, s) {
             // The file seen before in this directory: decided here, without the global
             // function (and the probe reads it takes to get its arguments).
-            return r;
-        }
-        if dircache::count(&mut s.now) {
-            read_typed(dentry, s);
+            if let Some(r) = resolve_known_in(s, policy_id, facts) {
+                return r;
+            }
         }
     }
     resolve_with(policy_id, facts, 1)
-}
-
-/// The directory and name of the typed `dentry`, into `SCRATCH.now` (and a short name's
-/// bytes into `SCRATCH.name`: [`inline_name`]).
-#[inline(always)]
-fn read_typed(dentry: *const u8, s: &mut crate::maps::Scratch) {
-    let off = offsets();
-    s.now.name_read = 0;
-    kread::zero(&mut s.now.parent_dentry);
-    kread::zero(&mut s.now.parent_inode);
-    let parent: *const u8 = kread::field(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
-    if !parent.is_null() && parent != dentry {
-        let inode: *const u8 =
-            kread::field(parent, off.dentry_d_inode).unwrap_or(core::ptr::null());
-        let flags: u32 = kread::field(parent, off.dentry_d_flags).unwrap_or(u32::MAX);
-        if !inode.is_null() && flags & dircache::DCACHE_OP_REVALIDATE == 0 {
-            s.now.parent_dentry = parent as u64;
-            s.now.parent_inode = inode as u64;
-        }
-    }
-    s.now.name_len = kread::field(dentry, off.dentry_d_name_len).unwrap_or(u32::MAX);
-    s.now.name = kread::field(dentry, off.dentry_d_name_name).unwrap_or(0);
-    inline_name(dentry, s);
 }
 
 /// A short name's bytes, read from the dentry itself (`d_iname`) with direct loads, into
@@ -695,7 +676,7 @@ fn resolve_here(
         if s.now.name_read == 0 {
             namecache::read(&mut s.name, s.now.name_len, s.now.name);
             // (A name read by the hook was looked up there already.)
-            if let Some(r) = resolve_known_in(s, policy_id, facts, true) {
+            if let Some(r) = resolve_known_in(s, policy_id, facts) {
                 return r;
             }
         }
@@ -723,14 +704,10 @@ fn resolve_known_in(
     s: &mut crate::maps::Scratch,
     policy_id: u32,
     facts: &mut FileFacts,
-    counted_first: bool,
 ) -> Option<Resolved> {
     let hit = namecache::get(&s.now, policy_id, &s.name)?;
     let inode = inode_rules(policy_id, facts);
-    // Read after the count (`counted_first`): it is read again, as the count of a move
-    // that started meanwhile. Read before it ([`resolve_typed`]): no move started before
-    // the count was read, or the kept result would be from another count.
-    if counted_first && !dircache::unchanged(&s.now) {
+    if !dircache::unchanged(&s.now) {
         return None;
     }
     // A record rebuilds the whole path (`whole_path`).
