@@ -15,6 +15,12 @@ pub enum CgroupError {
         "the cgroup v2 mount at {0} is not the root of the hierarchy (cgroup namespaces are not supported)"
     )]
     NotRoot(String),
+    #[error(
+        "sandbox runs in a cgroup namespace of its own (inside a container?): its cgroups' \
+         depths there are not the kernel's, so the programs would find no process in scope. \
+         Run sandbox in the host's cgroup namespace (e.g. docker run --cgroupns=host)"
+    )]
+    Namespaced,
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -44,10 +50,24 @@ pub fn root() -> Result<PathBuf, CgroupError> {
             if f[3] != "/" {
                 return Err(CgroupError::NotRoot(f[4].to_owned()));
             }
+            // A mount made in another cgroup namespace shows its root as "/" too.
+            if !in_initial_namespace() {
+                return Err(CgroupError::Namespaced);
+            }
             return Ok(PathBuf::from(f[4]));
         }
     }
     Err(CgroupError::NoCgroup2)
+}
+
+/// The inode number of the initial cgroup namespace (`PROC_CGROUP_INIT_INO`).
+const INITIAL_CGROUP_NS: u64 = 0xEFFF_FFFB;
+
+/// Whether sandbox runs in the host's cgroup namespace (true on a kernel without cgroup
+/// namespaces): cgroup levels in the namespace's mount are then the kernel's own, which
+/// the programs compare with (`bpf_get_current_ancestor_cgroup_id`).
+fn in_initial_namespace() -> bool {
+    std::fs::metadata("/proc/self/ns/cgroup").map_or(true, |m| m.ino() == INITIAL_CGROUP_NS)
 }
 
 /// Where the fallback backend mounts a cgroup v2 hierarchy when the host has none (a
@@ -95,6 +115,11 @@ pub struct Cgroup {
 impl Cgroup {
     pub fn open(root: &Path, path: &Path) -> Result<Self, CgroupError> {
         let meta = std::fs::metadata(path).map_err(io(path))?;
+        // The depth counts directories: `..` and `.` (`a/../a/b`) are resolved first, or
+        // the programs would look for the cgroup at a depth it is not at, and confine
+        // nothing.
+        let path = &std::fs::canonicalize(path).map_err(io(path))?;
+        let root = &std::fs::canonicalize(root).map_err(io(root))?;
         let rel = path.strip_prefix(root).map_err(|_| CgroupError::Io {
             path: path.display().to_string(),
             source: std::io::Error::other(format!(
@@ -110,7 +135,7 @@ impl Cgroup {
             });
         }
         Ok(Self {
-            path: path.to_path_buf(),
+            path: path.clone(),
             id: meta.ino(),
             level,
         })
@@ -277,5 +302,25 @@ impl Names {
             }
         }
         cache.get(&id).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_depth_counts_directories_not_path_components() {
+        let root =
+            std::env::temp_dir().join(format!("sandbox-cgroup-depth-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let direct = Cgroup::open(&root, &root.join("a/b")).unwrap();
+        assert_eq!(direct.level, 2);
+        let roundabout = Cgroup::open(&root, &root.join("a/../a/./b")).unwrap();
+        assert_eq!(roundabout.level, 2);
+        assert_eq!(roundabout.id, direct.id);
+        // Above the root: not a cgroup of this hierarchy.
+        assert!(Cgroup::open(&root, &root.join("a/b/../../..")).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

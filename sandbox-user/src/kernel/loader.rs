@@ -436,8 +436,8 @@ impl Enforcer {
     }
 
     /// [`Enforcer::release`] for a set another one has replaced (`attach`'s reload), without
-    /// waiting for the detach: nothing is in this set's scope any more (its scope levels
-    /// are cleared), every program that was still deciding has finished (an RCU grace
+    /// waiting for the detach: nothing is in this set's scope any more (its `SCOPE`
+    /// is cleared), every program that was still deciding has finished (an RCU grace
     /// period: BPF-LSM programs run under `rcu_read_lock`), so its ring holds all it will
     /// ever write and can be drained at once; the links detach on a thread of their own
     /// (seconds on 6.1 and 6.12, one RCU-tasks wait per link).
