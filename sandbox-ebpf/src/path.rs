@@ -80,11 +80,11 @@ const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 const MAX_CGROUP_WALK: u32 = 64;
 
 /// Self-protection: `file` is on cgroup2 and not inside the cgroup subtree the current task
-/// is confined to. Writing there (`cgroup.procs`, `cgroup.kill`, limits of other groups)
+/// is confined to (`bound`, its scope's cgroup). Writing there (`cgroup.procs`, `cgroup.kill`, limits of other groups)
 /// would move the task out of scope or act on other processes. A cgroup directory's inode
 /// number is the cgroup id, so the test is a walk up the dentry chain.
 #[inline(always)]
-pub fn cgroup_outside_scope(file: *const u8, off: &KernelOffsets) -> bool {
+pub fn cgroup_outside_scope(file: *const u8, bound: u64, off: &KernelOffsets) -> bool {
     let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
         return false;
     };
@@ -95,7 +95,6 @@ pub fn cgroup_outside_scope(file: *const u8, off: &KernelOffsets) -> bool {
     if magic != CGROUP2_SUPER_MAGIC {
         return false;
     }
-    let bound = crate::scope::bound_cgroup();
     let mut d = dentry;
     let mut i = 0;
     while i < MAX_CGROUP_WALK {

@@ -51,13 +51,6 @@ fn binding() -> Option<(u64, u32)> {
     (id == bound).then_some((bound, ctl.policy_id))
 }
 
-/// The id of the bound cgroup the current task is confined by (its nearest bound
-/// ancestor), 0 when none.
-#[inline(always)]
-pub fn bound_cgroup() -> u64 {
-    binding().map_or(0, |(id, _)| id)
-}
-
 /// The live policy of the current task, if it is in scope.
 #[inline(always)]
 pub fn current() -> Option<Scope> {

@@ -27,7 +27,7 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
     if f_flags & fmode::EXEC != 0 {
         f_mode |= fmode::EXEC;
     }
-    let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, &off);
+    let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);
     check_with::<true>(
         hook::FILE_OPEN,
