@@ -78,7 +78,7 @@ impl<'a> Formatter<'a> {
             policy,
             mounts,
             identities,
-            cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::root()?),
+            cgroups: crate::host::cgroup::Names::new(crate::host::cgroup::mount()?),
             device: Arc::new(Encoded::new(super::record::Device::this_host())),
             policy_name: policy.name.as_str().into(),
             actors: Mutex::new(Default::default()),

@@ -1,7 +1,8 @@
 //! cgroup v2: finding the hierarchy, creating the per-run cgroup, moving into it, and
 //! tearing it down (every process in it killed) when the run ends.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -37,8 +38,20 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
     }
 }
 
-/// Mount point of the cgroup v2 hierarchy.
+/// Mount point of the cgroup v2 hierarchy, for confining: [`mount`], in the host's cgroup
+/// namespace.
 pub fn root() -> Result<PathBuf, CgroupError> {
+    let root = mount()?;
+    // A mount made in another cgroup namespace shows its root as "/" too.
+    if !in_initial_namespace() {
+        return Err(CgroupError::Namespaced);
+    }
+    Ok(root)
+}
+
+/// Mount point of the cgroup v2 hierarchy (naming cgroups needs no more; confining does:
+/// [`root`]).
+pub fn mount() -> Result<PathBuf, CgroupError> {
     let info = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(io(Path::new("/proc/self/mountinfo")))?;
     for line in info.lines() {
@@ -50,24 +63,29 @@ pub fn root() -> Result<PathBuf, CgroupError> {
             if f[3] != "/" {
                 return Err(CgroupError::NotRoot(f[4].to_owned()));
             }
-            // A mount made in another cgroup namespace shows its root as "/" too.
-            if !in_initial_namespace() {
-                return Err(CgroupError::Namespaced);
-            }
             return Ok(PathBuf::from(f[4]));
         }
     }
     Err(CgroupError::NoCgroup2)
 }
 
+/// The mount of open file `fd` (`mnt_id` in `/proc/self/fdinfo`), if it can be read.
+fn mount_id(fd: std::os::fd::RawFd) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The inode number of the initial cgroup namespace (`PROC_CGROUP_INIT_INO`).
 const INITIAL_CGROUP_NS: u64 = 0xEFFF_FFFB;
 
-/// Whether sandbox runs in the host's cgroup namespace (true on a kernel without cgroup
-/// namespaces): cgroup levels in the namespace's mount are then the kernel's own, which
-/// the programs compare with (`bpf_get_current_ancestor_cgroup_id`).
+/// Whether sandbox runs in the host's cgroup namespace: cgroup levels in the mount are then
+/// the kernel's own, which the programs compare with (`bpf_get_current_ancestor_cgroup_id`).
+/// Every kernel with cgroup v2 has cgroup namespaces (4.6): a namespace that cannot be
+/// read is taken for another one.
 fn in_initial_namespace() -> bool {
-    std::fs::metadata("/proc/self/ns/cgroup").map_or(true, |m| m.ino() == INITIAL_CGROUP_NS)
+    std::fs::metadata("/proc/self/ns/cgroup").is_ok_and(|m| m.ino() == INITIAL_CGROUP_NS)
 }
 
 /// Where the fallback backend mounts a cgroup v2 hierarchy when the host has none (a
@@ -114,19 +132,34 @@ pub struct Cgroup {
 
 impl Cgroup {
     pub fn open(root: &Path, path: &Path) -> Result<Self, CgroupError> {
-        let meta = std::fs::metadata(path).map_err(io(path))?;
-        // The depth counts directories: `..` and `.` (`a/../a/b`) are resolved first, or
-        // the programs would look for the cgroup at a depth it is not at, and confine
-        // nothing.
-        let path = &std::fs::canonicalize(path).map_err(io(path))?;
+        // One lookup for the id, the depth and the mount: the directory is opened once, and
+        // its canonical path (`..`, `.` and symlinks resolved: `a/../a/b` is 2 deep) is
+        // what the kernel says it opened.
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(io(path))?;
+        let meta = dir.metadata().map_err(io(path))?;
+        let fd = dir.as_raw_fd();
+        let path = &std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(io(path))?;
         let root = &std::fs::canonicalize(root).map_err(io(root))?;
-        let rel = path.strip_prefix(root).map_err(|_| CgroupError::Io {
+        let not_under = |why: String| CgroupError::Io {
             path: path.display().to_string(),
-            source: std::io::Error::other(format!(
-                "not under the cgroup v2 root {}",
+            source: std::io::Error::other(why),
+        };
+        let rel = path
+            .strip_prefix(root)
+            .map_err(|_| not_under(format!("not under the cgroup v2 root {}", root.display())))?;
+        // A directory mounted below the root (a bind mount of another cgroup) would be
+        // counted at its mount point's depth, not its own.
+        let root_dir = std::fs::File::open(root).map_err(io(root))?;
+        if mount_id(fd) != mount_id(root_dir.as_raw_fd()) {
+            return Err(not_under(format!(
+                "on another mount than the cgroup v2 root {}: give its path under the root",
                 root.display()
-            )),
-        })?;
+            )));
+        }
         let level = rel.components().count() as u32;
         if level >= MAX_CGROUP_LEVEL {
             return Err(CgroupError::TooDeep {

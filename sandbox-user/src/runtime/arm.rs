@@ -258,7 +258,15 @@ pub fn arm(compiled: CompiledPolicy, bind: Bind<'_>, host: &Host) -> anyhow::Res
             } else {
                 root.join(p)
             };
-            Some(Cgroup::open(&root, &abs)?)
+            let c = Cgroup::open(&root, &abs)?;
+            if c.level == 0 {
+                bail!(
+                    "{}: the root cgroup holds every process of the host, sandbox's own \
+                     included; give a cgroup below it",
+                    abs.display()
+                );
+            }
+            Some(c)
         }
         Bind::NewRun(_) => None,
     };

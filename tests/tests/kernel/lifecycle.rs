@@ -22,7 +22,27 @@ fn attach_to_a_service_cgroup_and_reload() {
     let deny = |f: &str| format!("name: svc\nfiles:\n  deny: [{}/{f}]\n", d.display());
     write(&policy, &deny("one"));
     let b = bins();
-    let mut attach = Attached::start("svc-test", &policy, &d.join("audit.jsonl"));
+    // The root cgroup, however spelled, is refused: it holds every process of the host.
+    let refused = Command::new(&b.sandbox)
+        .args(["attach", "--cgroup", "svc-test/.."])
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--audit-log")
+        .arg(d.join("refused.jsonl"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "attach to the root cgroup: {said}"
+    );
+    assert!(
+        said.contains("the root cgroup holds every process"),
+        "{said}"
+    );
+    // Spelled the long way round: the cgroup's depth counts directories, not the names
+    // given (a depth of 3 here would have confined nothing).
+    let mut attach = Attached::start("svc-test/../svc-test", &policy, &d.join("audit.jsonl"));
     // A process of the "service": joins the cgroup, then opens a file.
     let in_service = |file: &str| probe_in_cgroup(cg, &["open", &path_str(&d, file), "r"]);
     attach.wait_line("enforcing policy 'svc'");
