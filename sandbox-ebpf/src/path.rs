@@ -80,8 +80,9 @@ const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 const MAX_CGROUP_WALK: u32 = 64;
 
 /// Self-protection: `file` is on cgroup2 and not inside the cgroup subtree the current task
-/// is confined to (`bound`, its scope's cgroup). Writing there (`cgroup.procs`, `cgroup.kill`, limits of other groups)
-/// would move the task out of scope or act on other processes. A cgroup directory's inode
+/// is confined to (`bound`, its scope's cgroup). Writing there (`cgroup.procs`,
+/// `cgroup.kill`, limits of other groups) would move the task out of scope or act on other
+/// processes. A cgroup directory's inode
 /// number is the cgroup id, so the test is a walk up the dentry chain.
 #[inline(always)]
 pub fn cgroup_outside_scope(file: *const u8, bound: u64, off: &KernelOffsets) -> bool {

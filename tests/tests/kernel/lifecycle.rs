@@ -474,6 +474,83 @@ fn bad_policy_is_rejected_before_anything_runs() {
     assert!(!marker.exists(), "the command ran despite a bad policy");
 }
 
+/// sandbox started inside a cgroup namespace of its own, with a cgroup2 mount made there (a
+/// container's view: the mount's root is "/", depths are relative to the namespace) refuses
+/// to run the command: the programs compare the kernel's depths, so a run there would
+/// confine nothing. The same run outside the namespace runs the command.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_cgroup_namespace_of_its_own_is_refused() {
+    use std::os::unix::process::CommandExt as _;
+    let d = workdir("cgroupns");
+    let marker = d.join("ran");
+    let cmd = ["/bin/sh", "-c", "touch ran"];
+    let r = run_in(&d, None, &d, &cmd);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    assert!(
+        marker.exists(),
+        "the command did not run outside the namespace"
+    );
+    std::fs::remove_file(&marker).unwrap();
+
+    // A cgroup below the root, so that the namespace's depths are not the kernel's.
+    let cg = Path::new("/sys/fs/cgroup/cgns-test");
+    let _ = std::fs::create_dir(cg);
+    let procs = std::ffi::CString::new("/sys/fs/cgroup/cgns-test/cgroup.procs").unwrap();
+    let (none, slash) = (c"none", c"/");
+    let (mnt, fstype) = (c"/sys/fs/cgroup", c"cgroup2");
+    let mut c = Command::new(bins().sandbox);
+    c.args(["run", "--as-root", "--audit-log"])
+        .arg(d.join("audit.jsonl"))
+        .arg("--")
+        .args(cmd)
+        .env("HOME", &d)
+        .current_dir(&d);
+    // SAFETY: system calls only between fork and exec, on strings made before the fork.
+    unsafe {
+        c.pre_exec(move || {
+            let check = |r: libc::c_int| {
+                if r < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            };
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            check(fd)?;
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            check(libc::unshare(libc::CLONE_NEWCGROUP | libc::CLONE_NEWNS))?;
+            check(libc::mount(
+                none.as_ptr(),
+                slash.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            check(libc::umount2(mnt.as_ptr(), libc::MNT_DETACH))?;
+            check(libc::mount(
+                none.as_ptr(),
+                mnt.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            ))
+        });
+    }
+    let out = c.output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "sandbox ran in a cgroup namespace: {said}"
+    );
+    assert!(said.contains("cgroup namespace of its own"), "{said}");
+    assert!(!marker.exists(), "the command ran unconfined");
+    let _ = std::fs::remove_dir(cg);
+}
+
 /// `/etc/sandbox` for one test, removed whatever happens (the guest is shared by the tests).
 struct EtcSandbox;
 
