@@ -8,6 +8,9 @@ const GLOBAL_FUNCTIONS: &[&str] = &[
     "sandbox_match_name",
     "sandbox_send",
     "sandbox_fail_closed",
+    "sandbox_exe",
+    "sandbox_aggregate",
+    "sandbox_scan",
 ];
 
 fn main() {

@@ -222,10 +222,10 @@ fn repeats(slot: &AggSlot, total: u64) {
 
 #[inline(always)]
 fn send_here(rep: &Report) {
-    let Some(s) = scratch() else {
+    if scratch().is_none() {
         count_drop();
         return;
-    };
+    }
     let off = kread::offsets();
     let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
     let now = unsafe { bpf_ktime_get_boot_ns() };
@@ -233,9 +233,15 @@ fn send_here(rep: &Report) {
     let exe_file = kread::read_ptr(task, off.task_struct_mm)
         .and_then(|mm| kread::read_ptr(mm, off.mm_struct_exe_file))
         .map_or(0, |f| f as u64);
-    let Ok(agg) = aggregate(rep, (pid_tgid >> 32) as u32, exe_file, now) else {
+    if sandbox_aggregate(core::ptr::from_ref(rep), pid_tgid >> 32, exe_file, now) == 0 {
+        return;
+    }
+    let Some(s) = scratch() else {
+        count_drop();
         return;
     };
+    // Kept from here: what the slot's key must still be when the record is in the ring.
+    let (keyed, seq) = (s.event.flags & EVENT_F_AGG_KEY != 0, s.event.agg_key);
     let uid_gid = unsafe { bpf_get_current_uid_gid() };
     let parent = kread::read_ptr(task, off.task_struct_real_parent).unwrap_or(core::ptr::null());
     let ppid: u32 = kread::read(parent, off.task_struct_tgid).unwrap_or(0);
@@ -244,12 +250,9 @@ fn send_here(rep: &Report) {
     e.hook = rep.hook;
     e.decision = rep.decision;
     e.reason = rep.reason;
-    e.flags = rep.flags | agg.flags;
+    e.flags |= rep.flags;
     // SAFETY: plain helper call.
     e.cpu = unsafe { bpf_get_smp_processor_id() };
-    e.agg_base = agg.base;
-    e.agg_total = agg.base;
-    e.agg_key = agg.seq;
     e.pid = pid_tgid as u32;
     e.tgid = (pid_tgid >> 32) as u32;
     e.ppid = ppid;
@@ -285,9 +288,7 @@ fn send_here(rep: &Report) {
         }
     }
     // The acting process's executable (the file path is already copied out of `path`).
-    let (exe_dev, exe_len) = exe(exe_file as *const u8, &off, path_len);
-    e.exe_dev = exe_dev;
-    e.exe_len = exe_len;
+    let exe_len = sandbox_exe(exe_file, path_len);
     let size = size_of::<EventHeader>() as u64
         + u64::from(kread::opaque(path_len) & (PATH_MAX as u32 - 1))
         + u64::from(kread::opaque(exe_len) & (PATH_MAX as u32 - 1));
@@ -303,17 +304,52 @@ fn send_here(rep: &Report) {
     };
     if ret != 0 {
         count_drop();
-    } else if agg.flags != 0
-        && let Some(slot) = AGG.get_ptr_mut(0)
-    {
+    } else if keyed && let Some(slot) = AGG.get_ptr_mut(0) {
         // SAFETY: a per-CPU map value. The key counts from now on, unless another
         // decision on this CPU (preempting this one) made its own key meanwhile.
         unsafe {
-            if (*slot).key_seq == agg.seq {
+            if (*slot).key_seq == seq {
                 (*slot).valid = 1;
             }
         }
     }
+}
+
+/// [`aggregate`], a global function: its outcomes would otherwise be as many states of
+/// [`send_here`] for the verifier. Writes the record's aggregation fields (`flags`,
+/// `agg_base`, `agg_total`, `agg_key`) in the working memory; 0: counted, nothing to send.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sandbox_aggregate(rep: *const Report, tgid: u64, exe: u64, now: u64) -> u32 {
+    // SAFETY: the verifier passes a pointer to a whole `Report` or NULL.
+    let Some(rep) = (unsafe { rep.as_ref() }) else {
+        return 0;
+    };
+    let Ok(agg) = aggregate(rep, tgid as u32, exe, now) else {
+        return 0;
+    };
+    if let Some(s) = scratch() {
+        s.event.flags = agg.flags;
+        s.event.agg_base = agg.base;
+        s.event.agg_total = agg.base;
+        s.event.agg_key = agg.seq;
+    }
+    1
+}
+
+/// [`exe`], a global function: verified once per program, not once per state of
+/// [`send_here`] that reaches it. Writes the record's `exe_dev` and `exe_len`; returns the
+/// length.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sandbox_exe(file: u64, path_len: u32) -> u32 {
+    let off = kread::offsets();
+    let (dev, len) = exe(file as *const u8, off, path_len);
+    if let Some(s) = scratch() {
+        s.event.exe_dev = dev;
+        s.event.exe_len = len;
+    }
+    len
 }
 
 /// Builds the path of `file` (`current->mm->exe_file`, which the caller read once for the

@@ -96,22 +96,58 @@ pub fn cgroup_outside_scope(file: *const u8, bound: u64, off: &KernelOffsets) ->
     if magic != CGROUP2_SUPER_MAGIC {
         return false;
     }
-    let mut d = dentry;
-    let mut i = 0;
-    while i < MAX_CGROUP_WALK {
-        let inode = kread::read_ptr(d, off.dentry_d_inode).unwrap_or(core::ptr::null());
-        let ino: u64 = kread::read(inode, off.inode_i_ino).unwrap_or(0);
-        if bound != 0 && ino == bound {
-            return false;
-        }
-        let parent = kread::read_ptr(d, off.dentry_d_parent).unwrap_or(core::ptr::null());
-        if parent.is_null() || parent == d {
-            return true;
-        }
-        d = parent;
-        i += 1;
+    let mut walk = CgroupWalk {
+        dentry: dentry as u64,
+        bound,
+        outside: 1,
+    };
+    // SAFETY: bpf_loop calls cgroup_step with a pointer to `walk`, which outlives the call.
+    unsafe {
+        bpf_loop(
+            MAX_CGROUP_WALK,
+            cgroup_step as *mut c_void,
+            (&raw mut walk).cast(),
+            0,
+        );
     }
-    true
+    // Volatile: the verifier knows only what the callback may have written.
+    // SAFETY: `walk` is a live local.
+    unsafe { core::ptr::read_volatile(&raw const walk.outside) != 0 }
+}
+
+/// The state of [`cgroup_outside_scope`]'s walk, on the caller's stack: two numbers the
+/// verifier cannot know (so `cgroup_step` verifies once, not once per level as an
+/// unrolled loop did: 12,600 instructions of `file_open` on 6.18) and the verdict.
+#[repr(C)]
+struct CgroupWalk {
+    dentry: u64,
+    bound: u64,
+    /// 1 until the scope's cgroup is found on the way up.
+    outside: u64,
+}
+
+/// One level of [`cgroup_outside_scope`]'s walk: stops (returns 1) at the scope's cgroup
+/// (inside) or at the root (outside); after `MAX_CGROUP_WALK` levels, outside.
+#[inline(never)]
+extern "C" fn cgroup_step(_index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop passes the `CgroupWalk` of `cgroup_outside_scope`.
+    let Some(w) = (unsafe { ctx.cast::<CgroupWalk>().as_mut() }) else {
+        return 1;
+    };
+    let off = offsets();
+    let d = w.dentry as *const u8;
+    let inode = kread::read_ptr(d, off.dentry_d_inode).unwrap_or(core::ptr::null());
+    let ino: u64 = kread::read(inode, off.inode_i_ino).unwrap_or(0);
+    if w.bound != 0 && ino == w.bound {
+        w.outside = 0;
+        return 1;
+    }
+    let parent = kread::read_ptr(d, off.dentry_d_parent).unwrap_or(core::ptr::null());
+    if parent.is_null() || parent == d {
+        return 1;
+    }
+    w.dentry = parent as u64;
+    0
 }
 
 /// Facts of a name: a dentry whose inode may not exist yet (NULL for a file being created).
@@ -764,7 +800,7 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     s.scan.split = NO_SPLIT;
     set_dfa(&mut s.scan.dfa, &info.dfa);
     let seeking = d.seeking;
-    let path = scan_run(policy_id, info, facts.dev);
+    let path = sandbox_scan(policy_id, facts.dev);
     let inode = inode_rules(policy_id, facts);
     if !dircache::unchanged(&s.now) {
         return None;
@@ -821,7 +857,7 @@ fn resolve_whole(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Re
         _ => NO_SPLIT,
     };
     scan_begin(policy_id, info, start_off, sb, facts.dev, split);
-    let path = scan_run(policy_id, info, facts.dev);
+    let path = sandbox_scan(policy_id, facts.dev);
     let inode = inode_rules(policy_id, facts);
     let r = matched(path, inode, sb_known, facts);
     if let (Resolved::Matched(_), Some(s)) = (&r, scratch())
@@ -953,9 +989,14 @@ fn set_dfa(to: &mut [DfaInfo; 2], from: &[DfaInfo; 2]) {
 
 /// Runs the scan set up in `SCRATCH.scan` to the end of the path. Returns the kind mask;
 /// `Scan::seeking` is left at `SEEK_ONLY` for a path of an `SB_F_SUBDIRS` superblock below
-/// none of its mounted directories (the mask is then 0).
-#[inline(always)]
-fn scan_run(policy_id: u32, info: &PolicyInfo, dev: u32) -> u32 {
+/// none of its mounted directories (the mask is then 0). A global function: the scan's
+/// callback is verified once per program, not once per caller and caller's state.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sandbox_scan(policy_id: u32, dev: u32) -> u32 {
+    let Some(info) = POLICIES.get(policy_id) else {
+        return 0;
+    };
     let Some(s) = scratch() else {
         return 0;
     };
@@ -1046,7 +1087,7 @@ pub extern "C" fn sandbox_match_name(policy_id: u32, start_off: u32) -> u32 {
     match POLICIES.get(policy_id) {
         Some(info) => {
             scan_begin(policy_id, info, start_off & MASK, None, 0, NO_SPLIT);
-            scan_run(policy_id, info, 0)
+            sandbox_scan(policy_id, 0)
         }
         None => 0,
     }

@@ -2,7 +2,10 @@
 //! among the task's ancestors. A set of programs binds one cgroup (a run's, or `attach`'s),
 //! so every task, in scope or not, pays one array lookup, one helper call and a compare.
 
+use core::ffi::c_void;
+
 use aya_ebpf::helpers::bpf_get_current_ancestor_cgroup_id;
+use aya_ebpf::helpers::generated::bpf_loop;
 use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, policy_flags};
 
 use crate::kread;
@@ -67,26 +70,63 @@ pub fn current() -> Option<Scope> {
 /// that cannot be read is outside (fail closed).
 #[inline(always)]
 pub fn cgroup_within(cgrp: *const u8, bound: u64) -> bool {
-    let off = kread::offsets();
-    let mut c = cgrp;
-    let mut i = 0;
-    while i <= MAX_CGROUP_LEVEL {
-        let Ok(kn) = kread::read_ptr(c, off.cgroup_kn) else {
-            return false;
-        };
-        let Ok(id) = kread::read::<u64>(kn, off.kernfs_node_id) else {
-            return false;
-        };
-        if id == bound {
-            return true;
-        }
-        match kread::read_ptr(c, off.cgroup_parent) {
-            Ok(p) if !p.is_null() => c = p,
-            _ => return false,
-        }
-        i += 1;
+    let mut walk = Within {
+        cgroup: cgrp as u64,
+        bound,
+        inside: 0,
+    };
+    // SAFETY: bpf_loop calls within_step with a pointer to `walk`, which outlives the call.
+    unsafe {
+        bpf_loop(
+            MAX_CGROUP_LEVEL + 1,
+            within_step as *mut c_void,
+            (&raw mut walk).cast(),
+            0,
+        );
     }
-    false
+    // Volatile: the verifier knows only what the callback may have written.
+    // SAFETY: `walk` is a live local.
+    unsafe { core::ptr::read_volatile(&raw const walk.inside) != 0 }
+}
+
+/// The state of [`cgroup_within`]'s walk up the cgroup tree, on the caller's stack: two
+/// numbers the verifier cannot know, so `within_step` verifies once (an unrolled loop was
+/// verified once per level, in every program that asks) and the verdict.
+#[repr(C)]
+struct Within {
+    cgroup: u64,
+    bound: u64,
+    /// Set when `bound` is found on the way up.
+    inside: u64,
+}
+
+/// One level of [`cgroup_within`]: stops (returns 1) at `bound` (inside), at the root or
+/// at a cgroup that cannot be read (outside).
+#[inline(never)]
+extern "C" fn within_step(_index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: bpf_loop passes the `Within` of `cgroup_within`.
+    let Some(w) = (unsafe { ctx.cast::<Within>().as_mut() }) else {
+        return 1;
+    };
+    let off = kread::offsets();
+    let c = w.cgroup as *const u8;
+    let Ok(kn) = kread::read_ptr(c, off.cgroup_kn) else {
+        return 1;
+    };
+    let Ok(id) = kread::read::<u64>(kn, off.kernfs_node_id) else {
+        return 1;
+    };
+    if id == w.bound {
+        w.inside = 1;
+        return 1;
+    }
+    match kread::read_ptr(c, off.cgroup_parent) {
+        Ok(p) if !p.is_null() => {
+            w.cgroup = p as u64;
+            0
+        }
+        _ => 1,
+    }
 }
 
 /// The task `task` runs inside the sandbox bound at `bound` (its default-hierarchy cgroup).

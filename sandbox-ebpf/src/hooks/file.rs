@@ -73,17 +73,16 @@ fn check_with<const TYPED: bool>(
     target: u32,
     decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
 ) -> i32 {
-    let resolve = |facts: &mut FileFacts| {
-        if TYPED {
-            path::resolve_typed(scope.policy_id, facts)
-        } else {
-            path::resolve(scope.policy_id, facts)
-        }
+    let mut resolved = if TYPED {
+        path::resolve_typed(scope.policy_id, &mut facts)
+    } else {
+        path::resolve(scope.policy_id, &mut facts)
     };
-    let mut resolved = resolve(&mut facts);
     if matches!(resolved, Resolved::Preempted) {
-        // Once more: being preempted twice in one short decision is rare.
-        resolved = resolve(&mut facts);
+        // Once more: being preempted twice in one short decision is rare. The general
+        // form (the global function alone): the typed one inlined a second time would be
+        // verified a second time.
+        resolved = path::resolve(scope.policy_id, &mut facts);
     }
     let (v, flags) = match resolved {
         Resolved::Matched(m) => match decide(&m, &facts) {
