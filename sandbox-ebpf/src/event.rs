@@ -206,6 +206,11 @@ fn repeats(slot: &AggSlot, total: u64) {
     e.agg_base = slot.base;
     e.agg_total = total;
     e.agg_key = slot.key_seq;
+    if !crate::maps::owns(s) {
+        // Preempted by a decision that wrote its own record here (`send_here` claimed).
+        add_drops(total - slot.base);
+        return;
+    }
     // SAFETY: `event` is a whole header in the per-CPU value.
     let ret = unsafe {
         bpf_ringbuf_output(
@@ -222,10 +227,13 @@ fn repeats(slot: &AggSlot, total: u64) {
 
 #[inline(always)]
 fn send_here(rep: &Report) {
-    if scratch().is_none() {
+    let Some(s) = scratch() else {
         count_drop();
         return;
-    }
+    };
+    // The record is built in this CPU's working memory: a decision preempting this one
+    // would build its own there. Sent only if none did (checked before the output).
+    crate::maps::claim(s);
     let off = kread::offsets();
     let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
     let now = unsafe { bpf_ktime_get_boot_ns() };
@@ -233,15 +241,16 @@ fn send_here(rep: &Report) {
     let exe_file = kread::read_ptr(task, off.task_struct_mm)
         .and_then(|mm| kread::read_ptr(mm, off.mm_struct_exe_file))
         .map_or(0, |f| f as u64);
-    if sandbox_aggregate(core::ptr::from_ref(rep), pid_tgid >> 32, exe_file, now) == 0 {
+    let agg = sandbox_aggregate(core::ptr::from_ref(rep), pid_tgid >> 32, exe_file, now);
+    if agg & agg_ret::SEND == 0 {
         return;
     }
+    let keyed = agg & agg_ret::KEYED != 0;
+    let seq = agg >> agg_ret::SEQ;
     let Some(s) = scratch() else {
         count_drop();
         return;
     };
-    // Kept from here: what the slot's key must still be when the record is in the ring.
-    let (keyed, seq) = (s.event.flags & EVENT_F_AGG_KEY != 0, s.event.agg_key);
     let uid_gid = unsafe { bpf_get_current_uid_gid() };
     let parent = kread::read_ptr(task, off.task_struct_real_parent).unwrap_or(core::ptr::null());
     let ppid: u32 = kread::read(parent, off.task_struct_tgid).unwrap_or(0);
@@ -250,7 +259,8 @@ fn send_here(rep: &Report) {
     e.hook = rep.hook;
     e.decision = rep.decision;
     e.reason = rep.reason;
-    e.flags |= rep.flags;
+    e.flags = rep.flags | if keyed { EVENT_F_AGG_KEY } else { 0 };
+    e.agg_key = seq;
     // SAFETY: plain helper call.
     e.cpu = unsafe { bpf_get_smp_processor_id() };
     e.pid = pid_tgid as u32;
@@ -292,6 +302,12 @@ fn send_here(rep: &Report) {
     let size = size_of::<EventHeader>() as u64
         + u64::from(kread::opaque(path_len) & (PATH_MAX as u32 - 1))
         + u64::from(kread::opaque(exe_len) & (PATH_MAX as u32 - 1));
+    if !crate::maps::owns(s) {
+        // Another decision on this CPU wrote its record here meanwhile: this one is lost,
+        // and counted so.
+        count_drop();
+        return;
+    }
     // SAFETY: `event` and `event_path` are contiguous (repr(C), header size is a multiple of
     // 8) and `size` never exceeds their sum.
     let ret = unsafe {
@@ -315,26 +331,38 @@ fn send_here(rep: &Report) {
     }
 }
 
+/// What [`sandbox_aggregate`] returns: bit `SEND` clear when the denial was counted
+/// (nothing to send); bit `KEYED` when the record starts a key, whose sequence number is
+/// the rest (`>> SEQ`). In the return value, not the working memory: a decision preempting
+/// this one would write its own there.
+mod agg_ret {
+    pub const SEND: u64 = 1;
+    pub const KEYED: u64 = 2;
+    pub const SEQ: u64 = 2;
+}
+
 /// [`aggregate`], a global function: its outcomes would otherwise be as many states of
-/// [`send_here`] for the verifier. Writes the record's aggregation fields (`flags`,
-/// `agg_base`, `agg_total`, `agg_key`) in the working memory; 0: counted, nothing to send.
+/// [`send_here`] for the verifier. Writes the record's `agg_base` and `agg_total` in the
+/// working memory; returns the rest ([`agg_ret`]).
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_aggregate(rep: *const Report, tgid: u64, exe: u64, now: u64) -> u32 {
+pub extern "C" fn sandbox_aggregate(rep: *const Report, tgid: u64, exe: u64, now: u64) -> u64 {
     // SAFETY: the verifier passes a pointer to a whole `Report` or NULL.
     let Some(rep) = (unsafe { rep.as_ref() }) else {
-        return 0;
+        return agg_ret::SEND;
     };
     let Ok(agg) = aggregate(rep, tgid as u32, exe, now) else {
         return 0;
     };
     if let Some(s) = scratch() {
-        s.event.flags = agg.flags;
         s.event.agg_base = agg.base;
         s.event.agg_total = agg.base;
-        s.event.agg_key = agg.seq;
     }
-    1
+    if agg.flags == 0 {
+        agg_ret::SEND
+    } else {
+        agg_ret::SEND | agg_ret::KEYED | (agg.seq << agg_ret::SEQ)
+    }
 }
 
 /// [`exe`], a global function: verified once per program, not once per state of

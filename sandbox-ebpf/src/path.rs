@@ -117,7 +117,9 @@ pub fn cgroup_outside_scope(file: *const u8, bound: u64, off: &KernelOffsets) ->
 
 /// The state of [`cgroup_outside_scope`]'s walk, on the caller's stack: two numbers the
 /// verifier cannot know (so `cgroup_step` verifies once, not once per level as an
-/// unrolled loop did: 12,600 instructions of `file_open` on 6.18) and the verdict.
+/// unrolled loop did: 12,600 instructions of `file_open` on 6.18) and the verdict. No
+/// counter or depth here: a field that changes on every step would keep kernels that
+/// verify callbacks as loops (6.8+) from ever seeing the same state twice.
 #[repr(C)]
 struct CgroupWalk {
     dentry: u64,
@@ -994,10 +996,13 @@ fn set_dfa(to: &mut [DfaInfo; 2], from: &[DfaInfo; 2]) {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn sandbox_scan(policy_id: u32, dev: u32) -> u32 {
-    let Some(info) = POLICIES.get(policy_id) else {
+    let Some(s) = scratch() else {
         return 0;
     };
-    let Some(s) = scratch() else {
+    let Some(info) = POLICIES.get(policy_id) else {
+        // (The callers looked the same policy up.) Nothing matched is not known: as a
+        // path below no placed directory, which `matched` denies.
+        s.scan.seeking = SEEK_ONLY;
         return 0;
     };
     // SAFETY: bpf_loop calls scan_step, which needs no context.

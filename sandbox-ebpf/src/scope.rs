@@ -91,7 +91,8 @@ pub fn cgroup_within(cgrp: *const u8, bound: u64) -> bool {
 
 /// The state of [`cgroup_within`]'s walk up the cgroup tree, on the caller's stack: two
 /// numbers the verifier cannot know, so `within_step` verifies once (an unrolled loop was
-/// verified once per level, in every program that asks) and the verdict.
+/// verified once per level, in every program that asks) and the verdict. No counter or
+/// depth here: see `path::CgroupWalk`.
 #[repr(C)]
 struct Within {
     cgroup: u64,
