@@ -11,6 +11,7 @@ const GLOBAL_FUNCTIONS: &[&str] = &[
     "sandbox_exe",
     "sandbox_aggregate",
     "sandbox_scan",
+    "sandbox_build_path",
 ];
 
 fn main() {

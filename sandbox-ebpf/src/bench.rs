@@ -129,7 +129,9 @@ bench!(bench_walk, |file| {
     if let Some(s) = crate::maps::scratch() {
         crate::maps::claim(s);
     }
-    core::hint::black_box(path::build_path(f.dentry).unwrap_or(0))
+    // A number, not the typed pointer: the walk is a global function.
+    let dentry = kread::untyped(f.dentry) as *const u8;
+    core::hint::black_box(path::build_path(dentry).unwrap_or(0))
 });
 
 bench!(bench_scope, |file| core::hint::black_box(

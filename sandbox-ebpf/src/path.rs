@@ -456,6 +456,23 @@ fn set_start(scan: &mut Scan, v: &ScanStart) {
 /// at its start, so that a preemption anywhere in it shows in `still_mine`.
 #[inline(always)]
 pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
+    let start = sandbox_build_path(dentry as u64);
+    if start < PATH_END { Ok(start) } else { Err(()) }
+}
+
+/// [`build_path`]'s work, a global function (the walk's callback verified once per
+/// program): the path's start, or `u32::MAX` when it failed.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sandbox_build_path(dentry: u64) -> u32 {
+    match walk(dentry as *const u8) {
+        Ok(start) => start,
+        Err(()) => u32::MAX,
+    }
+}
+
+#[inline(always)]
+fn walk(dentry: *const u8) -> Result<u32, ()> {
     let s = scratch().ok_or(())?;
     s.walk = Walk {
         dentry: dentry as u64,

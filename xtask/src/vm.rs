@@ -528,6 +528,13 @@ pub fn shards(tests: &[String], n: usize) -> Vec<Vec<String>> {
     out
 }
 
+/// The guest's test runner's options: one test at a time (each starts sandbox), every
+/// test's time after its result (libtest's `--report-time`, unstable: `RUSTC_BOOTSTRAP`
+/// lets the stable test binary take it), so the slow ones show in the CI log.
+const RUNNER: &str = "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
+                      RUSTC_BOOTSTRAP=1";
+const RUNNER_ARGS: &str = "--include-ignored --test-threads=1 -Z unstable-options --report-time";
+
 impl Job<'_> {
     /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
     /// [`Outcome::tcg_text_poke`]) gets one more boot, whose result counts.
@@ -536,8 +543,7 @@ impl Job<'_> {
         let (payload, timeout, tag, bpf_lsm) = match &self.what {
             What::Kernel { tests, shard } => (
                 format!(
-                    "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
-                     /kernel-tests --include-ignored --test-threads=1 --exact {}",
+                    "{RUNNER} /kernel-tests {RUNNER_ARGS} --exact {}",
                     tests.join(" ")
                 ),
                 Duration::from_mins(45),
@@ -545,9 +551,7 @@ impl Job<'_> {
                 true,
             ),
             What::Fallback => (
-                "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
-                 /fallback-tests --include-ignored --test-threads=1"
-                    .to_owned(),
+                format!("{RUNNER} /fallback-tests {RUNNER_ARGS}"),
                 Duration::from_mins(10),
                 "fallback".to_owned(),
                 false,
@@ -555,8 +559,7 @@ impl Job<'_> {
             What::Systemd { .. } => (
                 SYSTEMD_PAYLOAD.replace(
                     "@PAYLOAD@",
-                    "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbox-probe \
-                     /systemd-tests --include-ignored --test-threads=1",
+                    &format!("{RUNNER} /systemd-tests {RUNNER_ARGS}"),
                 ),
                 Duration::from_mins(8),
                 "systemd".to_owned(),

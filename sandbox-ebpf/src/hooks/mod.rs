@@ -78,6 +78,17 @@ pub fn finish(mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
     }
 }
 
+/// `v` as values the verifier no longer knows (`kread::forget`, with `unknown`): one
+/// state from here, whatever the deny.
+#[inline(always)]
+pub fn forget(v: Deny, unknown: u32) -> Deny {
+    Deny {
+        reason: crate::kread::forget(v.reason, unknown),
+        #[allow(clippy::cast_possible_truncation)] // a u16 and zero bits
+        rule: crate::kread::forget(u32::from(v.rule), unknown) as u16,
+    }
+}
+
 /// Fail closed when the programs cannot decide (`why`: e.g. no offsets supplied).
 #[inline(always)]
 pub fn deny_unresolved(hook_id: u32, policy_id: u32, why: u32, audit: bool, err: i32) -> i32 {
