@@ -232,7 +232,9 @@ fn send_here(rep: &Report) {
         return;
     };
     // The record is built in this CPU's working memory: a decision preempting this one
-    // would build its own there. Sent only if none did (checked before the output).
+    // would build its own there. Sent only if none did (checked before the output). The
+    // path the decision left there is this decision's only if none did before the send.
+    let path_mine = crate::maps::owns(s);
     crate::maps::claim(s);
     let off = kread::offsets();
     let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
@@ -254,7 +256,11 @@ fn send_here(rep: &Report) {
     let uid_gid = unsafe { bpf_get_current_uid_gid() };
     let parent = kread::read_ptr(task, off.task_struct_real_parent).unwrap_or(core::ptr::null());
     let ppid: u32 = kread::read(parent, off.task_struct_tgid).unwrap_or(0);
-    let path_len = (PATH_END.saturating_sub(rep.path_start)) & (PATH_MAX as u32 - 1);
+    let path_len = if path_mine {
+        (PATH_END.saturating_sub(rep.path_start)) & (PATH_MAX as u32 - 1)
+    } else {
+        0
+    };
     let e: &mut EventHeader = &mut s.event;
     e.hook = rep.hook;
     e.decision = rep.decision;

@@ -91,7 +91,11 @@ fn check_with<const TYPED: bool>(
         },
         Resolved::Unresolved => fail_closed(hook_id, reason::PATH_UNRESOLVED, facts.flags),
         Resolved::Unplaced => fail_closed(hook_id, reason::UNPLACED_MOUNT, 0),
-        Resolved::Preempted => fail_closed(hook_id, reason::PREEMPTED, 0),
+        Resolved::Preempted => {
+            // The path in the working memory may be the other decision's: made again.
+            facts.partial = true;
+            fail_closed(hook_id, reason::PREEMPTED, 0)
+        }
     };
     // One state for the verifier from here, whatever the deny (on 6.1 a name hook's
     // report was verified several times over: 18,500 instructions against 12,400). The

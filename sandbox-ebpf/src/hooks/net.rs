@@ -229,6 +229,8 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
     rep.path_start = start;
     let m = path::match_name(scope.policy_id, start);
     if !crate::maps::still_mine() {
+        // The name in the working memory may be the other decision's.
+        rep.path_start = path::PATH_END;
         return finish(
             rep,
             decide::Deny::because(reason::PREEMPTED),
