@@ -405,7 +405,6 @@ pub struct KernelOffsets {
     pub msghdr_msg_name: u32,
     pub msghdr_msg_namelen: u32,
     pub super_block_s_magic: u32,
-    pub path_dentry: u32,
     pub super_block_s_flags: u32,
     /// Sockets: `socket.sk`, `socket.type`, `sock.__sk_common.skc_family`.
     pub socket_sk: u32,
@@ -447,7 +446,7 @@ pub struct KernelOffsets {
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 176);
+const _: () = assert!(size_of::<KernelOffsets>() == 172);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -719,7 +718,6 @@ impl KernelOffsets {
         msghdr_msg_name: 0,
         msghdr_msg_namelen: 0,
         super_block_s_magic: 0,
-        path_dentry: 0,
         super_block_s_flags: 0,
         socket_sk: 0,
         socket_type: 0,

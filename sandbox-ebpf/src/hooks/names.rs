@@ -47,20 +47,12 @@ fn pid_tgid() -> u64 {
     unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() }
 }
 
-/// A name-change program: `dentry N` names the dentry parameter, `path N` a `struct path *`
-/// parameter; `guard` what else the change does (`decide::guard`).
+/// A name-change program: `dentry N` names the dentry parameter; `guard` what else the
+/// change does (`decide::guard`).
 macro_rules! name_hook {
     ($name:ident, $hook:literal, $id:expr, dentry $arg:literal, $guard:expr) => {
         hook!($name, $hook, |ctx, scope| {
             check_name($id, scope, ctx.arg::<*const u8>($arg), $guard)
-        });
-    };
-    ($name:ident, $hook:literal, $id:expr, path $arg:literal, $guard:expr) => {
-        hook!($name, $hook, |ctx, scope| {
-            let p: *const u8 = ctx.arg($arg);
-            let dentry =
-                kread::read_ptr(p, kread::offsets().path_dentry).unwrap_or(core::ptr::null());
-            check_name($id, scope, dentry, $guard)
         });
     };
 }
@@ -120,14 +112,46 @@ hook!(path_rename, "path_rename", |ctx, scope| {
         let _ = RENAME_DEST.insert(&pid_tgid(), &v, 0);
     })
 });
-// Attribute changes through a path or an fd (truncate(2), chmod/fchmod, chown/fchown).
-name_hook!(path_truncate, "path_truncate", hook::TRUNCATE, path 0, NONE);
-name_hook!(path_chmod, "path_chmod", hook::CHMOD, path 0, NONE);
-name_hook!(path_chown, "path_chown", hook::CHOWN, path 0, NONE);
-// Every other attribute change (utimes, ...) goes through inode_setattr, which gained an
-// idmap parameter in 6.3: one program per form. Extended attributes likewise.
-name_hook!(inode_setattr_2, "inode_setattr", hook::SETATTR, dentry 0, NONE);
-name_hook!(inode_setattr_3, "inode_setattr", hook::SETATTR, dentry 1, NONE);
+// Attribute changes: every one goes through `notify_change`, and so through inode_setattr
+// (truncate(2), ftruncate, O_TRUNC, chmod/fchmod, chown/fchown, utimes, the set-id bits a
+// write drops), which gained an idmap parameter in 6.3: one program per form. What changes
+// (`iattr.ia_valid`) names the record's operation; the decision is the same write to the
+// name. One program and one decision where path_truncate, path_chmod and path_chown each
+// added theirs before it.
+macro_rules! setattr_hook {
+    ($name:ident, dentry $arg:literal, iattr $attr:literal) => {
+        hook!($name, "inode_setattr", |ctx, scope| {
+            let attr: *const u8 = ctx.arg($attr);
+            // `ia_valid` is the first field of `struct iattr` in every kernel.
+            let valid: u32 = kread::field(attr, 0).unwrap_or(0);
+            check_name(setattr_id(valid), scope, ctx.arg::<*const u8>($arg), NONE)
+        });
+    };
+}
+
+/// The record's operation for the attribute changes `ia_valid` (include/linux/fs.h, the
+/// same bits in every kernel): a new size is a truncate, a new owner or group a chown, a
+/// new mode a chmod (a chown of a set-id file drops its set-id bits too: a chown).
+#[inline(always)]
+fn setattr_id(ia_valid: u32) -> u32 {
+    const ATTR_MODE: u32 = 1;
+    const ATTR_UID: u32 = 2;
+    const ATTR_GID: u32 = 4;
+    const ATTR_SIZE: u32 = 8;
+    if ia_valid & ATTR_SIZE != 0 {
+        hook::TRUNCATE
+    } else if ia_valid & (ATTR_UID | ATTR_GID) != 0 {
+        hook::CHOWN
+    } else if ia_valid & ATTR_MODE != 0 {
+        hook::CHMOD
+    } else {
+        hook::SETATTR
+    }
+}
+
+setattr_hook!(inode_setattr_2, dentry 0, iattr 1);
+setattr_hook!(inode_setattr_3, dentry 1, iattr 2);
+// Extended attributes and ACLs have hooks of their own.
 name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1, NONE);
 name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, dentry 1, NONE);
 name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1, NONE);

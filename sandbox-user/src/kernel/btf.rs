@@ -56,7 +56,6 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         msghdr_msg_name: f("msghdr", &["msg_name"], Some(8))?,
         msghdr_msg_namelen: f("msghdr", &["msg_namelen"], Some(4))?,
         super_block_s_magic: f("super_block", &["s_magic"], Some(8))?,
-        path_dentry: f("path", &["dentry"], Some(8))?,
         super_block_s_flags: f("super_block", &["s_flags"], Some(8))?,
         socket_sk: f("socket", &["sk"], Some(8))?,
         socket_type: f("socket", &["type"], Some(2))?,

@@ -91,6 +91,9 @@ fn op_open(path: &str, mode: &str) -> String {
         "w" => libc::O_WRONLY,
         "rw" => libc::O_RDWR,
         "creat" => libc::O_WRONLY | libc::O_CREAT,
+        // Read-only, yet it truncates (the kernel wants write permission for it; the open
+        // hook sees a read).
+        "rtrunc" => libc::O_RDONLY | libc::O_TRUNC,
         _ => libc::O_RDONLY,
     };
     let p = cstr(path);

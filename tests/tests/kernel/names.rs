@@ -6,7 +6,8 @@ use sandbox_tests::*;
 /// Writes are more than opens for writing: creating and removing names in a read-only area
 /// are denied too, and a denied `creat` leaves no empty file behind.
 /// A protected file cannot be given another name (link), moved out from under its rule
-/// (rename) or changed through its attributes (truncate, chmod, chown); nothing can be
+/// (rename) or changed through its attributes (truncate, also by a read-only open that
+/// truncates, chmod, chown); nothing can be
 /// linked or renamed into a read-only area. The same operations work where writes are
 /// allowed.
 #[test]
@@ -15,6 +16,7 @@ fn links_renames_and_attributes_are_writes() {
     let d = workdir("links_renames");
     write(&d.join("secret/key"), "k");
     write(&d.join("ro/existing"), "x");
+    write(&d.join("ro/other"), "x");
     write(&d.join("free/f"), "x");
     write(&d.join("free/x"), "x");
     let policy = format!(
@@ -32,6 +34,7 @@ fn links_renames_and_attributes_are_writes() {
             ("rename ro/existing free/r2", EACCES),
             ("rename free/x ro/x", EACCES),
             ("truncate ro/existing", EACCES),
+            ("open ro/other rtrunc", EACCES),
             ("chmod ro/existing", EACCES),
             ("chown ro/existing", EACCES),
             ("utimes ro/existing", EACCES),
@@ -49,6 +52,7 @@ fn links_renames_and_attributes_are_writes() {
         ],
     );
     assert_eq!(std::fs::read_to_string(d.join("ro/existing")).unwrap(), "x");
+    assert_eq!(std::fs::read_to_string(d.join("ro/other")).unwrap(), "x");
     assert_eq!(std::fs::read_to_string(d.join("secret/key")).unwrap(), "k");
     assert!(!d.join("free/k1").exists() && !d.join("free/r2").exists());
     r.check_records(&[
@@ -63,6 +67,21 @@ fn links_renames_and_attributes_are_writes() {
         .filter_map(|r| r["unmapped"]["activity"].as_str())
         .collect();
     assert_eq!(activities, ["link", "rename", "truncate"], "{recs:#?}");
+    // One program judges every attribute change (`inode_setattr`): one record each, named
+    // by what changes. A read-only open that truncates is a truncate.
+    let activities_of = |name: &str| -> Vec<String> {
+        r.records("/file/path", &path_str(&d, name))
+            .iter()
+            .filter_map(|r| r["unmapped"]["activity"].as_str())
+            .filter(|a| !["link", "rename", "xattr"].contains(a))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        activities_of("ro/existing"),
+        ["truncate", "chmod", "chown", "setattr"]
+    );
+    assert_eq!(activities_of("ro/other"), ["truncate"]);
     assert!(
         recs.iter()
             .all(|r| r["unmapped"]["rule"] == "files.deny[0]")
