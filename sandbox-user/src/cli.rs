@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 use crate::host::user::Target;
@@ -200,6 +201,44 @@ pub enum ExplainWhat {
     Exec { path: PathBuf },
     /// Connecting to ADDR PORT.
     Connect { addr: IpAddr, port: u16 },
+    /// Many questions, one per line of standard input (`read PATH`, `write PATH`, `exec
+    /// PATH`, `connect ADDR PORT`; empty lines and lines starting with `#` are skipped):
+    /// one answer per line, in order, from one policy compile. Exit 0 if every answer is
+    /// allow, 1 if any is not.
+    #[command(name = "-")]
+    Lines,
+}
+
+/// `sandbox explain -`: answers every line of standard input with one line of output.
+/// A line that is no question stops it with an error naming its line and column (the
+/// answers before it are printed).
+fn explain_lines(c: &compile::CompiledPolicy, json: bool) -> anyhow::Result<i32> {
+    use std::io::{BufRead, Write};
+    let mut out = std::io::stdout().lock();
+    let mut all_allowed = true;
+    for (i, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.context("reading the questions from standard input")?;
+        let n = i + 1;
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let q = explain::question(&line).map_err(|(col, msg)| {
+            anyhow::anyhow!(
+                "<stdin>:{n}:{col}: {msg}\n  {line}\n  {:>col$}",
+                "^",
+                line = crate::term::escape(&line)
+            )
+        })?;
+        let d = explain::answer(c, &q).with_context(|| format!("<stdin>:{n}: {line}"))?;
+        all_allowed &= d.allowed;
+        if json {
+            writeln!(out, "{}", d.json())?;
+        } else {
+            writeln!(out, "{d}")?;
+        }
+    }
+    out.flush()?;
+    Ok(if all_allowed { 0 } else { 1 })
 }
 
 pub fn main(cli: Cli) -> anyhow::Result<i32> {
@@ -349,7 +388,11 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             };
             let p = crate::runtime::arm::load_policy(file.as_deref(), &ctx)?;
             let c = compile::compile(&p, compile::FIXED_SEED)?;
+            if matches!(what, ExplainWhat::Lines) {
+                return explain_lines(&c, json);
+            }
             let d = match what {
+                ExplainWhat::Lines => unreachable!("answered above"),
                 ExplainWhat::Read { path } => explain::file(&c, &path, explain::Access::Read)?,
                 ExplainWhat::Write { path } => explain::file(&c, &path, explain::Access::Write)?,
                 ExplainWhat::Exec { path } => explain::exec(&c, &path)?,

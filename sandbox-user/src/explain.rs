@@ -253,3 +253,94 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
         c.net.v6.len(),
     )
 }
+
+/// One question of `sandbox explain -` (a line of its input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Question {
+    Read(PathBuf),
+    Write(PathBuf),
+    Exec(PathBuf),
+    Connect(IpAddr, u16),
+}
+
+/// The questions `sandbox explain -` takes, for messages.
+pub const QUESTIONS: &str = "read PATH, write PATH, exec PATH or connect ADDR PORT";
+
+/// Parses one line of `sandbox explain -`: a verb, one space, then a path (the rest of the
+/// line, spaces included) or an address and a port. `Err((column, message))`, the column
+/// 1-based, in characters.
+pub fn question(line: &str) -> Result<Question, (usize, String)> {
+    let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let at = verb.chars().count() + 2;
+    let path = || {
+        if rest.is_empty() {
+            Err((at, format!("'{verb}' wants a path")))
+        } else {
+            Ok(PathBuf::from(rest))
+        }
+    };
+    match verb {
+        "read" => path().map(Question::Read),
+        "write" => path().map(Question::Write),
+        "exec" => path().map(Question::Exec),
+        "connect" => {
+            let mut words = rest.split(' ');
+            let (Some(addr), Some(port), None) = (words.next(), words.next(), words.next()) else {
+                return Err((at, "'connect' wants an address and a port".into()));
+            };
+            let addr: IpAddr = addr
+                .parse()
+                .map_err(|_| (at, format!("'{addr}' is not an IP address")))?;
+            let port_at = at + rest.split(' ').next().map_or(0, |a| a.chars().count()) + 1;
+            let port: u16 = port
+                .parse()
+                .map_err(|_| (port_at, format!("'{port}' is not a port (0-65535)")))?;
+            Ok(Question::Connect(addr, port))
+        }
+        _ => Err((1, format!("'{verb}' is not a question: {QUESTIONS}"))),
+    }
+}
+
+/// The decision on `q`.
+pub fn answer(c: &CompiledPolicy, q: &Question) -> std::io::Result<Decision> {
+    match q {
+        Question::Read(p) => file(c, p, Access::Read),
+        Question::Write(p) => file(c, p, Access::Write),
+        Question::Exec(p) => exec(c, p),
+        Question::Connect(a, port) => Ok(connect(c, *a, *port)),
+    }
+}
+
+#[cfg(test)]
+mod question_tests {
+    use super::*;
+
+    #[test]
+    fn questions_parse_with_spaces_in_paths() {
+        assert_eq!(
+            question("read /a b/c"),
+            Ok(Question::Read(PathBuf::from("/a b/c")))
+        );
+        assert_eq!(
+            question("write rel"),
+            Ok(Question::Write(PathBuf::from("rel")))
+        );
+        assert_eq!(question("exec /bin/x"), Ok(Question::Exec("/bin/x".into())));
+        assert_eq!(
+            question("connect ::1 443"),
+            Ok(Question::Connect("::1".parse().unwrap(), 443))
+        );
+    }
+
+    #[test]
+    fn bad_questions_point_at_the_column() {
+        assert_eq!(question("open /x").unwrap_err().0, 1);
+        assert_eq!(question("read").unwrap_err().0, 6);
+        assert_eq!(question("connect 1.2.3 80").unwrap_err().0, 9);
+        let (col, msg) = question("connect 1.2.3.4 http").unwrap_err();
+        assert_eq!(col, 17, "{msg}");
+        assert!(msg.contains("'http'"), "{msg}");
+        assert!(question("connect 1.2.3.4").is_err());
+        assert!(question("connect 1.2.3.4 80 9").is_err());
+    }
+}

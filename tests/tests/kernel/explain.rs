@@ -38,29 +38,15 @@ fn explain_agrees_with_the_kernel() {
             paths.push(p);
         }
     }
-    let explain = |args: &[&str]| -> bool {
-        let out = Command::new(&b.sandbox)
-            .arg("explain")
-            .arg("--policy")
-            .arg(d.join("policy.yaml"))
-            .args(args)
-            .output()
-            .unwrap();
-        match out.status.code() {
-            Some(0) => true,
-            Some(1) => false,
-            other => panic!(
-                "explain {args:?}: status {other:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        }
-    };
+    // One question per line of `sandbox explain -` (one policy compile for all of them).
+    let mut questions: Vec<String> = Vec::new();
     let mut ops: Vec<Vec<String>> = Vec::new();
-    let mut expected = Vec::new();
+    let mut expected_ops = Vec::new();
     for p in &paths {
         let ps = p.display().to_string();
         for (mode, verb) in [("r", "read"), ("w", "write")] {
-            expected.push((format!("open {ps} {mode}"), explain(&[verb, &ps])));
+            questions.push(format!("{verb} {ps}"));
+            expected_ops.push(format!("open {ps} {mode}"));
             ops.push(vec!["open".into(), ps.clone(), mode.into()]);
         }
     }
@@ -69,7 +55,8 @@ fn explain_agrees_with_the_kernel() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         copy_exec(&b.probe, &p);
         let ps = p.display().to_string();
-        expected.push((format!("exec {ps}"), explain(&["exec", &ps])));
+        questions.push(format!("exec {ps}"));
+        expected_ops.push(format!("exec {ps}"));
         ops.push(vec!["exec".into(), ps]);
     }
     for (addr, port) in [
@@ -80,12 +67,33 @@ fn explain_agrees_with_the_kernel() {
         ("::ffff:10.9.0.1", "443"),
         ("fd00::1", "443"),
     ] {
-        expected.push((
-            format!("connect {addr} {port}"),
-            explain(&["connect", addr, port]),
-        ));
+        questions.push(format!("connect {addr} {port}"));
+        expected_ops.push(format!("connect {addr} {port}"));
         ops.push(vec!["connect".into(), addr.into(), port.into()]);
     }
+    let answers = explain_lines(&b.sandbox, &d.join("policy.yaml"), &questions);
+    // The one-question form gives the same answers (its exit status).
+    for i in [0, 1, questions.len() - 7, questions.len() - 1] {
+        let words: Vec<&str> = questions[i].splitn(2, ' ').collect();
+        let args: Vec<&str> = if words[0] == "connect" {
+            questions[i].split(' ').collect()
+        } else {
+            words
+        };
+        let out = Command::new(&b.sandbox)
+            .arg("explain")
+            .arg("--policy")
+            .arg(d.join("policy.yaml"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(if answers[i] { 0 } else { 1 }),
+            "explain {args:?} alone disagrees with its answer in the batch"
+        );
+    }
+    let expected: Vec<(String, bool)> = expected_ops.into_iter().zip(answers).collect();
     let op_refs: Vec<Vec<&str>> = ops
         .iter()
         .map(|o| o.iter().map(String::as_str).collect())
@@ -109,4 +117,53 @@ fn explain_agrees_with_the_kernel() {
         "the corpus must exercise both outcomes ({denied} of {})",
         expected.len()
     );
+}
+
+/// `sandbox explain --policy POLICY -` on `questions`: whether each is allowed, in order.
+fn explain_lines(
+    sandbox: &std::path::Path,
+    policy: &std::path::Path,
+    questions: &[String],
+) -> Vec<bool> {
+    use std::io::Write;
+    let mut child = Command::new(sandbox)
+        .args(["explain", "--policy"])
+        .arg(policy)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = questions.join("\n");
+    input.push('\n');
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let answers: Vec<bool> = text
+        .lines()
+        .map(|l| match l.split(':').next() {
+            Some("allow") => true,
+            Some("deny") => false,
+            _ => panic!("explain -: unexpected answer line {l:?}"),
+        })
+        .collect();
+    assert_eq!(
+        answers.len(),
+        questions.len(),
+        "explain -: one answer per question; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let any_denied = answers.iter().any(|a| !a);
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(any_denied)),
+        "explain -: exit status"
+    );
+    answers
 }
