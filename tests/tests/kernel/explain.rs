@@ -89,7 +89,7 @@ fn explain_agrees_with_the_kernel() {
             .unwrap();
         assert_eq!(
             out.status.code(),
-            Some(if answers[i] { 0 } else { 1 }),
+            Some(i32::from(!answers[i])),
             "explain {args:?} alone disagrees with its answer in the batch"
         );
     }
