@@ -115,6 +115,9 @@ pub struct Outcome {
     /// sometimes shows a vCPU the breakpoint of a kernel text patch (static keys, BPF
     /// trampolines) without the patching state that explains it. Not a test result.
     pub tcg_text_poke: bool,
+    /// The guest never reached its init within [`BOOT_DEADLINE`] (killed): the emulator,
+    /// not a test result.
+    pub boot_hung: bool,
     pub seconds: f64,
 }
 
@@ -127,6 +130,7 @@ impl Outcome {
             timed_out: false,
             panicked: false,
             tcg_text_poke: false,
+            boot_hung: false,
             seconds: 0.0,
         }
     }
@@ -140,6 +144,8 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.passed() {
             write!(f, "PASS ({:.0} s)", self.seconds)
+        } else if self.boot_hung {
+            write!(f, "FAIL: no init after {:.0} s", self.seconds)
         } else if self.timed_out {
             write!(f, "FAIL: timed out after {:.0} s", self.seconds)
         } else if self.panicked {
@@ -367,6 +373,7 @@ fn boot_as(
         timed_out: seen.timed_out,
         panicked: seen.panicked,
         tcg_text_poke: seen.tcg_text_poke,
+        boot_hung: seen.boot_hung,
         seconds: start.elapsed().as_secs_f64(),
     })
 }
@@ -413,7 +420,14 @@ struct Seen {
     panicked: bool,
     tcg_text_poke: bool,
     timed_out: bool,
+    boot_hung: bool,
 }
+
+/// How long a guest may take to reach its init's first line (`VMTEST: kernel ...`): a
+/// boot takes 6-10 s of guest uptime, a minute on a host busy with other guests. Past
+/// this, the emulator is stuck (seen once under TCG: 7.3 printed nothing for 15 minutes),
+/// not the code under test.
+const BOOT_DEADLINE: Duration = Duration::from_mins(3);
 
 /// Streams the guest's console into `log` (and the payload's part to stdout) until qemu
 /// exits or `timeout` passes (then kills it).
@@ -444,6 +458,7 @@ fn watch(
         }
     });
     let mut inside = false;
+    let mut booted = false;
     let mut seen = Seen::default();
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
@@ -461,6 +476,9 @@ fn watch(
                 if line == "VMTEST-END" {
                     inside = false;
                 }
+                if line.starts_with("VMTEST: ") {
+                    booted = true;
+                }
                 if inside || line.starts_with("VMTEST: ") || seen.panicked {
                     println!("{prefix}{line}");
                 }
@@ -469,6 +487,11 @@ fn watch(
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                if !booted && start.elapsed() > BOOT_DEADLINE {
+                    seen.boot_hung = true;
+                    let _ = child.kill();
+                    break;
+                }
                 if start.elapsed() > timeout {
                     seen.timed_out = true;
                     let _ = child.kill();
@@ -537,7 +560,8 @@ const RUNNER_ARGS: &str = "--include-ignored --test-threads=1 -Z unstable-option
 
 impl Job<'_> {
     /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
-    /// [`Outcome::tcg_text_poke`]) gets one more boot, whose result counts.
+    /// [`Outcome::tcg_text_poke`]) or a boot that never reached init
+    /// ([`Outcome::boot_hung`]) gets one more boot, whose result counts.
     pub fn run(&self, arts: &Artifacts) -> anyhow::Result<Outcome> {
         let prefix = format!("[{}] ", self.name);
         let (payload, timeout, tag, bpf_lsm) = match &self.what {
@@ -585,6 +609,14 @@ impl Job<'_> {
             println!(
                 "==> {}: {o} (int3 oops under TCG); running again",
                 self.name
+            );
+            return boot();
+        }
+        if o.boot_hung {
+            println!(
+                "==> {}: no init after {} s (the emulator is stuck); booting again",
+                self.name,
+                BOOT_DEADLINE.as_secs()
             );
             return boot();
         }
