@@ -109,16 +109,23 @@ const SYSTEMD_BINARIES: &[(&str, &str)] = &[
 pub struct Outcome {
     pub guest_rc: Option<i32>,
     pub verdict: Option<bool>,
-    pub timed_out: bool,
+    /// Whether the watch killed the guest, and why.
+    pub killed: Option<Killed>,
     pub panicked: bool,
     /// The panic was an `int3` oops at a patched instruction: QEMU's multi-threaded TCG
     /// sometimes shows a vCPU the breakpoint of a kernel text patch (static keys, BPF
     /// trampolines) without the patching state that explains it. Not a test result.
     pub tcg_text_poke: bool,
-    /// The guest never reached its init within [`BOOT_DEADLINE`] (killed): the emulator,
-    /// not a test result.
-    pub boot_hung: bool,
     pub seconds: f64,
+}
+
+/// Why the watch killed a guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Killed {
+    /// Past the job's timeout.
+    Timeout,
+    /// It never reached its init within [`BOOT_DEADLINE`]: the emulator, not a test result.
+    BootHung,
 }
 
 impl Outcome {
@@ -127,16 +134,18 @@ impl Outcome {
         Self {
             guest_rc: None,
             verdict: None,
-            timed_out: false,
+            killed: None,
             panicked: false,
             tcg_text_poke: false,
-            boot_hung: false,
             seconds: 0.0,
         }
     }
 
     pub fn passed(&self) -> bool {
-        self.guest_rc == Some(0) && self.verdict == Some(true) && !self.timed_out && !self.panicked
+        self.guest_rc == Some(0)
+            && self.verdict == Some(true)
+            && self.killed.is_none()
+            && !self.panicked
     }
 }
 
@@ -144,9 +153,9 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.passed() {
             write!(f, "PASS ({:.0} s)", self.seconds)
-        } else if self.boot_hung {
+        } else if self.killed == Some(Killed::BootHung) {
             write!(f, "FAIL: no init after {:.0} s", self.seconds)
-        } else if self.timed_out {
+        } else if self.killed == Some(Killed::Timeout) {
             write!(f, "FAIL: timed out after {:.0} s", self.seconds)
         } else if self.panicked {
             write!(f, "FAIL: guest kernel panic")
@@ -370,10 +379,9 @@ fn boot_as(
     Ok(Outcome {
         guest_rc,
         verdict: seen.verdict,
-        timed_out: seen.timed_out,
+        killed: seen.killed,
         panicked: seen.panicked,
         tcg_text_poke: seen.tcg_text_poke,
-        boot_hung: seen.boot_hung,
         seconds: start.elapsed().as_secs_f64(),
     })
 }
@@ -419,8 +427,7 @@ struct Seen {
     verdict: Option<bool>,
     panicked: bool,
     tcg_text_poke: bool,
-    timed_out: bool,
-    boot_hung: bool,
+    killed: Option<Killed>,
 }
 
 /// How long a guest may take to reach its init's first line (`VMTEST: kernel ...`): a
@@ -488,12 +495,12 @@ fn watch(
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if !booted && start.elapsed() > BOOT_DEADLINE {
-                    seen.boot_hung = true;
+                    seen.killed = Some(Killed::BootHung);
                     let _ = child.kill();
                     break;
                 }
                 if start.elapsed() > timeout {
-                    seen.timed_out = true;
+                    seen.killed = Some(Killed::Timeout);
                     let _ = child.kill();
                     break;
                 }
@@ -561,7 +568,7 @@ const RUNNER_ARGS: &str = "--include-ignored --test-threads=1 -Z unstable-option
 impl Job<'_> {
     /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
     /// [`Outcome::tcg_text_poke`]) or a boot that never reached init
-    /// ([`Outcome::boot_hung`]) gets one more boot, whose result counts.
+    /// ([`Killed::BootHung`]) gets one more boot, whose result counts.
     pub fn run(&self, arts: &Artifacts) -> anyhow::Result<Outcome> {
         let prefix = format!("[{}] ", self.name);
         let (payload, timeout, tag, bpf_lsm) = match &self.what {
@@ -612,7 +619,7 @@ impl Job<'_> {
             );
             return boot();
         }
-        if o.boot_hung {
+        if o.killed == Some(Killed::BootHung) {
             println!(
                 "==> {}: no init after {} s (the emulator is stuck); booting again",
                 self.name,
