@@ -44,7 +44,7 @@ pub struct FileFacts {
     /// `EVENT_F_*` of a path that could not be resolved ([`Resolved::Unresolved`]).
     pub flags: u32,
     /// `SCRATCH.path` holds only the last component (`/name`): the directory's part came
-    /// from the directory cache. A record rebuilds the whole path ([`whole_path`]).
+    /// from the directory cache. A record rebuilds the whole path ([`whole_path_if`]).
     pub partial: bool,
 }
 
@@ -765,7 +765,7 @@ fn resolve_known_in(
     if !dircache::unchanged(&s.now) {
         return None;
     }
-    // A record rebuilds the whole path (`whole_path`).
+    // A record rebuilds the whole path (`whole_path_if`).
     facts.start = PATH_END;
     facts.partial = true;
     if !crate::maps::owns(s) {
@@ -1061,13 +1061,14 @@ pub extern "C" fn sandbox_whole_path(dentry: u64) -> u32 {
     build_path(dentry as *const u8).unwrap_or(PATH_END)
 }
 
-/// See [`sandbox_whole_path`].
+/// See [`sandbox_whole_path`]; whether the path is partial (`partial` not 0) comes as a
+/// number the verifier may not know (`kread::forget`).
 #[inline(always)]
-pub fn whole_path(facts: &mut FileFacts) {
-    if facts.partial {
+pub fn whole_path_if(partial: u32, facts: &mut FileFacts) {
+    if partial != 0 {
         facts.start = sandbox_whole_path(kread::untyped(facts.dentry)) & MASK;
-        facts.partial = false;
     }
+    facts.partial = false;
 }
 
 /// Places `@` and `len` bytes of kernel memory at `src` (an abstract unix socket name) at

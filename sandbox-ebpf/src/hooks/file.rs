@@ -104,8 +104,12 @@ fn check_with<const TYPED: bool>(
     let unknown = unsafe { core::ptr::read_volatile(&raw const scope.info.flags) };
     let v = super::forget(v, unknown);
     let flags = kread::forget(flags, unknown);
+    // Where the path starts and whether it is only the last component are constants on
+    // many of the ways here too (a state each, through the rest, on 6.1).
+    facts.start = kread::forget(facts.start, unknown);
+    let partial = kread::forget(u32::from(facts.partial), unknown);
     // The record names the whole path, not only the last component the decision needed.
-    path::whole_path(&mut facts);
+    path::whole_path_if(partial, &mut facts);
     let mut rep = Report::file(hook_id, scope.policy_id, &facts, f_mode, flags);
     rep.target = target;
     finish(rep, v, audit, errno::EACCES)

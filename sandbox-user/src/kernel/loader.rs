@@ -272,6 +272,10 @@ impl Enforcer {
             0
         };
         let mut loader = EbpfLoader::new();
+        if std::env::var_os("SANDBOX_VLOG").is_some() {
+            loader
+                .verifier_log_level(aya::VerifierLogLevel::VERBOSE | aya::VerifierLogLevel::STATS);
+        }
         loader
             .btf(Some(btf))
             .override_global(OFFSETS_GLOBAL, offsets, true)
