@@ -178,7 +178,7 @@ pub enum Command {
         #[arg(long)]
         since: Option<String>,
     },
-    /// Say what a policy decides for one operation, and which rule decides it.
+    /// Say what a policy decides for an operation (or for many: `-`), and which rule decides it.
     Explain {
         /// Policy file (default: the one `sandbox run` would use).
         #[arg(long, short)]
@@ -201,10 +201,13 @@ pub enum ExplainWhat {
     Exec { path: PathBuf },
     /// Connecting to ADDR PORT.
     Connect { addr: IpAddr, port: u16 },
-    /// Many questions, one per line of standard input (`read PATH`, `write PATH`, `exec
-    /// PATH`, `connect ADDR PORT`; empty lines and lines starting with `#` are skipped):
-    /// one answer per line, in order, from one policy compile. Exit 0 if every answer is
-    /// allow, 1 if any is not.
+    /// Many questions, one per line of standard input
+    ///
+    /// Each line is `read PATH`, `write PATH`, `exec PATH` or `connect ADDR PORT` (a path
+    /// is the rest of the line, spaces included; empty lines and lines starting with `#`
+    /// are skipped). One answer per line, in order, from one policy compile (`--json`: one
+    /// object per line). Exit 0 if every answer is allow, 1 if any is not; a line that is
+    /// no question stops with an error naming its line and column.
     #[command(name = "-")]
     Lines,
 }
