@@ -221,6 +221,8 @@ fn explain_lines(c: &compile::CompiledPolicy, json: bool) -> anyhow::Result<i32>
     let mut all_allowed = true;
     for (i, line) in std::io::stdin().lock().lines().enumerate() {
         let line = line.context("reading the questions from standard input")?;
+        // A file written on Windows ends its lines in CR LF: the CR is not the path's.
+        let line = line.strip_suffix('\r').unwrap_or(&line);
         let n = i + 1;
         if line.trim().is_empty() || line.starts_with('#') {
             continue;

@@ -270,6 +270,8 @@ pub const QUESTIONS: &str = "read PATH, write PATH, exec PATH or connect ADDR PO
 /// line, spaces included) or an address and a port. `Err((column, message))`, the column
 /// 1-based, in characters.
 pub fn question(line: &str) -> Result<Question, (usize, String)> {
+    // A file written on Windows ends its lines in CR LF: the CR is not the path's.
+    let line = line.strip_suffix('\r').unwrap_or(line);
     let (verb, rest) = line.split_once(' ').unwrap_or((line, ""));
     let at = verb.chars().count() + 2;
     let path = || {
@@ -326,6 +328,11 @@ mod question_tests {
             Ok(Question::Write(PathBuf::from("rel")))
         );
         assert_eq!(question("exec /bin/x"), Ok(Question::Exec("/bin/x".into())));
+        assert_eq!(question("read /a\r"), Ok(Question::Read("/a".into())));
+        assert_eq!(
+            question("connect 10.0.0.1 80\r"),
+            Ok(Question::Connect("10.0.0.1".parse().unwrap(), 80))
+        );
         assert_eq!(
             question("connect ::1 443"),
             Ok(Question::Connect("::1".parse().unwrap(), 443))
