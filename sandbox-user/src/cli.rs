@@ -220,18 +220,18 @@ fn explain_lines(c: &compile::CompiledPolicy, json: bool) -> anyhow::Result<i32>
     let mut out = std::io::stdout().lock();
     let mut all_allowed = true;
     for (i, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line.context("reading the questions from standard input")?;
+        let read = line.context("reading the questions from standard input")?;
         // A file written on Windows ends its lines in CR LF: the CR is not the path's.
-        let line = line.strip_suffix('\r').unwrap_or(&line);
+        let line = read.strip_suffix('\r').unwrap_or(&read);
         let n = i + 1;
         if line.trim().is_empty() || line.starts_with('#') {
             continue;
         }
-        let q = explain::question(&line).map_err(|(col, msg)| {
+        let q = explain::question(line).map_err(|(col, msg)| {
             anyhow::anyhow!(
                 "<stdin>:{n}:{col}: {msg}\n  {line}\n  {:>col$}",
                 "^",
-                line = crate::term::escape(&line)
+                line = crate::term::escape(line)
             )
         })?;
         let d = explain::answer(c, &q).with_context(|| format!("<stdin>:{n}: {line}"))?;
