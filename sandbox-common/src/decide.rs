@@ -18,6 +18,12 @@ pub mod fmode {
     pub const EXEC: u32 = 0x20;
 }
 
+/// `f_flags` bits (the `open(2)` flags, include/uapi/asm-generic/fcntl.h, x86-64).
+pub mod oflag {
+    /// `O_TRUNC`: the open empties the file.
+    pub const TRUNC: u32 = 0o1000;
+}
+
 /// A deny: why, and the rule (network: rule id; files and exec: the kind slot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deny {

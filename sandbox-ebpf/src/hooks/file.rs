@@ -1,7 +1,7 @@
 //! Files: `file_open`, and the resolve-decide-report path that the exec and name hooks
 //! share. A path that cannot be resolved is denied (fail closed).
 
-use sandbox_common::decide::{self, Deny, FileMatch, fmode, imode};
+use sandbox_common::decide::{self, Deny, FileMatch, fmode, imode, oflag};
 use sandbox_common::{KernelOffsets, errno, hook, policy_flags, reason};
 
 use super::{deny_unresolved, finish, hook};
@@ -26,6 +26,12 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
     let f_flags: u32 = kread::field(file, off.file_f_flags).unwrap_or(0);
     if f_flags & fmode::EXEC != 0 {
         f_mode |= fmode::EXEC;
+    }
+    // O_TRUNC empties the file, even opened for reading: the kernel wants write permission
+    // for it, and FUSE (atomic_o_trunc) and CIFS truncate in their own open, after this
+    // hook and before any later one (inode_setattr) could say no. A write.
+    if f_flags & oflag::TRUNC != 0 {
+        f_mode |= fmode::WRITE;
     }
     let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);

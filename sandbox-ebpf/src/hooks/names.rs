@@ -114,10 +114,11 @@ hook!(path_rename, "path_rename", |ctx, scope| {
 });
 // Attribute changes: every one goes through `notify_change`, and so through inode_setattr
 // (truncate(2), ftruncate, O_TRUNC, chmod/fchmod, chown/fchown, utimes, the set-id bits a
-// write drops), which gained an idmap parameter in 6.3: one program per form. What changes
-// (`iattr.ia_valid`) names the record's operation; the decision is the same write to the
-// name. One program and one decision where path_truncate, path_chmod and path_chown each
-// added theirs before it.
+// write drops: recorded as chmod). Its LSM hook gained an idmap parameter (two parameters
+// on 6.1, three on 6.12 and 7.3): one program per form, the loader picks by BTF. What
+// changes (`iattr.ia_valid`) names the record's operation; the decision is the same write
+// to the name. One program and one decision where path_truncate, path_chmod and
+// path_chown each added theirs before it.
 macro_rules! setattr_hook {
     ($name:ident, dentry $arg:literal, iattr $attr:literal) => {
         hook!($name, "inode_setattr", |ctx, scope| {
