@@ -7,7 +7,7 @@ use sandbox_tests::*;
 /// are denied too, and a denied `creat` leaves no empty file behind.
 /// A protected file cannot be given another name (link), moved out from under its rule
 /// (rename) or changed through its attributes (truncate, also by a read-only open with
-/// O_TRUNC, chmod, chown); nothing can be
+/// `O_TRUNC`, chmod, chown); nothing can be
 /// linked or renamed into a read-only area. The same operations work where writes are
 /// allowed.
 #[test]
