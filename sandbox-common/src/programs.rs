@@ -42,6 +42,7 @@ pub const PROGRAMS: &[Program] = &[
     // hooks/file.rs
     prog("file_open", "file_open", 1),
     prog("inode_free_security", "inode_free_security", 1),
+    prog("d_instantiate", "d_instantiate", 2),
     // hooks/exec.rs
     prog("bprm_check_security", "bprm_check_security", 1),
     // hooks/names.rs

@@ -16,9 +16,10 @@
 //! | `bench_walk` | the facts, then the dentry walk that builds the path |
 //! | `bench_scope` | the scope lookup of the prologue (`hook!`), for the reading task |
 //! | `bench_resolve` | the facts, then `path::resolve` (walk, scan, lookups; the directory cache as `DIR_CACHE_CTL` says) |
-//! | `bench_resolve_cold` | the same after emptying the directory's cache slot (a miss, and the slot filled) |
-//! | `bench_resolve_dir` | the same after emptying the name's slot only (the name scanned from the directory's state) |
-//! | `bench_forget_name` | emptying the name's slot alone (what the `_dir` rows spend on it) |
+//! | `bench_resolve_cold` | the same after emptying the file's and the directory's cache slots (a miss, and the slot filled) |
+//! | `bench_resolve_dir` | the same after emptying the file's and the name's slots only (the name scanned from the directory's state) |
+//! | `bench_resolve_name` | the same after emptying the file's slot only (the name cache decides, and fills the file's slot) |
+//! | `bench_forget_name` | emptying the file's and the name's slots alone (what the `_dir` rows spend on it) |
 //! | `bench_open` | the whole `file_open` body after the prologue's verdict check: scope, decision, record on a deny |
 //! | `bench_open_cold` | the same after emptying the directory's cache slot |
 //! | `bench_open_dir` | the same after emptying the name's slot only |
@@ -29,6 +30,7 @@
 use core::ffi::c_void;
 
 use crate::dircache;
+use crate::filecache;
 use crate::kread;
 use crate::namecache;
 use crate::path;
@@ -61,15 +63,24 @@ fn dentry_and_directory(file: *const u8) -> Option<(*const u8, u64)> {
 /// about it misses.
 #[inline(always)]
 fn forget_directory(file: *const u8) {
+    forget_file(file);
     if let Some((_, dir)) = dentry_and_directory(file) {
         dircache::forget(dir);
     }
+}
+
+/// Empties the file cache's slot of the file, so that the next decision about it finds
+/// its name's result.
+#[inline(always)]
+fn forget_file(file: *const u8) {
+    filecache::forget(&filecache::Key::of(&facts(file)));
 }
 
 /// Empties the name cache's slot of the file (its directory's slot stays), so that the
 /// next decision about it scans its name from the directory's kept state.
 #[inline(always)]
 fn forget_name(file: *const u8) {
+    forget_file(file);
     let Some((dentry, dir)) = dentry_and_directory(file) else {
         return;
     };
@@ -157,6 +168,15 @@ bench!(bench_resolve_cold, |file| {
 
 bench!(bench_resolve_dir, |file| {
     forget_name(file);
+    let mut f = facts(file);
+    core::hint::black_box(matches!(
+        path::resolve_typed(POLICY, &mut f),
+        path::Resolved::Matched(_)
+    ))
+});
+
+bench!(bench_resolve_name, |file| {
+    forget_file(file);
     let mut f = facts(file);
     core::hint::black_box(matches!(
         path::resolve_typed(POLICY, &mut f),

@@ -109,6 +109,33 @@ pub struct Now {
     pub name_read: u32,
 }
 
+/// The cache's state when a decision starts: its generation, the rename count and the
+/// time, read once (the file cache's hit needs nothing more; a miss goes on with it).
+#[derive(Clone, Copy)]
+pub struct Clock {
+    pub generation: u64,
+    pub rename_lock: u64,
+    pub time: u64,
+    pub seq: u32,
+}
+
+/// The cache's state now, if it can be used (not off, no move in progress).
+#[inline(always)]
+pub fn clock() -> Option<Clock> {
+    let ctl: DirCacheCtl = *DIR_CACHE_CTL.get(0)?;
+    if ctl.generation == 0 {
+        return None;
+    }
+    let seq = rename_seq(ctl.rename_lock)?;
+    Some(Clock {
+        generation: ctl.generation,
+        rename_lock: ctl.rename_lock,
+        // SAFETY: plain helper call (inlined by the verifier on 64-bit JITs).
+        time: unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() },
+        seq,
+    })
+}
+
 /// Fills `n` with the cache's generation and the rename count now; whether the cache can
 /// be used (not off, no move in progress).
 #[inline(always)]

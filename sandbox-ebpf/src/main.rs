@@ -13,6 +13,7 @@ mod bench;
 mod diag;
 mod dircache;
 mod event;
+mod filecache;
 mod hooks;
 mod kread;
 mod maps;

@@ -124,6 +124,12 @@ pub static DIR_CACHE: Array<crate::dircache::DirSlot> =
 pub static NAME_CACHE: Array<crate::namecache::NameSlot> =
     Array::with_max_entries(crate::namecache::SLOTS, 0);
 
+/// What opened files' paths matched (`filecache.rs`), in slots chosen by dentry. Written
+/// and read by the programs only.
+#[map]
+pub static FILE_CACHE: Array<crate::filecache::FileSlot> =
+    Array::with_max_entries(crate::filecache::SLOTS, 0);
+
 /// Whether the directory cache is on, and what makes its states stale. Written by the
 /// loader once every program is attached, and after every change to `SB_START`/`SB_ROOTS`.
 #[map]

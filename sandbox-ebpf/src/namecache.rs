@@ -126,10 +126,13 @@ fn index_of(dir_inode: u64, name: &Name) -> u32 {
 /// The result kept for `name` in the directory of `now`, if a valid one is.
 #[inline(always)]
 pub fn get(now: &Now, policy_id: u32, name: &Name) -> Option<Hit> {
-    if now.generation == 0 || now.parent_inode == 0 || name.len == 0 {
+    // SAFETY: a volatile read of working memory: a number, where LLVM could otherwise
+    // reuse the typed pointer the hook stored there, on which no arithmetic is allowed.
+    let dir = unsafe { core::ptr::read_volatile(&raw const now.parent_inode) };
+    if now.generation == 0 || dir == 0 || name.len == 0 {
         return None;
     }
-    let i = index_of(now.parent_inode, name);
+    let i = index_of(dir, name);
     if let Some(h) = get_at(i, now, policy_id, name) {
         return Some(h);
     }

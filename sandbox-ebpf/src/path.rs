@@ -22,6 +22,7 @@ use sandbox_common::{
 };
 
 use crate::dircache;
+use crate::filecache;
 use crate::kread::{self, offsets};
 use crate::maps::{
     DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, POLICIES, SB_ROOTS, SB_START,
@@ -516,6 +517,20 @@ pub fn resolve(policy_id: u32, facts: &mut FileFacts) -> Resolved {
 /// ([`kread::field`]) instead of probe reads in the global function.
 #[inline(always)]
 pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
+    // The file seen before through this dentry: one slot decides.
+    let found = filecache::lookup(policy_id, facts.dentry, facts.ino, facts.dev);
+    if found & filecache::HIT != 0 {
+        let inode = inode_rules(policy_id, facts);
+        // A record rebuilds the whole path (`whole_path_if`).
+        facts.start = PATH_END;
+        facts.partial = true;
+        #[allow(clippy::cast_possible_truncation)] // the low 32 bits are the kinds
+        return Resolved::Matched(FileMatch {
+            path: found as u32,
+            inode,
+            sb_known: found & filecache::SB_KNOWN != 0,
+        });
+    }
     let Some(s) = scratch() else {
         return Resolved::Unresolved;
     };
@@ -548,6 +563,13 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
             // The file seen before in this directory: decided here, without the global
             // function (and the probe reads it takes to get its arguments).
             if let Some(r) = resolve_known_in(s, policy_id, facts) {
+                if let Resolved::Matched(m) = &r {
+                    // The name's result is the path of the file's own dentry, found under
+                    // the decision's rename count (read again since): kept for it.
+                    let sb = if m.sb_known { filecache::SB_KNOWN } else { 0 };
+                    let found = sb | u64::from(m.path);
+                    filecache::fill(policy_id, facts.dentry, facts.ino, facts.dev, found);
+                }
                 return r;
             }
         }

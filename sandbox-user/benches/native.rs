@@ -57,7 +57,7 @@ const SAMPLES: usize = 7;
 const DENY_PASSES: u32 = 5;
 
 /// The benchmark programs (see sandbox-ebpf/src/bench.rs).
-const PROGRAMS: [&str; 11] = [
+const PROGRAMS: [&str; 12] = [
     "bench_empty",
     "bench_facts",
     "bench_walk",
@@ -65,6 +65,7 @@ const PROGRAMS: [&str; 11] = [
     "bench_resolve",
     "bench_resolve_cold",
     "bench_resolve_dir",
+    "bench_resolve_name",
     "bench_forget_name",
     "bench_open",
     "bench_open_cold",
@@ -119,7 +120,7 @@ fn main() -> anyhow::Result<()> {
     // file in a directory seen before); "warm": the name's result kept too.
     // The "name new" rows include emptying the name's slot first; the estimates take the
     // "forgetting a name" row (that alone) off them.
-    let rows: [(&str, &str, Cache); 14] = [
+    let rows: [(&str, &str, Cache); 15] = [
         ("iterator call (empty program)", "bench_empty", Cache::On),
         ("facts (file_open's reads)", "bench_facts", Cache::On),
         ("scope lookup", "bench_scope", Cache::On),
@@ -141,7 +142,12 @@ fn main() -> anyhow::Result<()> {
             Cache::On,
         ),
         (
-            "resolve, cache warm (name kept)",
+            "resolve, name kept, file new",
+            "bench_resolve_name",
+            Cache::On,
+        ),
+        (
+            "resolve, cache warm (file kept)",
             "bench_resolve",
             Cache::On,
         ),
@@ -180,7 +186,13 @@ fn main() -> anyhow::Result<()> {
         // rounds (a noisy host moves them together): for work on the hot path.
         let compiled = compiled(&policy(1_000, false))?;
         let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
-        let progs = ["bench_empty", "bench_scope", "bench_resolve", "bench_open"];
+        let progs = [
+            "bench_empty",
+            "bench_scope",
+            "bench_resolve_name",
+            "bench_resolve",
+            "bench_open",
+        ];
         let mut all = vec![Vec::new(); progs.len()];
         for _ in 0..7 {
             for (i, p) in progs.iter().enumerate() {

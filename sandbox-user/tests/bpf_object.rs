@@ -24,6 +24,8 @@ const KERNEL_ONLY: &[&str] = &[
     "DIR_CACHE",
     // What names matched in kept directory states (`sandbox-ebpf/src/namecache.rs`).
     "NAME_CACHE",
+    // What opened files' paths matched (`sandbox-ebpf/src/filecache.rs`).
+    "FILE_CACHE",
     // The programs' diagnostics (aya-log; read by `aya_log::EbpfLogger` when on).
     "AYA_LOGS",
 ];

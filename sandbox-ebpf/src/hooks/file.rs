@@ -165,3 +165,24 @@ pub fn inode_free_security(ctx: aya_ebpf::programs::LsmContext) -> i32 {
     crate::dircache::forget(kread::untyped(inode));
     0
 }
+
+/// Every dentry bound to an inode on the host (a new one, or one made positive again): a
+/// file cache slot holding its address is cleared before a file can be opened through it
+/// (`filecache.rs`). No scope: the old dentry at that address may have been opened by a
+/// confined process and freed by anyone.
+#[aya_ebpf::macros::lsm(hook = "d_instantiate")]
+pub fn d_instantiate(ctx: aya_ebpf::programs::LsmContext) -> i32 {
+    if !crate::dircache::enabled() {
+        return 0;
+    }
+    let dentry: *const u8 = ctx.arg(0);
+    let inode: *const u8 = ctx.arg(1);
+    let off = kread::offsets();
+    let sb: *const u8 = kread::field(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
+    crate::filecache::forget(&crate::filecache::Key {
+        dentry,
+        ino: kread::field(inode, off.inode_i_ino).unwrap_or(0),
+        dev: kread::field(sb, off.super_block_s_dev).unwrap_or(0),
+    });
+    0
+}

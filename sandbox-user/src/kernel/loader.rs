@@ -987,7 +987,7 @@ pub fn probe_lsm(kernel: &KernelFit) -> Result<(), LoadError> {
 
 /// Every map of the object at its smallest, for [`probe_cgroup`]
 /// (arrays and hash maps of one entry, the ring of one page).
-const PROBE_SIZES: [(&str, u32); 22] = {
+const PROBE_SIZES: [(&str, u32); 23] = {
     use sandbox_common::map_names as m;
     [
         (m::SCOPE, 1),
@@ -1009,6 +1009,7 @@ const PROBE_SIZES: [(&str, u32); 22] = {
         (m::AGG, 1),
         ("DIR_CACHE", 1),
         ("NAME_CACHE", 1),
+        ("FILE_CACHE", 1),
         (m::DIR_CACHE_CTL, 1),
         (m::DIR_CACHE_PROBE, 1),
         ("SCRATCH", 1),
