@@ -29,10 +29,15 @@
 //!   used again) had that slot cleared. So a slot never speaks for another dentry at the
 //!   same address, and a dentry made positive again (unlink, then create under the same
 //!   name) starts anew.
+//! - Filled and used only when the file's inode number is that of its dentry's inode (the
+//!   identity `d_instantiate` clears by): not for an overlayfs file's second open of its
+//!   real file, which carries the overlay's path and the real inode.
 //! - A slot is used only for the lookup's dentry, identity, policy, generation and rename
 //!   count (read once: the slot's own sequence lock keeps its fields together, and the
 //!   count only grows, so equal stamps mean no move since the result was found), and for
-//!   [`MAX_AGE_JIFFIES`] after it was filled (the 32-bit count cannot come round).
+//!   [`MAX_AGE_JIFFIES`] after it was filled (the 32-bit count cannot come round: the
+//!   name's result it came from was itself at most that old, so a slot vouches for a
+//!   count read at most twice that long ago, still far from 2^31 renames).
 //! - The rules by identity (`INODE_RULES`) are looked up on every decision, as for a
 //!   name's result.
 //! - Slots are written under a per-slot sequence lock, as directory slots are; a torn copy
@@ -89,6 +94,17 @@ impl Key {
     }
 }
 
+/// The file's inode number is that of its dentry's inode: the identity a new dentry at
+/// this address is cleared by (`d_instantiate`) is the one the slot is chosen by. Not so
+/// for an overlayfs file's second open of its real file, with the overlay's path and the
+/// real inode. (A null dentry too: a cleared slot keeps its other fields.)
+#[inline(always)]
+fn bound_to(dentry: *const u8, ino: u64) -> bool {
+    let off = kread::offsets();
+    let inode: *const u8 = kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
+    !inode.is_null() && kread::field::<u64>(inode, off.inode_i_ino) == Ok(ino)
+}
+
 /// The first of the two slots a file may be kept in.
 #[inline(always)]
 fn index_of(k: &Key) -> u32 {
@@ -111,6 +127,9 @@ pub const SB_KNOWN: u64 = 1 << 32;
 /// may use with the global functions below it (6.1).
 #[inline(never)]
 pub fn lookup(policy_id: u32, dentry: *const u8, ino: u64, dev: u32) -> u64 {
+    if !bound_to(dentry, ino) {
+        return 0;
+    }
     let Some(c) = dircache::clock() else {
         return 0;
     };
@@ -190,6 +209,9 @@ impl Stamp {
 /// function of its own, as [`lookup`].
 #[inline(never)]
 pub fn fill(policy_id: u32, dentry: *const u8, ino: u64, dev: u32, found: u64) {
+    if !bound_to(dentry, ino) {
+        return;
+    }
     let Some(s) = crate::maps::scratch() else {
         return;
     };
