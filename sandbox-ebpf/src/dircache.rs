@@ -109,12 +109,11 @@ pub struct Now {
     pub name_read: u32,
 }
 
-/// The cache's state when a decision starts: its generation, the rename count and the
-/// time, read once (the file cache's hit needs nothing more; a miss goes on with it).
+/// The cache's state when a file cache lookup starts: its generation, the rename count
+/// and the time (`filecache::lookup` needs nothing more).
 #[derive(Clone, Copy)]
 pub struct Clock {
     pub generation: u64,
-    pub rename_lock: u64,
     pub time: u64,
     pub seq: u32,
 }
@@ -129,7 +128,6 @@ pub fn clock() -> Option<Clock> {
     let seq = rename_seq(ctl.rename_lock)?;
     Some(Clock {
         generation: ctl.generation,
-        rename_lock: ctl.rename_lock,
         // SAFETY: plain helper call (inlined by the verifier on 64-bit JITs).
         time: unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() },
         seq,
