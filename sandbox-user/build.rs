@@ -6,6 +6,16 @@ use std::path::Path;
 
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=SANDBOX_EBPF_TOOLCHAIN");
+    // `cargo xtask clippy` lints this crate with an empty object in place of the programs:
+    // clippy never runs what it checks, the BPF crate is linted on its own target, and the
+    // build in clippy's profile cost about a minute of every CI run. Any other build (the
+    // variable unset: cargo runs this script again) embeds the real object.
+    println!("cargo:rerun-if-env-changed=SANDBOX_EBPF_PLACEHOLDER");
+    if std::env::var_os("SANDBOX_EBPF_PLACEHOLDER").is_some() {
+        let out = std::env::var("OUT_DIR")?;
+        std::fs::write(Path::new(&out).join("sandbox"), [])?;
+        return Ok(());
+    }
     let toolchain = std::env::var("SANDBOX_EBPF_TOOLCHAIN").map_err(|_| {
         anyhow::anyhow!("SANDBOX_EBPF_TOOLCHAIN is not set (see .cargo/config.toml)")
     })?;

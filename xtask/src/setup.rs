@@ -1,5 +1,6 @@
 //! Set-up from nothing: pinned toolchains, bpf-linker built against the eBPF nightly's own
-//! libLLVM (into `.tools/`, rebuilt only when missing), Debian packages for the VM, kernels.
+//! libLLVM (into the download cache, built only when missing there, and copied into
+//! `.tools/`), Debian packages for the VM, kernels.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -80,14 +81,31 @@ pub fn toolchains() -> anyhow::Result<()> {
     }
     component(&ebpf, "rust-src")?;
     let linker = bpf_linker();
-    let works = Command::new(&linker)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !works {
-        build_bpf_linker(&ebpf)?;
+    if !runs(&linker) {
+        // Built once per version and toolchain into the cache beside the kernels, so a
+        // fresh clone on this machine copies it instead of building it again.
+        let kept =
+            crate::kernel::cache_dir().join(format!("bpf-linker-{BPF_LINKER_VERSION}-{ebpf}"));
+        let built = kept.join("bin/bpf-linker");
+        if !runs(&built) {
+            build_bpf_linker(&ebpf, &kept)?;
+        }
+        std::fs::create_dir_all(linker.parent().expect("a directory"))?;
+        std::fs::copy(&built, &linker)
+            .with_context(|| format!("copying {} to {}", built.display(), linker.display()))?;
+        if !runs(&linker) {
+            bail!("{} does not run after it was built", linker.display());
+        }
     }
     Ok(())
+}
+
+/// `program --version` runs and succeeds.
+fn runs(program: &Path) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Adds `component` to `toolchain` unless it is there (an exact toolchain name: rustup
@@ -114,7 +132,7 @@ pub fn component(toolchain: &str, component: &str) -> anyhow::Result<()> {
 
 /// bpf-linker linked against the eBPF toolchain's libLLVM: no system LLVM needed, and the
 /// LLVM versions always match.
-fn build_bpf_linker(ebpf: &str) -> anyhow::Result<()> {
+fn build_bpf_linker(ebpf: &str, into: &Path) -> anyhow::Result<()> {
     println!("==> building bpf-linker {BPF_LINKER_VERSION} against {ebpf}'s LLVM (about a minute)");
     let sysroot = sh::output(
         Command::new("rustc")
@@ -162,7 +180,7 @@ fn build_bpf_linker(ebpf: &str) -> anyhow::Result<()> {
                 &format!("llvm-{major},no-llvm-linking"),
                 "--root",
             ])
-            .arg(root().join(".tools"))
+            .arg(into)
             .env("RUSTFLAGS", rustflags)
             // Do not let the workspace's config (target linker, env) leak into this build.
             .current_dir(std::env::temp_dir()),

@@ -205,7 +205,9 @@ impl Enforcer {
         let btf = &kernel.btf;
         // Read beside the load: /proc/kallsyms is long, and slow to read under emulation.
         let rename_lock = std::thread::spawn(super::dircache::rename_lock);
+        let mut t = crate::runtime::arm::Timer::new();
         let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, btf)?;
+        t.lap("maps made");
         e.pin_dir = pin_dir.map(Path::to_path_buf);
         if crate::diag::kernel_log_on() {
             e.kernel_log =
@@ -219,12 +221,14 @@ impl Enforcer {
             e.release();
             return Err(err);
         }
+        t.lap("programs loaded and attached");
         e.protect(std::process::id())?;
         // Only now: the program that clears a freed directory's state is attached.
         let checked = rename_lock
             .join()
             .unwrap_or(Err("the lookup failed".into()))
             .and_then(|addr| e.check_rename_count(addr).map(|()| addr));
+        t.lap("rename count found");
         match checked {
             Ok(addr) => {
                 e.set_dir_cache(sandbox_common::DirCacheCtl {
@@ -341,7 +345,9 @@ impl Enforcer {
                 .map_err(|e: aya::programs::ProgramError| attach_err(p, e.to_string()))?;
             lsms.push((p, lsm));
         }
+        let t = std::time::Instant::now();
         load_all(&mut lsms, btf)?;
+        tracing::debug!("programs loaded: {:.0?}", t.elapsed());
         for (p, prog) in lsms {
             let link = prog.attach().map_err(|e| attach_err(p, error_chain(&e)))?;
             if let Some(dir) = &self.pin_dir {
