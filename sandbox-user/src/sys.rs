@@ -140,6 +140,23 @@ pub fn membarrier_global() -> Result<(), SysError> {
     }
 }
 
+/// `flock(fd, op)` without blocking (`LOCK_NB` added): whether the lock was taken (or,
+/// for `LOCK_UN`, let go). A plain system call, so a child after fork may use it.
+pub fn try_flock(fd: i32, op: libc::c_int) -> bool {
+    // SAFETY: plain system call on a descriptor number; no pointers.
+    unsafe { libc::flock(fd, op | libc::LOCK_NB) == 0 }
+}
+
+/// Sleeps `ms` milliseconds (`nanosleep`; a plain system call, for a child after fork).
+pub fn sleep_ms(ms: u32) {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::from(ms / 1000),
+        tv_nsec: libc::c_long::from(ms % 1000) * 1_000_000,
+    };
+    // SAFETY: `ts` is a live timespec; no remainder is asked for.
+    unsafe { libc::nanosleep(&raw const ts, std::ptr::null_mut()) };
+}
+
 /// Closes descriptors `first..=last` (`close_range`, 5.9+). For a child after fork, where
 /// no `OwnedFd` knows which descriptors it holds.
 pub fn close_range(first: u32, last: u32) -> Result<(), SysError> {

@@ -347,7 +347,8 @@ impl Enforcer {
         }
         let t = std::time::Instant::now();
         load_all(&mut lsms, btf)?;
-        tracing::debug!("programs loaded: {:.0?}", t.elapsed());
+        tracing::debug!("programs loaded: {} ms", t.elapsed().as_millis());
+        let _turn = super::pins::attach_turn();
         for (p, prog) in lsms {
             let link = prog.attach().map_err(|e| attach_err(p, error_chain(&e)))?;
             if let Some(dir) = &self.pin_dir {
@@ -458,7 +459,7 @@ impl Enforcer {
         self.scope = ScopeCtl::default();
         crate::kernel::pins::wait_for_running_programs();
         let links = self.unpin_all();
-        std::thread::spawn(move || drop(links));
+        std::thread::spawn(move || super::pins::detach_in_turns(links));
         Ok(())
     }
 

@@ -232,6 +232,85 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
     }
 }
 
+/// Where a sandbox attaching its programs and the detach of finished runs' links take
+/// turns (see [`attach_turn`]). In a root-only directory: whoever could hold it could slow
+/// every start.
+const TURNS_DIR: &str = "/run/sandbox";
+const TURNS: &str = "/run/sandbox/attach.lock";
+
+/// How long each side waits for its turn, in steps of [`TURN_STEP_MS`], before it goes
+/// ahead anyway: turns make starts faster, they are never a condition (a holder that does
+/// not let go must neither stop a start nor leave a finished run's programs attached).
+const TURN_STEPS: u32 = 400;
+const TURN_STEP_MS: u32 = 5;
+
+/// The turn file, opened (made on first use: root's, mode 0600).
+fn turns_file() -> Option<OwnedFd> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(TURNS_DIR);
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(TURNS)
+        .inspect_err(|e| tracing::debug!("{TURNS}: {e} (attach and detach do not take turns)"))
+        .ok()
+        .map(OwnedFd::from)
+}
+
+/// This process's turn to attach programs, held until dropped. On 6.1 and 6.12 each detach
+/// of a program holds ftrace's lock through an RCU-tasks grace period, and each attach needs
+/// that lock: a sandbox started while a finished run's links were still being detached
+/// (the next test, an agent's next command) attached its forty programs in turns with
+/// those waits, 3-4 s instead of 1 s in the 6.1 guest. A detach ([`detach_turn`]) starts
+/// only while no attach holds the turn, so an attach waits for at most the one detach
+/// already under way, and the rest follow it.
+pub struct AttachTurn {
+    _held: Option<OwnedFd>,
+}
+
+pub fn attach_turn() -> AttachTurn {
+    let Some(f) = turns_file() else {
+        return AttachTurn { _held: None };
+    };
+    for _ in 0..TURN_STEPS {
+        if crate::sys::try_flock(f.as_raw_fd(), libc::LOCK_EX) {
+            return AttachTurn { _held: Some(f) };
+        }
+        crate::sys::sleep_ms(TURN_STEP_MS);
+    }
+    tracing::debug!("{TURNS}: held too long; attaching without the turn");
+    AttachTurn { _held: None }
+}
+
+/// Waits (at most [`TURN_STEPS`] steps) until no attach holds the turn; `turns` is the
+/// turn file's descriptor (-1: none). System calls only: a child after fork calls this.
+pub fn detach_turn(turns: i32) {
+    if turns < 0 {
+        return;
+    }
+    for _ in 0..TURN_STEPS {
+        if crate::sys::try_flock(turns, libc::LOCK_SH) {
+            crate::sys::try_flock(turns, libc::LOCK_UN);
+            return;
+        }
+        crate::sys::sleep_ms(TURN_STEP_MS);
+    }
+}
+
+/// Closes `links` one at a time, each in its turn ([`detach_turn`]).
+pub fn detach_in_turns(links: Vec<aya::programs::links::FdLink>) {
+    let turns = turns_file();
+    let fd = turns.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+    for link in links {
+        detach_turn(fd);
+        drop(link);
+    }
+}
+
 /// Makes a child process hold this process's BPF links until the returned descriptor (the
 /// write end of a pipe) is closed, then close them. Closing a link detaches its program,
 /// and on 6.1 and 6.12 every detach waits for an RCU-tasks grace period (ftrace takes the
@@ -249,8 +328,14 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
             (target.as_os_str() == "anon_inode:bpf_link").then_some(fd)
         })
         .collect();
+    let links = keep.clone();
+    let turns = turns_file();
+    let turns_fd = turns.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     keep.push(read.as_raw_fd());
+    if turns_fd >= 0 {
+        keep.push(turns_fd);
+    }
     keep.sort_unstable();
     // Where closing one by one stops when close_range is refused (before 5.9, or a seccomp
     // filter): the highest descriptor this process may hold (the hard limit: the soft one
@@ -297,9 +382,17 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
                     Ok(_) => {}
                 }
             }
+            // One at a time, in turns with sandboxes attaching (`attach_turn`).
+            for &fd in &links {
+                detach_turn(turns_fd);
+                let _ = crate::sys::close_raw(fd);
+            }
             crate::sys::exit_child()
         }
-        nix::unistd::ForkResult::Parent { .. } => Ok(write),
+        nix::unistd::ForkResult::Parent { .. } => {
+            drop(turns);
+            Ok(write)
+        }
     }
 }
 

@@ -463,7 +463,7 @@ impl Timer {
 
     pub fn lap(&mut self, what: &str) {
         if self.on {
-            tracing::debug!("{what}: {:.0?}", self.last.elapsed());
+            tracing::debug!("{what}: {} ms", self.last.elapsed().as_millis());
         }
         self.last = std::time::Instant::now();
     }
