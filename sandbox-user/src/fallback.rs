@@ -365,6 +365,11 @@ pub fn plan(policy: &Policy, host: &HostFacts) -> (Option<Plan>, Coverage) {
                      holes: &mut Vec<Hole>,
                      cov: &mut Coverage| {
         for rule in rules {
+            // The attach turn exists where BPF-LSM programs attach; the fallback attaches
+            // none, and a hole for a file that may not exist would split its directory.
+            if rule.field == crate::runtime::arm::TURN_RULE {
+                continue;
+            }
             let name = describe(&rule.field, &rule.source);
             // Written through a symlink: the hole is at the target. The link's own name is
             // as removable as anything else in its directory.

@@ -140,11 +140,27 @@ pub fn membarrier_global() -> Result<(), SysError> {
     }
 }
 
-/// `flock(fd, op)` without blocking (`LOCK_NB` added): whether the lock was taken (or,
-/// for `LOCK_UN`, let go). A plain system call, so a child after fork may use it.
-pub fn try_flock(fd: i32, op: libc::c_int) -> bool {
+/// `flock(fd, op)` without blocking (`LOCK_NB` added); the errno when refused
+/// (`EWOULDBLOCK`: another holds it). A plain system call, so a child after fork may use it.
+pub fn try_flock(fd: i32, op: libc::c_int) -> Result<(), i32> {
     // SAFETY: plain system call on a descriptor number; no pointers.
-    unsafe { libc::flock(fd, op | libc::LOCK_NB) == 0 }
+    if unsafe { libc::flock(fd, op | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(nix::errno::Errno::last_raw())
+    }
+}
+
+/// `CLOCK_MONOTONIC` in milliseconds (a plain system call, for a child after fork).
+pub fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live timespec the call fills.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000
 }
 
 /// Sleeps `ms` milliseconds (`nanosleep`; a plain system call, for a child after fork).

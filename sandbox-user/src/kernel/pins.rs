@@ -233,41 +233,66 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
 }
 
 /// Where a sandbox attaching its programs and the detach of finished runs' links take
-/// turns (see [`attach_turn`]). In a root-only directory: whoever could hold it could slow
-/// every start.
+/// turns (see [`attach_turn`]): root's, in a directory only root may write (both checked
+/// at every open), and denied to every sandboxed command (`arm::protect_own_files`).
+/// Whoever could hold it could slow every start.
 const TURNS_DIR: &str = "/run/sandbox";
-const TURNS: &str = "/run/sandbox/attach.lock";
+pub const TURNS: &str = "/run/sandbox/attach.lock";
 
-/// How long each side waits for its turn, in steps of [`TURN_STEP_MS`], before it goes
-/// ahead anyway: turns make starts faster, they are never a condition (a holder that does
+/// How long each side waits for its turn before it goes ahead anyway, and how often it
+/// asks meanwhile: turns make starts faster, they are never a condition (a holder that does
 /// not let go must neither stop a start nor leave a finished run's programs attached).
-const TURN_STEPS: u32 = 400;
+const TURN_WAIT_MS: u64 = 2000;
 const TURN_STEP_MS: u32 = 5;
 
-/// The turn file, opened (made on first use: root's, mode 0600).
+/// The turn file, opened (made on first use: root's, mode 0600), if it and its directory
+/// are root's and writable by no one else; else none (no turns: starts and detaches as if
+/// alone).
 fn turns_file() -> Option<OwnedFd> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(TURNS_DIR);
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(TURNS)
-        .inspect_err(|e| tracing::debug!("{TURNS}: {e} (attach and detach do not take turns)"))
+    use nix::fcntl::{OFlag, open, openat};
+    use nix::sys::stat::{Mode, SFlag, fstat};
+    let _ = nix::unistd::mkdir(TURNS_DIR, Mode::from_bits_truncate(0o700));
+    let trusted = |fd: &OwnedFd, kind: SFlag| {
+        fstat(fd).is_ok_and(|st| {
+            st.st_uid == 0
+                && SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind
+                && st.st_mode & 0o022 == 0
+        })
+    };
+    let opened = (|| {
+        let dir = open(
+            TURNS_DIR,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("{TURNS_DIR}: {e}"))?;
+        if !trusted(&dir, SFlag::S_IFDIR) {
+            return Err(format!("{TURNS_DIR} is not root's alone"));
+        }
+        let file = openat(
+            &dir,
+            "attach.lock",
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| format!("{TURNS}: {e}"))?;
+        if !trusted(&file, SFlag::S_IFREG) {
+            return Err(format!("{TURNS} is not root's alone"));
+        }
+        Ok(file)
+    })();
+    opened
+        .inspect_err(|e| tracing::debug!("{e}: attach and detach do not take turns"))
         .ok()
-        .map(OwnedFd::from)
 }
 
 /// This process's turn to attach programs, held until dropped. On 6.1 and 6.12 each detach
 /// of a program holds ftrace's lock through an RCU-tasks grace period, and each attach needs
 /// that lock: a sandbox started while a finished run's links were still being detached
 /// (the next test, an agent's next command) attached its forty programs in turns with
-/// those waits, 3-4 s instead of 1 s in the 6.1 guest. A detach ([`detach_turn`]) starts
-/// only while no attach holds the turn, so an attach waits for at most the one detach
-/// already under way, and the rest follow it.
+/// those waits, 4.3-4.5 s instead of 0.8-1 s in the 6.1 guest. A detach ([`detach_turn`])
+/// starts only while no attach holds the turn, so an attach waits only for the detaches
+/// already under way (one per finished run still detaching), and the rest follow it.
 pub struct AttachTurn {
     _held: Option<OwnedFd>,
 }
@@ -276,28 +301,36 @@ pub fn attach_turn() -> AttachTurn {
     let Some(f) = turns_file() else {
         return AttachTurn { _held: None };
     };
-    for _ in 0..TURN_STEPS {
-        if crate::sys::try_flock(f.as_raw_fd(), libc::LOCK_EX) {
-            return AttachTurn { _held: Some(f) };
-        }
-        crate::sys::sleep_ms(TURN_STEP_MS);
+    let held = take_turn(f.as_raw_fd(), libc::LOCK_EX);
+    if !held {
+        tracing::debug!("{TURNS}: held too long by another; attaching without the turn");
     }
-    tracing::debug!("{TURNS}: held too long; attaching without the turn");
-    AttachTurn { _held: None }
+    AttachTurn {
+        _held: held.then_some(f),
+    }
 }
 
-/// Waits (at most [`TURN_STEPS`] steps) until no attach holds the turn; `turns` is the
-/// turn file's descriptor (-1: none). System calls only: a child after fork calls this.
-pub fn detach_turn(turns: i32) {
-    if turns < 0 {
-        return;
-    }
-    for _ in 0..TURN_STEPS {
-        if crate::sys::try_flock(turns, libc::LOCK_SH) {
-            crate::sys::try_flock(turns, libc::LOCK_UN);
-            return;
+/// Takes lock `op` on `fd` without blocking, asking again every [`TURN_STEP_MS`] while
+/// another holds it, for at most [`TURN_WAIT_MS`]: whether it was taken. Any error but
+/// "held by another" gives up at once. System calls only (a child after fork calls this).
+fn take_turn(fd: i32, op: libc::c_int) -> bool {
+    let deadline = crate::sys::monotonic_ms().saturating_add(TURN_WAIT_MS);
+    loop {
+        match crate::sys::try_flock(fd, op) {
+            Ok(()) => return true,
+            Err(libc::EWOULDBLOCK) if crate::sys::monotonic_ms() < deadline => {
+                crate::sys::sleep_ms(TURN_STEP_MS);
+            }
+            Err(_) => return false,
         }
-        crate::sys::sleep_ms(TURN_STEP_MS);
+    }
+}
+
+/// Waits (at most [`TURN_WAIT_MS`]) until no attach holds the turn; `turns` is the turn
+/// file's descriptor (-1: none). System calls only: a child after fork calls this.
+pub fn detach_turn(turns: i32) {
+    if turns >= 0 && take_turn(turns, libc::LOCK_SH) {
+        let _ = crate::sys::try_flock(turns, libc::LOCK_UN);
     }
 }
 
@@ -319,6 +352,11 @@ pub fn detach_in_turns(links: Vec<aya::programs::links::FdLink>) {
 /// own copies of the links first, then the descriptor; by then nothing the links guard is
 /// left (the run's cgroup is gone), so the programs have nothing to judge meanwhile.
 pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
+    // Opened before the links are listed: neither can take the number of a link closed
+    // meanwhile and be closed by the child as one.
+    let turns = turns_file();
+    let turns_fd = turns.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let mut keep: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
         .flatten()
         .filter_map(|e| {
@@ -329,9 +367,6 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
         })
         .collect();
     let links = keep.clone();
-    let turns = turns_file();
-    let turns_fd = turns.as_ref().map_or(-1, AsRawFd::as_raw_fd);
-    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     keep.push(read.as_raw_fd());
     if turns_fd >= 0 {
         keep.push(turns_fd);
@@ -349,8 +384,8 @@ pub fn hand_links_to_a_child() -> std::io::Result<OwnedFd> {
         },
     );
     // SAFETY: the child only makes system calls (close, close_range, open, write, read,
-    // _exit): nothing that could need a lock another thread of this process held at the
-    // fork.
+    // flock, clock_gettime, nanosleep, _exit) on memory made before the fork: nothing that
+    // could need a lock another thread of this process held at the fork.
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Child => {
             // The write end first, whatever happens below: holding it, the child would

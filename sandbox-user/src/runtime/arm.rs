@@ -62,11 +62,14 @@ pub fn load_trusted_policy(
 /// The files name resolution reads (sandbox's `allow_hosts` lookups and `getaddrinfo`).
 pub const RESOLVER_FILES: [&str; 3] = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"];
 
+/// The rule that denies sandboxed commands the attach turn (`pins::TURNS`).
+pub const TURN_RULE: &str = "files.deny (implicit: sandbox's attach turn)";
+
 /// Makes sandbox's own files read-only for the command, whatever the policy says and even
 /// when the command runs as root: the audit log (and its rotated copies), the policy
 /// file, `/etc/sandbox` (where later runs find theirs), the name resolution files
 /// ([`RESOLVER_FILES`]) and sandbox's own `/proc/PID` entries. Added as `files.read_only`
-/// rules, which beat `files.write`.
+/// rules, which beat `files.write`. The attach turn is denied ([`TURN_RULE`]).
 pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Option<&Path>) {
     let mut add = |what: &str, glob: String, literal: Option<PathBuf>| {
         policy.files.read_only.push(PathRule {
@@ -121,6 +124,17 @@ pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Op
             Some(p),
         );
     }
+    // The turn of starts and detaches (`pins::attach_turn`): opened (for reading is enough
+    // to lock it), it could be held to slow every later start and keep finished runs'
+    // programs attached longer (never to weaken one).
+    let turns = crate::kernel::pins::TURNS;
+    policy.files.deny.push(PathRule {
+        field: TURN_RULE.into(),
+        source: turns.into(),
+        glob: policy::expand::escape_glob(turns),
+        literal: Some(PathBuf::from(turns)),
+        written: None,
+    });
 }
 
 /// Everything set up and enforcing, before the command starts.

@@ -449,27 +449,30 @@ fn exit_status_propagates_and_cgroup_is_removed() {
     assert_eq!(r.status, 128 + 15);
 }
 
-/// Programs the kernel has loaded, as `/proc/kallsyms` lists them (one `[bpf]` line for each
-/// program's image and trampoline until the kernel frees it).
-fn loaded_bpf_images() -> usize {
+/// The `[bpf]` lines of `/proc/kallsyms`: one for each loaded program's image (and each of
+/// its functions) and each trampoline, until the kernel frees it.
+fn loaded_bpf_images() -> Vec<String> {
     std::fs::read_to_string("/proc/kallsyms")
         .unwrap()
         .lines()
         .filter(|l| l.ends_with("[bpf]"))
-        .count()
+        .map(str::to_owned)
+        .collect()
 }
 
-/// Waits until no BPF program is loaded (what earlier tests' runs detach after they end).
-fn wait_for_no_bpf_images(what: &str) {
-    let deadline = Instant::now() + Duration::from_mins(3);
+/// Waits at most `secs` until no BPF image is left (earlier runs detach after they end).
+fn wait_for_no_bpf_images(secs: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let n = loaded_bpf_images();
-        if n == 0 {
+        let left = loaded_bpf_images();
+        if left.is_empty() {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "{what}: {n} BPF images still loaded after 3 minutes"
+            "{what}: {} BPF images still loaded after {secs} s, e.g. {:?}",
+            left.len(),
+            &left[..left.len().min(5)]
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -479,40 +482,62 @@ fn wait_for_no_bpf_images(what: &str) {
 /// no sandbox is attaching (`/run/sandbox/attach.lock`; on 6.1 and 6.12 each detach holds
 /// ftrace's lock through an RCU-tasks grace period, which a start would otherwise wait out
 /// link by link). Held by another for long, the turn neither stops a start (it goes ahead
-/// after 2 s) nor leaves a run's programs attached (each detach goes ahead after 2 s): with
-/// the turn held for 12 s after the run, more than half of its programs' images are still
-/// there (without turns all are gone within about 6 s under emulation); let go, all are gone.
+/// after 2 s, and says so) nor keeps a run's programs attached (each detach goes ahead
+/// after 2 s): with the turn held for 12 s after the run, some of its programs' images are
+/// gone and more than half are left (without turns all are gone within about 6 s under
+/// emulation); let go, all are gone soon. A sandboxed root command cannot open the file.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn finished_runs_detach_in_turns_with_starts_and_never_stay() {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let d = workdir("detach_turns");
-    wait_for_no_bpf_images("before the test");
+    wait_for_no_bpf_images(180, "before the test");
     std::fs::create_dir_all("/run/sandbox").unwrap();
     let turn = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open("/run/sandbox/attach.lock")
         .unwrap();
+    assert_eq!(
+        probe_outside(&["open", "/run/sandbox/attach.lock", "r"]),
+        "OK"
+    );
     // SAFETY: flock on a descriptor the test owns.
     assert_eq!(
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&turn), libc::LOCK_EX) },
         0
     );
-    let r = run_in(&d, None, &d, &["/bin/sh", "-c", "exit 3"]);
-    assert_eq!(r.status, 3, "a start while the turn is held: {}", r.stderr);
-    let after_run = loaded_bpf_images();
-    std::thread::sleep(Duration::from_secs(12));
-    let held = loaded_bpf_images();
-    drop(turn);
-    // About six of forty-odd links may have gone (one per 2 s): far more than half is left.
-    assert!(
-        after_run > 0 && held * 2 >= after_run,
-        "with the turn held, {held} BPF images were left of {after_run} 12 s after the run: \
-         the detach did not wait for its turns"
+    let r = check_as_env(
+        User::Root,
+        &d,
+        None,
+        &[("SANDBOX_LOG", "sandbox_user=debug")],
+        &[("open /run/sandbox/attach.lock r", EACCES)],
     );
-    wait_for_no_bpf_images("after the turn was let go");
+    assert!(
+        r.stderr
+            .contains("held too long by another; attaching without the turn"),
+        "the start did not wait for its turn: {}",
+        r.stderr
+    );
+    r.check_records(&[rec("/file/path", "/run/sandbox/attach.lock").has(
+        "/unmapped/rule",
+        "files.deny (implicit: sandbox's attach turn)",
+    )]);
+    let after_run = loaded_bpf_images().len();
+    std::thread::sleep(Duration::from_secs(12));
+    let held = loaded_bpf_images().len();
+    drop(turn);
+    // One link may go every 2 s: about six of forty-odd.
+    assert!(
+        held < after_run && held * 2 >= after_run,
+        "with the turn held, {held} BPF images were left of {after_run} 12 s after the run: \
+         the detach should wait 2 s for each turn, then go ahead"
+    );
+    wait_for_no_bpf_images(60, "after the turn was let go");
 }
 
 #[test]
