@@ -286,6 +286,13 @@ fn turns_file() -> Option<OwnedFd> {
         .ok()
 }
 
+/// Makes the turn file if it is missing, so that a policy compiled now denies it by inode
+/// too (a literal rule gets its file's identity only if the file exists at load: a second
+/// name made later would otherwise open it).
+pub fn make_turns_file() {
+    drop(turns_file());
+}
+
 /// This process's turn to attach programs, held until dropped. On 6.1 and 6.12 each detach
 /// of a program holds ftrace's lock through an RCU-tasks grace period, and each attach needs
 /// that lock: a sandbox started while a finished run's links were still being detached

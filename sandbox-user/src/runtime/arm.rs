@@ -128,6 +128,7 @@ pub fn protect_own_files(policy: &mut Policy, audit: &AuditFile, policy_file: Op
     // to lock it), it could be held to slow every later start and keep finished runs'
     // programs attached longer (never to weaken one).
     let turns = crate::kernel::pins::TURNS;
+    crate::kernel::pins::make_turns_file();
     policy.files.deny.push(PathRule {
         field: TURN_RULE.into(),
         source: turns.into(),

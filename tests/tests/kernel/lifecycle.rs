@@ -485,7 +485,8 @@ fn wait_for_no_bpf_images(secs: u64, what: &str) {
 /// after 2 s, and says so) nor keeps a run's programs attached (each detach goes ahead
 /// after 2 s): with the turn held for 12 s after the run, some of its programs' images are
 /// gone and more than half are left (without turns all are gone within about 6 s under
-/// emulation); let go, all are gone soon. A sandboxed root command cannot open the file.
+/// emulation); let go, all are gone soon. A sandboxed root command cannot open the file,
+/// nor a second name of it.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn finished_runs_detach_in_turns_with_starts_and_never_stay() {
@@ -501,10 +502,13 @@ fn finished_runs_detach_in_turns_with_starts_and_never_stay() {
         .mode(0o600)
         .open("/run/sandbox/attach.lock")
         .unwrap();
-    assert_eq!(
-        probe_outside(&["open", "/run/sandbox/attach.lock", "r"]),
-        "OK"
-    );
+    // A second name of the file, made before the run: denied by the file's identity.
+    let second = "/run/sandbox/attach.lock.second-name";
+    let _ = std::fs::remove_file(second);
+    std::fs::hard_link("/run/sandbox/attach.lock", second).unwrap();
+    for name in ["/run/sandbox/attach.lock", second] {
+        assert_eq!(probe_outside(&["open", name, "r"]), "OK", "{name}");
+    }
     // SAFETY: flock on a descriptor the test owns.
     assert_eq!(
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&turn), libc::LOCK_EX) },
@@ -515,8 +519,12 @@ fn finished_runs_detach_in_turns_with_starts_and_never_stay() {
         &d,
         None,
         &[("SANDBOX_LOG", "sandbox_user=debug")],
-        &[("open /run/sandbox/attach.lock r", EACCES)],
+        &[
+            ("open /run/sandbox/attach.lock r", EACCES),
+            ("open /run/sandbox/attach.lock.second-name r", EACCES),
+        ],
     );
+    std::fs::remove_file(second).unwrap();
     assert!(
         r.stderr
             .contains("held too long by another; attaching without the turn"),
