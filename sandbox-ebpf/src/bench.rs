@@ -26,6 +26,12 @@
 //!
 //! The task whose files are iterated is chosen by the link (`bpf_iter_link_info.task`).
 //! The programs write nothing to the iterator's output.
+//!
+//! Beside them, the floor of the hook-overhead benchmark (`cargo xtask bench`, in a guest):
+//! BPF-LSM programs that decide nothing (`floor_*`), on the hooks that benchmark's loops go
+//! through, attached by `sandbox-user/examples/floor.rs`. What any BPF-LSM program costs
+//! there (the BPF LSM's call of the hook, the trampoline, the program's entry and exit),
+//! which sandbox's programs are then measured against. Never loaded by the loader either.
 
 use core::ffi::c_void;
 
@@ -197,3 +203,21 @@ bench!(bench_open_cold, |file| {
     forget_directory(file);
     open(file);
 });
+
+/// A BPF-LSM program on `$hook` that allows everything and reads nothing (not even an
+/// earlier program's verdict: only the benchmark's guest loads it).
+macro_rules! floor {
+    ($name:ident, $hook:literal) => {
+        #[aya_ebpf::macros::lsm(hook = $hook)]
+        pub fn $name(_ctx: aya_ebpf::programs::LsmContext) -> i32 {
+            0
+        }
+    };
+}
+
+floor!(floor_file_open, "file_open");
+floor!(floor_file_ioctl, "file_ioctl");
+floor!(floor_socket_create, "socket_create");
+floor!(floor_socket_connect, "socket_connect");
+floor!(floor_bprm_check_security, "bprm_check_security");
+floor!(floor_task_alloc, "task_alloc");

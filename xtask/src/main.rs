@@ -168,6 +168,19 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Cmd::Bench { kernel, .. } => {
             let k = setup::all(&kernel::parse_labels(&kernel)?)?.remove(0);
             let arts = build()?;
+            // The benchmark's floor (empty BPF-LSM programs): built for it alone.
+            sh::run(
+                sh::cargo()
+                    .args([
+                        "build",
+                        "--release",
+                        "-p",
+                        "sandbox-user",
+                        "--example",
+                        "floor",
+                    ])
+                    .current_dir(root()),
+            )?;
             vm::bench(&k, &arts)
         }
     }
@@ -183,6 +196,9 @@ pub struct Artifacts {
     /// `tests/tests/systemd.rs`, run in a guest whose PID 1 is systemd.
     pub systemd_tests: PathBuf,
     pub bench: PathBuf,
+    /// `sandbox-user/examples/floor.rs`, the benchmark's floor: built by `cargo xtask
+    /// bench` only (a guest goes without it when it is not there).
+    pub floor: PathBuf,
 }
 
 fn build() -> anyhow::Result<Artifacts> {
@@ -211,6 +227,7 @@ fn build() -> anyhow::Result<Artifacts> {
         fallback_tests,
         systemd_tests,
         bench: rel.join("sandbox-bench"),
+        floor: rel.join("examples").join("floor"),
     })
 }
 

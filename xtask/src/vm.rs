@@ -229,8 +229,19 @@ fn initramfs(
         (&arts.fallback_tests, "/fallback-tests"),
         (&arts.systemd_tests, "/systemd-tests"),
         (&arts.bench, "/usr/bin/sandbox-bench"),
+        (&arts.floor, "/usr/bin/sandbox-floor"),
     ];
     bins.extend(btrfs_tools.iter().map(|(h, g)| (h.as_path(), g.as_str())));
+    // `SANDBOX_VM_EXTRA=HOST:GUEST,...`: more binaries in the guest, e.g. another build of
+    // sandbox beside this one, to compare the two in one boot (TCG's speed drifts between
+    // boots more than between two runs of one).
+    let extra: Vec<(PathBuf, String)> = std::env::var("SANDBOX_VM_EXTRA")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|pair| pair.split_once(':'))
+        .map(|(h, g)| (PathBuf::from(h), g.to_owned()))
+        .collect();
+    bins.extend(extra.iter().map(|(h, g)| (h.as_path(), g.as_str())));
     if systemd {
         c.dir("/lib/systemd");
         c.dir("/etc/systemd");

@@ -2,12 +2,18 @@
 //!
 //! Each figure is the median ns/op of a loop, run as a separate process:
 //! - `none`: no BPF programs attached at all;
+//! - `floor`: BPF-LSM programs that decide nothing on the loops' hooks (not sandbox's:
+//!   `sandbox-user/examples/floor.rs`, in the guest when `cargo xtask bench` built it),
+//!   what any BPF-LSM program costs there;
 //! - `out of scope`: programs attached and a cgroup bound, the loop outside it;
 //! - `in scope, N rules`: the loop is the command of `sandbox run` with an N-rule policy;
 //! - `no directory cache`: the same with `SANDBOX_DIR_CACHE=0` (every path walked whole).
 //!
 //! Ratios are against `none` of the same run. Under QEMU/TCG absolute times are inflated;
-//! the ratios are what to read.
+//! the ratios are what to read. Every run but the out-of-scope and floor rows' starts once
+//! the programs of the runs before it are gone (a finished run's detach one link at a
+//! time takes seconds on 6.1 and 6.12, and while it lasts the loops pay for those
+//! programs too).
 //!
 //!   sandbox-bench                 the driver: prints the table
 //!   sandbox-bench loop PORT       the measured loops (open+close, connect, fork+exec,
@@ -66,68 +72,85 @@ fn ns_per(start: Instant, n: u32) -> f64 {
     start.elapsed().as_nanos() as f64 / f64::from(n)
 }
 
-/// The measured loops; prints `open=NS connect=NS exec=NS ioctl=NS socket=NS`.
+/// The measured loops; prints `open=NS connect=NS exec=NS ioctl=NS socket=NS tree=NS
+/// build=NS`. `SANDBOX_BENCH_ONLY` (comma-separated `open`, `connect`, `exec`, `ioctl`,
+/// `socket`, `tree`, `build`) runs only those (the others print 0): for a closer look at
+/// one column, with more runs, in a guest.
 fn loops(port: u16) {
-    let path = std::ffi::CString::new(FILE).unwrap();
-    let t = Instant::now();
-    for _ in 0..OPEN_N {
-        // SAFETY: plain syscalls on a valid path.
-        unsafe {
-            let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            assert!(fd >= 0, "open {FILE} failed");
-            libc::close(fd);
+    let only = std::env::var("SANDBOX_BENCH_ONLY").ok();
+    let want = |c: &str| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == c));
+    let timed = |c: &str, n: u32, f: &dyn Fn()| {
+        if !want(c) {
+            return 0.0;
         }
-    }
-    let open = ns_per(t, OPEN_N);
-    let t = Instant::now();
-    for _ in 0..CONNECT_N {
-        let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("loopback connect");
-        drop(s);
-    }
-    let connect = ns_per(t, CONNECT_N);
-    let t = Instant::now();
-    for _ in 0..EXEC_N {
-        let st = Command::new("/bin/true").status().expect("exec /bin/true");
-        assert!(st.success());
-    }
-    let exec = ns_per(t, EXEC_N);
+        let t = Instant::now();
+        f();
+        ns_per(t, n)
+    };
+    let path = std::ffi::CString::new(FILE).unwrap();
+    let open = timed("open", OPEN_N, &|| {
+        for _ in 0..OPEN_N {
+            // SAFETY: plain syscalls on a valid path.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                assert!(fd >= 0, "open {FILE} failed");
+                libc::close(fd);
+            }
+        }
+    });
+    let connect = timed("connect", CONNECT_N, &|| {
+        for _ in 0..CONNECT_N {
+            let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("loopback connect");
+            drop(s);
+        }
+    });
+    let exec = timed("exec", EXEC_N, &|| {
+        for _ in 0..EXEC_N {
+            let st = Command::new("/bin/true").status().expect("exec /bin/true");
+            assert!(st.success());
+        }
+    });
     // A harmless ioctl on a pipe (FIONREAD): the file_ioctl hook's path for every ioctl.
     let mut fds = [0i32; 2];
     // SAFETY: plain syscalls on our own fds.
     unsafe { assert_eq!(libc::pipe(fds.as_mut_ptr()), 0) };
-    let t = Instant::now();
-    for _ in 0..IOCTL_N {
-        let mut n: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one int.
-        let r = unsafe { libc::ioctl(fds[0], libc::FIONREAD, &raw mut n) };
-        assert_eq!(r, 0, "ioctl FIONREAD failed");
-    }
-    let ioctl = ns_per(t, IOCTL_N);
-    // Socket creation (the socket_create hook) of an allowed family and type.
-    let t = Instant::now();
-    for _ in 0..SOCKET_N {
-        // SAFETY: plain syscalls.
-        unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-            assert!(fd >= 0, "socket failed");
-            libc::close(fd);
+    let ioctl = timed("ioctl", IOCTL_N, &|| {
+        for _ in 0..IOCTL_N {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int.
+            let r = unsafe { libc::ioctl(fds[0], libc::FIONREAD, &raw mut n) };
+            assert_eq!(r, 0, "ioctl FIONREAD failed");
         }
-    }
-    let socket = ns_per(t, SOCKET_N);
+    });
+    // Socket creation (the socket_create hook) of an allowed family and type.
+    let socket = timed("socket", SOCKET_N, &|| {
+        for _ in 0..SOCKET_N {
+            // SAFETY: plain syscalls.
+            unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+                assert!(fd >= 0, "socket failed");
+                libc::close(fd);
+            }
+        }
+    });
     // What an agent's `grep -r` does: list every directory, read every file.
-    let t = Instant::now();
-    let mut read = 0u32;
-    for _ in 0..TREE_PASSES {
-        read += read_tree(std::path::Path::new(TREE));
-    }
-    assert_eq!(read, TREE_FILES * TREE_PASSES, "files of {TREE} read");
-    let tree = ns_per(t, read);
+    let tree = timed("tree", TREE_FILES * TREE_PASSES, &|| {
+        let mut read = 0u32;
+        for i in 0..TREE_PASSES {
+            let t = Instant::now();
+            read += read_tree(std::path::Path::new(TREE));
+            if only.is_some() {
+                eprintln!("tree pass {i}: {:.0} ns per file", ns_per(t, TREE_FILES));
+            }
+        }
+        assert_eq!(read, TREE_FILES * TREE_PASSES, "files of {TREE} read");
+    });
     // A build: make -j1 of the C-shaped project.
-    let t = Instant::now();
-    for _ in 0..BUILDS {
-        build();
-    }
-    let build = ns_per(t, BUILDS);
+    let build = timed("build", BUILDS, &|| {
+        for _ in 0..BUILDS {
+            build();
+        }
+    });
     println!(
         "open={open:.0} connect={connect:.0} exec={exec:.0} ioctl={ioctl:.0} socket={socket:.0} \
          tree={tree:.0} build={build:.0}"
@@ -323,6 +346,28 @@ fn policy(n: usize, port: u16) -> String {
     )
 }
 
+/// BPF symbols the kernel lists now (`[bpf]` lines of /proc/kallsyms: programs and
+/// trampolines).
+fn bpf_symbols() -> usize {
+    std::fs::read_to_string("/proc/kallsyms")
+        .map_or(0, |s| s.lines().filter(|l| l.ends_with("[bpf]")).count())
+}
+
+/// Waits (up to 2 minutes) until no more BPF symbols are listed than `base`: the programs
+/// of a finished run detach after it, one link at a time (seconds on 6.1 and 6.12), and
+/// while they do they cost every hook what a set out of scope costs. Each run is measured
+/// alone; a run that had to start with them still there says so.
+fn settle(base: usize) {
+    let deadline = Instant::now() + Duration::from_mins(2);
+    while bpf_symbols() > base {
+        if Instant::now() > deadline {
+            eprintln!("sandbox-bench: programs of an earlier run are still attached");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn run_loop(cmd: &mut Command) -> Row {
     let out = cmd.output().expect("run loop");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -396,7 +441,7 @@ fn main() {
         }
     });
     let p = port.to_string();
-    let direct = || {
+    let mut direct = || {
         let mut c = Command::new(&me);
         c.args(["loop", &p]);
         c
@@ -408,12 +453,29 @@ fn main() {
         c.arg(&me).args(["loop", &p]);
         c
     };
+    let base = bpf_symbols();
+    let measure = |cmd: &mut dyn FnMut() -> Command| {
+        median(
+            (0..REPEAT)
+                .map(|_| {
+                    settle(base);
+                    run_loop(&mut cmd())
+                })
+                .collect(),
+        )
+    };
     let mut rows: Vec<(String, [Row; 3])> = Vec::new();
-    rows.push((
-        "none (no programs attached)".into(),
-        median((0..REPEAT).map(|_| run_loop(&mut direct())).collect()),
-    ));
+    rows.push(("none (no programs attached)".into(), measure(&mut direct)));
+    // The floor: programs that decide nothing on the loops' hooks (not sandbox's; see
+    // sandbox-user/examples/floor.rs), what any BPF-LSM program costs there.
+    if let Some(floor) = floor() {
+        rows.push((
+            "floor (empty BPF-LSM programs, no sandbox)".into(),
+            floor_row(&floor, &mut direct),
+        ));
+    }
     // Attach and bind (a held sandbox), then measure outside its cgroup.
+    settle(base);
     let f = "/tmp/bench/policy-hold.yaml";
     std::fs::write(f, policy(1000, port)).unwrap();
     let mut holder = sandbox_run(&sandbox, f, "/tmp/bench/audit.jsonl")
@@ -436,22 +498,19 @@ fn main() {
     unsafe { libc::kill(holder.id().cast_signed(), libc::SIGTERM) };
     holder.wait().unwrap();
     for n in [10, 1_000, 10_000] {
-        rows.push((
-            format!("in scope, {n} rules"),
-            median((0..REPEAT).map(|_| run_loop(&mut confined(n))).collect()),
-        ));
+        rows.push((format!("in scope, {n} rules"), measure(&mut || confined(n))));
     }
     // What the directory cache saves: the same as the 1,000-rule row, every path walked
     // and scanned whole.
     rows.push((
         "in scope, 1000 rules, no directory cache".into(),
-        median(
-            (0..REPEAT)
-                .map(|_| run_loop(confined(1_000).env("SANDBOX_DIR_CACHE", "0")))
-                .collect(),
-        ),
+        measure(&mut || {
+            let mut c = confined(1_000);
+            c.env("SANDBOX_DIR_CACHE", "0");
+            c
+        }),
     ));
-    let base = rows[0].1[0];
+    let none = rows[0].1[0];
     let mut out = std::io::stdout();
     let mut head = format!("{:<54}", "configuration");
     for c in COLUMNS {
@@ -462,9 +521,9 @@ fn main() {
         let mut line = format!("{name:<54}");
         let mut spread = format!("{:<54}", "  (spread of the runs)");
         for k in 0..COLUMNS.len() {
-            let cell = format!("{:.0} ns {:>5.2}x", v[k], v[k] / base[k]);
+            let cell = format!("{:.0} ns {:>5.2}x", v[k], v[k] / none[k]);
             let _ = write!(line, " {cell:>18}");
-            let range = format!("{:.2}-{:.2}x", lo[k] / base[k], hi[k] / base[k]);
+            let range = format!("{:.2}-{:.2}x", lo[k] / none[k], hi[k] / none[k]);
             let _ = write!(spread, " {range:>18}");
         }
         writeln!(out, "{line}\n{spread}").unwrap();
@@ -482,6 +541,31 @@ fn main() {
     assert!(!check.status.success(), "the bench policy did not confine");
     flood(&sandbox, &me, 0);
     flood(&sandbox, &me, 1000);
+}
+
+/// The floor's program (`sandbox-user/examples/floor.rs`), if the guest has it.
+fn floor() -> Option<std::path::PathBuf> {
+    let p = std::path::PathBuf::from("/usr/bin/sandbox-floor");
+    p.exists().then_some(p)
+}
+
+/// The loops with the floor's empty programs attached (and nothing else).
+fn floor_row(floor: &std::path::Path, direct: &mut dyn FnMut() -> Command) -> [Row; 3] {
+    use std::io::BufRead as _;
+    let mut held = Command::new(floor)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the floor's programs");
+    let mut line = String::new();
+    std::io::BufReader::new(held.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("attached"), "the floor's programs: {line}");
+    let row = median((0..REPEAT).map(|_| run_loop(&mut direct())).collect());
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(held.id().cast_signed(), libc::SIGTERM) };
+    held.wait().unwrap();
+    row
 }
 
 /// `sandbox run --as-root --quiet --audit-log LOG --policy POLICY --`, ready for the
