@@ -107,6 +107,12 @@ pub struct Now {
     /// Set by [`crate::path::resolve_typed`]: the name's bytes are in `SCRATCH.name`
     /// already (read from the dentry itself, where a short name lives).
     pub name_read: u32,
+    /// Set when the decision's result is a name's result kept in the name cache (found
+    /// there, or just put there: a scan from the directory's kept state that sought no
+    /// mounted directory), under this decision's rename count: `resolve_typed` may keep it
+    /// for the file's dentry too (`filecache::fill`). Cleared when a decision starts.
+    pub name_kept: u32,
+    pub _pad: u32,
 }
 
 /// The cache's state when a file cache lookup starts: its generation, the rename count

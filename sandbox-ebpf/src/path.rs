@@ -537,12 +537,14 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     crate::maps::claim(s);
     s.now.prepared = 1;
     s.now.name_read = 0;
+    s.now.name_kept = 0;
     // Volatile: LLVM would merge the adjacent stores into a call of `memset`, a loop of
     // byte stores in BPF.
     kread::zero(&mut s.now.parent_dentry);
     kread::zero(&mut s.now.parent_inode);
     s.now.name = 0;
     s.now.name_len = u32::MAX;
+    let mut known = None;
     if dircache::now(&mut s.now) {
         let off = offsets();
         let dentry = facts.dentry;
@@ -559,22 +561,37 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
         }
         s.now.name_len = kread::field(dentry, off.dentry_d_name_len).unwrap_or(u32::MAX);
         s.now.name = kread::field(dentry, off.dentry_d_name_name).unwrap_or(0);
+        // The file seen before in this directory: decided here, without the global
+        // function (and the probe reads it takes to get its arguments).
         if inline_name(dentry, s) {
-            // The file seen before in this directory: decided here, without the global
-            // function (and the probe reads it takes to get its arguments).
-            if let Some(r) = resolve_known_in(s, policy_id, facts) {
-                if let Resolved::Matched(m) = &r {
-                    // The name's result is the path of the file's own dentry, found under
-                    // the decision's rename count (read again since): kept for it.
-                    let sb = if m.sb_known { filecache::SB_KNOWN } else { 0 };
-                    let found = sb | u64::from(m.path);
-                    filecache::fill(policy_id, facts.dentry, facts.ino, facts.dev, found);
-                }
-                return r;
-            }
+            known = resolve_known_in(s, policy_id, facts);
         }
     }
-    resolve_with(policy_id, facts, 1)
+    let r = match known {
+        Some(r) => r,
+        None => resolve_with(policy_id, facts, 1),
+    };
+    // One call site: the function is verified once per call site.
+    keep_for_dentry(policy_id, facts, r)
+}
+
+/// A name's result (`SCRATCH.now.name_kept`: found in the name cache, or put there by
+/// this decision) is the path of the file's own dentry, found under the decision's rename
+/// count (read again since): kept for the dentry ([`filecache::fill`] checks that the
+/// working memory is still the decision's). So a file's second open reads one slot,
+/// whether the name was seen before or scanned by the first.
+#[inline(always)]
+fn keep_for_dentry(policy_id: u32, facts: &FileFacts, r: Resolved) -> Resolved {
+    if let Resolved::Matched(m) = &r
+        && let Some(s) = scratch()
+        // SAFETY: a volatile read of working memory (written by the global function).
+        && unsafe { core::ptr::read_volatile(&raw const s.now.name_kept) } != 0
+    {
+        let sb = if m.sb_known { filecache::SB_KNOWN } else { 0 };
+        let found = sb | u64::from(m.path);
+        filecache::fill(policy_id, facts.dentry, facts.ino, facts.dev, found);
+    }
+    r
 }
 
 /// A short name's bytes, read from the dentry itself (`d_iname`) with direct loads, into
@@ -742,6 +759,7 @@ fn resolve_here(
         crate::maps::claim(s);
         s.now.prepared = 0;
         s.now.name_read = 0;
+        s.now.name_kept = 0;
         let on = dircache::now(&mut s.now);
         if on {
             parent_of(facts.dentry, &mut s.now);
@@ -793,6 +811,7 @@ fn resolve_known_in(
     if !crate::maps::owns(s) {
         return Some(Resolved::Preempted);
     }
+    s.now.name_kept = 1;
     // Kept only from scans that did not seek mounted directories: none is outside the
     // mounted ones (`matched`).
     Some(Resolved::Matched(FileMatch {
@@ -852,6 +871,7 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     if seeking == 0 && matches!(r, Resolved::Matched(_)) {
         // `put` empties the slot again if another decision took the working memory.
         namecache::put(&s.now, policy_id, &s.name, &s.dir, path, sb_known);
+        s.now.name_kept = 1;
     }
     Some(r)
 }
