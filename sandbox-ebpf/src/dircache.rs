@@ -107,12 +107,6 @@ pub struct Now {
     /// Set by [`crate::path::resolve_typed`]: the name's bytes are in `SCRATCH.name`
     /// already (read from the dentry itself, where a short name lives).
     pub name_read: u32,
-    /// Set when the decision's result is a name's result kept in the name cache (found
-    /// there, or just put there: a scan from the directory's kept state that sought no
-    /// mounted directory), under this decision's rename count: `resolve_typed` may keep it
-    /// for the file's dentry too (`filecache::fill`). Cleared when a decision starts.
-    pub name_kept: u32,
-    pub _pad: u32,
 }
 
 /// The cache's state when a file cache lookup starts: its generation, the rename count
@@ -247,26 +241,50 @@ unsafe fn copy(from: *const DirSlot, to: *mut DirSlot) {
     );
 }
 
-/// Keeps `v` (this decision's working memory) in its directory's slot, unless another
-/// writer has the slot. If another task's decision took the working memory meanwhile,
+/// Keeps the scan state `snap` of the decision's directory (`now`), whose path is `len`
+/// bytes, in the directory's slot, unless another writer has the slot. Written into the
+/// slot directly, never through the working memory: a decision that lost that memory to
+/// another task's decision while it was preempted (and does not know it yet) must not
+/// write into the other's state. If another decision took the working memory meanwhile,
 /// what was copied may be a mix of both: the slot is then left empty.
 #[inline(always)]
-pub fn put(v: &mut DirSlot) {
-    let Some(p) = slot_of(v.inode) else {
+pub fn keep(now: &Now, policy_id: u32, snap: &crate::path::Snap, len: u32, sb_known: bool) {
+    let Some(p) = slot_of(now.parent_inode) else {
         return;
     };
-    // SAFETY: `p` is a map value of this array; the lock makes this the only writer.
+    // SAFETY: `p` is a map value of this array; the lock makes this the only writer;
+    // `now` and `snap` are working memory, read with volatile reads.
     unsafe {
         let lock = &raw mut (*p).lock;
-        let Some(held) = kread::write_begin(lock) else {
+        if kread::write_begin(lock).is_none() {
             return;
-        };
-        // The copy carries the odd lock value: a reader never sees the lock even while
-        // the fields are being written.
-        v.lock = held;
-        copy(v, p);
+        }
+        macro_rules! set {
+            ($f:ident, $v:expr) => {
+                core::ptr::write_volatile(&raw mut (*p).$f, $v)
+            };
+        }
+        macro_rules! get {
+            ($v:expr) => {
+                core::ptr::read_volatile(&raw const $v)
+            };
+        }
+        set!(inode, get!(now.parent_inode));
+        set!(dentry, get!(now.parent_dentry));
+        set!(generation, get!(now.generation));
+        set!(time, get!(now.time));
+        set!(rename_seq, get!(now.seq));
+        set!(hash, get!(snap.hash));
+        set!(sb_hash, get!(snap.sb_hash));
+        set!(anchored, get!(snap.anchored));
+        set!(floating, get!(snap.floating));
+        set!(mask, get!(snap.mask));
+        set!(seeking, get!(snap.seeking));
+        set!(policy_id, policy_id);
+        set!(len, len);
+        set!(sb_known, u32::from(sb_known));
         if !crate::maps::still_mine() {
-            core::ptr::write_volatile(&raw mut (*p).inode, 0);
+            set!(inode, 0);
         }
         kread::write_end(lock);
     }

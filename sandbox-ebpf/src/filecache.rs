@@ -13,9 +13,9 @@
 //!
 //! Invariants:
 //! - A slot is filled only by `file_open`, from a name's result (`namecache.rs`) for the
-//!   file's own dentry, found in the name cache or just put there by the same decision
-//!   (a scan of the name from its directory's kept state), under the rename count the
-//!   slot is stamped with, and only when the count was read unchanged after that result
+//!   file's own dentry, found in the name cache or scanned by the same decision from its
+//!   directory's kept state (and put in the name cache when it fits there), under the
+//!   rename count the slot is stamped with, and only when the count was read unchanged after that result
 //!   and the working memory stayed the decision's; so only from states that started
 //!   outside any seeking of mounted directories, in directories whose names are not
 //!   revalidated. (Filled at the first open of a name, the second reads one slot.)

@@ -237,12 +237,12 @@ pub struct Scan {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Snap {
-    hash: u64,
-    sb_hash: u64,
-    anchored: u32,
-    floating: u32,
-    mask: u32,
-    seeking: u32,
+    pub hash: u64,
+    pub sb_hash: u64,
+    pub anchored: u32,
+    pub floating: u32,
+    pub mask: u32,
+    pub seeking: u32,
 }
 
 const NO_SPLIT: u32 = u32::MAX;
@@ -508,7 +508,7 @@ fn walk(dentry: *const u8) -> Result<u32, ()> {
 /// policy. The work is done once per program, in [`sandbox_resolve`].
 #[inline(always)]
 pub fn resolve(policy_id: u32, facts: &mut FileFacts) -> Resolved {
-    resolve_with(policy_id, facts, 0)
+    resolve_with(policy_id, facts, 0).0
 }
 
 /// [`resolve`] for a dentry the verifier types (`file_open`'s, from its typed `file`):
@@ -537,7 +537,6 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     crate::maps::claim(s);
     s.now.prepared = 1;
     s.now.name_read = 0;
-    s.now.name_kept = 0;
     // Volatile: LLVM would merge the adjacent stores into a call of `memset`, a loop of
     // byte stores in BPF.
     kread::zero(&mut s.now.parent_dentry);
@@ -567,26 +566,26 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
             known = resolve_known_in(s, policy_id, facts);
         }
     }
-    let r = match known {
-        Some(r) => r,
+    // A name cache hit, or the global function's answer and whether it is a name's result.
+    let (r, kept) = match known {
+        Some(r) => (r, true),
         None => resolve_with(policy_id, facts, 1),
     };
     // One call site: the function is verified once per call site.
-    keep_for_dentry(policy_id, facts, r)
+    keep_for_dentry(policy_id, facts, r, kept)
 }
 
-/// A name's result (`SCRATCH.now.name_kept`: found in the name cache, or put there by
-/// this decision) is the path of the file's own dentry, found under the decision's rename
-/// count (read again since): kept for the dentry ([`filecache::fill`] checks that the
-/// working memory is still the decision's). So a file's second open reads one slot,
-/// whether the name was seen before or scanned by the first.
+/// A name's result (`kept`: found in the name cache, or a scan of the name from its
+/// directory's kept state that sought no mounted directory) is the path of the file's
+/// own dentry, found under the decision's rename count (read again since): kept for the
+/// dentry ([`filecache::fill`] checks that the working memory is still the decision's).
+/// So a file's second open reads one slot, whether the name was seen before or scanned
+/// by the first. `kept` travels in the decision's own values (the packed answer of the
+/// global function), never in the working memory, which a decision preempted after its
+/// last check could still write into.
 #[inline(always)]
-fn keep_for_dentry(policy_id: u32, facts: &FileFacts, r: Resolved) -> Resolved {
-    if let Resolved::Matched(m) = &r
-        && let Some(s) = scratch()
-        // SAFETY: a volatile read of working memory (written by the global function).
-        && unsafe { core::ptr::read_volatile(&raw const s.now.name_kept) } != 0
-    {
+fn keep_for_dentry(policy_id: u32, facts: &FileFacts, r: Resolved, kept: bool) -> Resolved {
+    if kept && let Resolved::Matched(m) = &r {
         let sb = if m.sb_known { filecache::SB_KNOWN } else { 0 };
         let found = sb | u64::from(m.path);
         filecache::fill(policy_id, facts.dentry, facts.ino, facts.dev, found);
@@ -630,13 +629,15 @@ fn inline_name(dentry: *const u8, s: &mut crate::maps::Scratch) -> bool {
 }
 
 #[inline(always)]
-fn resolve_with(policy_id: u32, facts: &mut FileFacts, prepared: u32) -> Resolved {
+/// The global function's answer, and whether it is a name's result (`packed::KEPT`).
+fn resolve_with(policy_id: u32, facts: &mut FileFacts, prepared: u32) -> (Resolved, bool) {
     let dentry = kread::untyped(facts.dentry);
     let r = sandbox_resolve(policy_id, dentry, facts.dev, facts.ino, prepared);
     facts.start = ((r >> packed::START) & packed::START_MASK) as u32;
     facts.flags = ((r >> packed::FLAGS) & packed::FLAGS_MASK) as u32;
     facts.partial = (r >> packed::PARTIAL) & 1 != 0;
-    match r >> packed::VARIANT {
+    let kept = (r >> packed::KEPT) & 1 != 0;
+    let resolved = match r >> packed::VARIANT {
         packed::MATCHED => Resolved::Matched(FileMatch {
             path: (r & packed::KINDS_MASK) as u32,
             inode: ((r >> packed::INODE) & packed::KINDS_MASK) as u32,
@@ -645,7 +646,8 @@ fn resolve_with(policy_id: u32, facts: &mut FileFacts, prepared: u32) -> Resolve
         packed::UNPLACED => Resolved::Unplaced,
         packed::PREEMPTED => Resolved::Preempted,
         _ => Resolved::Unresolved,
-    }
+    };
+    (resolved, kept)
 }
 
 /// [`Resolved`] and what [`resolve`] writes back into `FileFacts`, as the one scalar a
@@ -661,6 +663,8 @@ mod packed {
     pub const FLAGS_MASK: u64 = 0xf;
     pub const SB_KNOWN: u64 = 48;
     pub const PARTIAL: u64 = 49;
+    /// A name's result: found in the name cache, or scanned from the directory's state.
+    pub const KEPT: u64 = 50;
     pub const VARIANT: u64 = 56;
     pub const MATCHED: u64 = 0;
     pub const UNRESOLVED: u64 = 1;
@@ -700,13 +704,13 @@ pub extern "C" fn sandbox_resolve(
         flags: 0,
         partial: false,
     };
-    let (variant, m) = match POLICIES.get(policy_id) {
-        None => (packed::UNRESOLVED, FileMatch::default()),
+    let (variant, m, kept) = match POLICIES.get(policy_id) {
+        None => (packed::UNRESOLVED, FileMatch::default(), false),
         Some(info) => match resolve_here(policy_id, info, &mut facts, prepared != 0) {
-            Resolved::Matched(m) => (packed::MATCHED, m),
-            Resolved::Unresolved => (packed::UNRESOLVED, FileMatch::default()),
-            Resolved::Unplaced => (packed::UNPLACED, FileMatch::default()),
-            Resolved::Preempted => (packed::PREEMPTED, FileMatch::default()),
+            (Resolved::Matched(m), kept) => (packed::MATCHED, m, kept),
+            (Resolved::Unresolved, _) => (packed::UNRESOLVED, FileMatch::default(), false),
+            (Resolved::Unplaced, _) => (packed::UNPLACED, FileMatch::default(), false),
+            (Resolved::Preempted, _) => (packed::PREEMPTED, FileMatch::default(), false),
         },
     };
     (u64::from(m.path) & packed::KINDS_MASK)
@@ -715,6 +719,7 @@ pub extern "C" fn sandbox_resolve(
         | ((u64::from(facts.flags) & packed::FLAGS_MASK) << packed::FLAGS)
         | (u64::from(m.sb_known) << packed::SB_KNOWN)
         | (u64::from(facts.partial) << packed::PARTIAL)
+        | (u64::from(kept) << packed::KEPT)
         | (variant << packed::VARIANT)
 }
 
@@ -746,12 +751,12 @@ fn resolve_here(
     info: &PolicyInfo,
     facts: &mut FileFacts,
     prepared: bool,
-) -> Resolved {
+) -> (Resolved, bool) {
     // The working memory is this decision's from here (a kept state is copied into it),
     // and the rename count is read before the parent and the name. A prepared decision
     // ([`resolve_typed`]) did both before the call.
     let Some(s) = scratch() else {
-        return Resolved::Unresolved;
+        return (Resolved::Unresolved, false);
     };
     let cache = if prepared {
         s.now.generation != 0
@@ -759,7 +764,6 @@ fn resolve_here(
         crate::maps::claim(s);
         s.now.prepared = 0;
         s.now.name_read = 0;
-        s.now.name_kept = 0;
         let on = dircache::now(&mut s.now);
         if on {
             parent_of(facts.dentry, &mut s.now);
@@ -772,16 +776,16 @@ fn resolve_here(
             namecache::read(&mut s.name, s.now.name_len, s.now.name);
             // (A name read by the hook was looked up there already.)
             if let Some(r) = resolve_known_in(s, policy_id, facts) {
-                return r;
+                return (r, true);
             }
         }
         if dircache::get(&s.now, policy_id, &mut s.dir)
-            && let Some(r) = resolve_below(policy_id, info, facts)
+            && let Some(found) = resolve_below(policy_id, info, facts)
         {
-            return r;
+            return found;
         }
     }
-    resolve_whole(policy_id, info, facts)
+    (resolve_whole(policy_id, info, facts), false)
 }
 
 /// The name of a dentry (`d_name`), into `now` (length `u32::MAX` when unreadable).
@@ -811,7 +815,6 @@ fn resolve_known_in(
     if !crate::maps::owns(s) {
         return Some(Resolved::Preempted);
     }
-    s.now.name_kept = 1;
     // Kept only from scans that did not seek mounted directories: none is outside the
     // mounted ones (`matched`).
     Some(Resolved::Matched(FileMatch {
@@ -825,7 +828,12 @@ fn resolve_known_in(
 /// `/name` is placed and scanned. `None` when the name does not fit or a move happened
 /// meanwhile: the whole walk decides then.
 #[inline(always)]
-fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Option<Resolved> {
+/// With the result, whether it is a name's result (sought no mounted directory).
+fn resolve_below(
+    policy_id: u32,
+    info: &PolicyInfo,
+    facts: &mut FileFacts,
+) -> Option<(Resolved, bool)> {
     // Claimed by `resolve_here`, before the slot was copied in.
     let s = scratch()?;
     let d = &s.dir;
@@ -871,9 +879,11 @@ fn resolve_below(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Op
     if seeking == 0 && matches!(r, Resolved::Matched(_)) {
         // `put` empties the slot again if another decision took the working memory.
         namecache::put(&s.now, policy_id, &s.name, &s.dir, path, sb_known);
-        s.now.name_kept = 1;
     }
-    Some(r)
+    // A name's result (a scan from the directory's state that sought no mounted
+    // directory), which the file's dentry may keep (`resolve_typed`).
+    let kept = seeking == 0 && matches!(r, Resolved::Matched(_));
+    Some((r, kept))
 }
 
 /// The whole walk and scan; with the cache on (`SCRATCH.now`), the directory's state is
@@ -925,24 +935,8 @@ fn resolve_whole(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Re
         && split != NO_SPLIT
         && dircache::unchanged(&s.now)
     {
-        let (snap, n) = (&s.scan.snap, &s.now);
-        let d = &mut s.dir;
-        d.inode = n.parent_inode;
-        d.dentry = n.parent_dentry;
-        d.generation = n.generation;
-        d.time = n.time;
-        d.hash = snap.hash;
-        d.sb_hash = snap.sb_hash;
-        d.rename_seq = n.seq;
-        d.policy_id = policy_id;
-        d.anchored = snap.anchored;
-        d.floating = snap.floating;
-        d.mask = snap.mask;
-        d.seeking = snap.seeking;
-        d.len = split - start_off;
-        d.sb_known = u32::from(sb_known);
-        // `put` empties the slot again if another decision took the working memory.
-        dircache::put(&mut s.dir);
+        // Into the slot itself, not through `SCRATCH.dir`: see `dircache::keep`.
+        dircache::keep(&s.now, policy_id, &s.scan.snap, split - start_off, sb_known);
     }
     r
 }
