@@ -589,7 +589,8 @@ const RUNNER_ARGS: &str = "--include-ignored --test-threads=1 -Z unstable-option
 impl Job<'_> {
     /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
     /// [`Outcome::tcg_text_poke`]) or a boot that never reached init
-    /// ([`Killed::BootHung`]) gets another boot (at most two more), whose result counts.
+    /// ([`Killed::BootHung`]) gets another boot (at most four more), whose result counts;
+    /// a kernel job's runs only the tests that had not passed.
     pub fn run(&self, arts: &Artifacts) -> anyhow::Result<Outcome> {
         let prefix = format!("[{}] ", self.name);
         let (payload, timeout, tag, bpf_lsm) = match &self.what {
@@ -622,21 +623,50 @@ impl Job<'_> {
             What::Systemd { deb } => Some(deb.as_path()),
             _ => None,
         };
-        let boot = || {
+        let boot = |payload: &str| {
             boot_as(
                 self.kernel,
                 arts,
-                &payload,
+                payload,
                 timeout,
                 (&tag, bpf_lsm, deb),
                 &prefix,
             )
         };
-        // Up to two more boots: a suite of two shards per kernel saw two such faults in
-        // one run (6.12, both shards), so one more boot alone leaves a fault's second
-        // coming to fail CI. Every test of the job runs again; the last boot's result counts.
-        let mut o = boot()?;
-        for _ in 0..2 {
+        // Up to four more boots: one CI run saw three such faults, two of them in one
+        // shard (7.3, session 22). A kernel job's next boot runs only the tests that had
+        // not passed yet (each test's `ok` is its own verdict); the others run whole again.
+        // The last boot's result counts.
+        let mut o = boot(&payload)?;
+        let mut left: Vec<String> = match &self.what {
+            What::Kernel { tests, .. } => tests.clone(),
+            _ => Vec::new(),
+        };
+        let mut payload = payload;
+        for _ in 0..4 {
+            if let What::Kernel { .. } = &self.what
+                && ((o.panicked && o.tcg_text_poke) || o.killed == Some(Killed::BootHung))
+            {
+                let log = target_dir()?
+                    .join("vmtest")
+                    .join(format!("{tag}-{}.log", self.kernel.version));
+                let passed = passed_tests(&log);
+                left.retain(|t| !passed.contains(t));
+                println!(
+                    "==> {}: {} tests passed before the fault, {} to run",
+                    self.name,
+                    passed.len(),
+                    left.len()
+                );
+                // None left (the fault came after the last test): a filter that matches
+                // no test, so that the boot's verdict is its own.
+                let names = if left.is_empty() {
+                    "no-test-is-left".to_owned()
+                } else {
+                    left.join(" ")
+                };
+                payload = format!("{RUNNER} /kernel-tests {RUNNER_ARGS} --exact {names}");
+            }
             if o.panicked && o.tcg_text_poke {
                 println!(
                     "==> {}: {o} (int3 oops under TCG); running again",
@@ -651,10 +681,23 @@ impl Job<'_> {
             } else {
                 break;
             }
-            o = boot()?;
+            o = boot(&payload)?;
         }
         Ok(o)
     }
+}
+
+/// The tests a guest's console log says passed (`test NAME ... ok`, libtest's lines).
+fn passed_tests(log: &Path) -> std::collections::HashSet<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("test ")?;
+            let (name, verdict) = rest.split_once(" ... ")?;
+            verdict.starts_with("ok").then(|| name.trim().to_owned())
+        })
+        .collect()
 }
 
 /// Runs `jobs` on `workers` guests at a time (each guest is mostly one busy vCPU: the
@@ -721,4 +764,28 @@ pub fn bench(kernel: &Kernel, arts: &Artifacts) -> anyhow::Result<bool> {
     )?;
     println!("==> bench: {o}");
     Ok(o.passed())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A console log cut by an emulator fault: the tests before it passed, the one it hit
+    /// did not (its line ends in the oops), a failed one did not.
+    #[test]
+    fn passed_tests_are_read_from_a_console_log() {
+        let log = std::env::temp_dir().join(format!("xtask-console-{}.log", std::process::id()));
+        std::fs::write(
+            &log,
+            "  13.648 test boundary::a ... ok <6.309s>\n\
+             \x20 21.968 test exec::b ... FAILED <1.0s>\n\
+             \x20 37.316 test files::c ... ok <15.329s>\n\
+             test integrity::d ... [  129.084671] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n\
+             running 4 tests\n",
+        )
+        .unwrap();
+        let passed = super::passed_tests(&log);
+        std::fs::remove_file(&log).unwrap();
+        let mut passed: Vec<_> = passed.into_iter().collect();
+        passed.sort();
+        assert_eq!(passed, ["boundary::a", "files::c"]);
+    }
 }
