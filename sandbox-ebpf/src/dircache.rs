@@ -54,8 +54,8 @@ pub const SLOTS: u32 = 8192;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DirSlot {
-    /// Sequence lock: odd while a writer fills the slot (set by [`put`], whatever the
-    /// value given).
+    /// Sequence lock: odd while a writer fills the slot ([`keep`], under
+    /// `kread::write_begin`).
     pub lock: u64,
     /// The directory's `struct inode` (0: empty).
     pub inode: u64,
@@ -296,7 +296,7 @@ pub fn forget(inode: u64) {
     let Some(p) = slot_of(inode) else {
         return;
     };
-    // SAFETY: as in `put`.
+    // SAFETY: as in `keep`.
     unsafe {
         if core::ptr::read_volatile(&raw const (*p).inode) != inode {
             return;
