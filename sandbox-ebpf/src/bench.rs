@@ -28,7 +28,8 @@
 //! The programs write nothing to the iterator's output.
 //!
 //! Beside them, the floor of the hook-overhead benchmark (`cargo xtask bench`, in a guest):
-//! BPF-LSM programs that decide nothing (`floor_*`), on the hooks that benchmark's loops go
+//! BPF-LSM programs that decide nothing (`floor_*`: an earlier program's verdict passed
+//! on, the rest allowed), on the hooks that benchmark's loops go
 //! through, attached by `sandbox-user/examples/floor.rs`. What any BPF-LSM program costs
 //! there (the BPF LSM's call of the hook, the trampoline, the program's entry and exit),
 //! which sandbox's programs are then measured against. Never loaded by the loader either.
@@ -204,12 +205,19 @@ bench!(bench_open_cold, |file| {
     open(file);
 });
 
-/// A BPF-LSM program on `$hook` that allows everything and reads nothing (not even an
-/// earlier program's verdict: only the benchmark's guest loads it).
+/// A BPF-LSM program on `$hook` that decides nothing: it passes an earlier program's
+/// verdict on (as every program must: one that returned 0 would undo sandbox's denies if
+/// it were ever loaded beside them) and allows the rest. The verdict's place is the hook's
+/// arity, from sandbox's own program of the same name (`sandbox_common::programs`).
 macro_rules! floor {
     ($name:ident, $hook:literal) => {
         #[aya_ebpf::macros::lsm(hook = $hook)]
-        pub fn $name(_ctx: aya_ebpf::programs::LsmContext) -> i32 {
+        pub fn $name(ctx: aya_ebpf::programs::LsmContext) -> i32 {
+            const PREV: usize = sandbox_common::programs::arity($hook);
+            let prev: i32 = ctx.arg(PREV);
+            if prev != 0 {
+                return crate::hooks::honour(prev);
+            }
             0
         }
     };

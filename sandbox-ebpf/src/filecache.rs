@@ -15,10 +15,10 @@
 //! - A slot is filled only by `file_open`, from a name's result (`namecache.rs`) for the
 //!   file's own dentry, found in the name cache or scanned by the same decision from its
 //!   directory's kept state (and put in the name cache when it fits there), under the
-//!   rename count the slot is stamped with, and only when the count was read unchanged after that result
-//!   and the working memory stayed the decision's; so only from states that started
-//!   outside any seeking of mounted directories, in directories whose names are not
-//!   revalidated. (Filled at the first open of a name, the second reads one slot.)
+//!   rename count the slot is stamped with, and only when the count was read unchanged
+//!   after that result and the working memory stayed the decision's; so only from states
+//!   that started outside any seeking of mounted directories, in directories whose names
+//!   are not revalidated. (Filled at the first open of a name, the second reads one slot.)
 //! - The file's dentry is referenced (by the `struct file`) while its slot is filled, so
 //!   the address is that dentry's and no other's then. A dentry's memory is used again
 //!   only by a new dentry, which is bound to an inode before any file can be opened

@@ -628,8 +628,8 @@ fn inline_name(dentry: *const u8, s: &mut crate::maps::Scratch) -> bool {
     true
 }
 
-#[inline(always)]
 /// The global function's answer, and whether it is a name's result (`packed::KEPT`).
+#[inline(always)]
 fn resolve_with(policy_id: u32, facts: &mut FileFacts, prepared: u32) -> (Resolved, bool) {
     let dentry = kread::untyped(facts.dentry);
     let r = sandbox_resolve(policy_id, dentry, facts.dev, facts.ino, prepared);
@@ -826,9 +826,9 @@ fn resolve_known_in(
 
 /// The path of a file whose directory's scan state is kept (in `SCRATCH.dir`): only
 /// `/name` is placed and scanned. `None` when the name does not fit or a move happened
-/// meanwhile: the whole walk decides then.
+/// meanwhile: the whole walk decides then. With the result, whether it is a name's result
+/// (one that sought no mounted directory).
 #[inline(always)]
-/// With the result, whether it is a name's result (sought no mounted directory).
 fn resolve_below(
     policy_id: u32,
     info: &PolicyInfo,

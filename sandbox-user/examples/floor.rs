@@ -1,6 +1,6 @@
 //! `floor`: the hook-overhead benchmark's floor (`cargo xtask bench`, run in the guest as
 //! `/usr/bin/sandbox-floor`). Attaches BPF-LSM programs that decide nothing
-//! (`sandbox-ebpf/src/bench.rs`, `floor_*`) to the hooks the benchmark's loops go through,
+//! (`sandbox-ebpf/src/bench.rs`, `floor_*`: an earlier program's deny is passed on) to the hooks the benchmark's loops go through,
 //! prints `attached`, and holds them until it is killed (the links close with it). What
 //! any BPF-LSM program costs on those hooks, measured in the same run as sandbox's own.
 //! Not a part of sandbox: nothing is confined by it.

@@ -168,19 +168,6 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         Cmd::Bench { kernel, .. } => {
             let k = setup::all(&kernel::parse_labels(&kernel)?)?.remove(0);
             let arts = build()?;
-            // The benchmark's floor (empty BPF-LSM programs): built for it alone.
-            sh::run(
-                sh::cargo()
-                    .args([
-                        "build",
-                        "--release",
-                        "-p",
-                        "sandbox-user",
-                        "--example",
-                        "floor",
-                    ])
-                    .current_dir(root()),
-            )?;
             vm::bench(&k, &arts)
         }
     }
@@ -196,8 +183,7 @@ pub struct Artifacts {
     /// `tests/tests/systemd.rs`, run in a guest whose PID 1 is systemd.
     pub systemd_tests: PathBuf,
     pub bench: PathBuf,
-    /// `sandbox-user/examples/floor.rs`, the benchmark's floor: built by `cargo xtask
-    /// bench` only (a guest goes without it when it is not there).
+    /// `sandbox-user/examples/floor.rs`, the benchmark's floor (only its guest runs it).
     pub floor: PathBuf,
 }
 
@@ -213,6 +199,8 @@ fn build() -> anyhow::Result<Artifacts> {
                 "-p",
                 "sandbox-tests",
                 "--bins",
+                "--example",
+                "floor",
             ])
             .current_dir(&root),
     )?;

@@ -229,12 +229,8 @@ fn initramfs(
         (&arts.fallback_tests, "/fallback-tests"),
         (&arts.systemd_tests, "/systemd-tests"),
         (&arts.bench, "/usr/bin/sandbox-bench"),
+        (&arts.floor, "/usr/bin/sandbox-floor"),
     ];
-    // The benchmark's floor, where it was built (`cargo xtask bench`, `cargo test`): no
-    // guest needs it but the benchmark's, and the systemd guest refuses missing files.
-    if arts.floor.exists() {
-        bins.push((&arts.floor, "/usr/bin/sandbox-floor"));
-    }
     bins.extend(btrfs_tools.iter().map(|(h, g)| (h.as_path(), g.as_str())));
     // `SANDBOX_VM_EXTRA=HOST:GUEST,...`: more binaries in the guest, e.g. another build of
     // sandbox beside this one, to compare the two in one boot (TCG's speed drifts between
