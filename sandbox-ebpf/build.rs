@@ -12,6 +12,7 @@ const GLOBAL_FUNCTIONS: &[&str] = &[
     "sandbox_aggregate",
     "sandbox_scan",
     "sandbox_build_path",
+    "sandbox_claim",
 ];
 
 fn main() {

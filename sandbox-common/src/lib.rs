@@ -553,10 +553,10 @@ pub mod reason {
     pub const NOT_IN_LISTEN_ALLOWLIST: u32 = 14;
     /// Terminal input injection (`TIOCSTI`, `TIOCLINUX`).
     pub const TTY_INJECTION: u32 = 15;
-    /// Another task took this CPU's working memory in the middle of the decision (a
-    /// preemptible kernel), twice in a row: the decision could be about its path, so the
-    /// operation is denied (fail closed).
-    pub const PREEMPTED: u32 = 16;
+    /// Every slot of this CPU's working memory was held by a decision in flight (tasks
+    /// preempted in the middle of theirs, on a preemptible kernel): the decision could not
+    /// be made, so the operation is denied (fail closed).
+    pub const BUSY: u32 = 16;
     /// The name is an ancestor of a protected path (`accept::ANCESTOR`): removing,
     /// renaming or replacing it would move or re-point what a rule protects.
     pub const ANCESTOR: u32 = 17;

@@ -119,9 +119,7 @@ fn facts(file: *const u8) -> path::FileFacts {
 /// task: the benchmark binds the reader's cgroup to the policy).
 #[inline(always)]
 fn open(file: *const u8) {
-    if let Some(scope) = crate::scope::current() {
-        crate::hooks::file::open(file, scope);
-    }
+    crate::scope::decide(0, |scope| crate::hooks::file::open(file, scope));
 }
 
 macro_rules! bench {
@@ -144,22 +142,22 @@ bench!(bench_facts, |file| core::hint::black_box(facts(file).flags));
 
 bench!(bench_walk, |file| {
     let f = facts(file);
-    if let Some(s) = crate::maps::scratch() {
-        crate::maps::claim(s);
-    }
     // A number, not the typed pointer: the walk is a global function.
     let dentry = kread::untyped(f.dentry) as *const u8;
-    core::hint::black_box(path::build_path(dentry).unwrap_or(0))
+    core::hint::black_box(crate::work::with_claim(|mem| {
+        mem.work()
+            .map_or(0, |w| path::build_path(w, dentry).unwrap_or(0))
+    }))
 });
 
 bench!(bench_scope, |file| core::hint::black_box(
-    crate::scope::current().map_or(0, |s| s.policy_id)
+    crate::scope::decide(0, |s| s.policy_id)
 ));
 
 bench!(bench_resolve, |file| {
     let mut f = facts(file);
     core::hint::black_box(matches!(
-        path::resolve_typed(POLICY, &mut f),
+        crate::work::with_claim(|mem| path::resolve_typed(mem, POLICY, &mut f)),
         path::Resolved::Matched(_)
     ))
 });
@@ -168,7 +166,7 @@ bench!(bench_resolve_cold, |file| {
     forget_directory(file);
     let mut f = facts(file);
     core::hint::black_box(matches!(
-        path::resolve_typed(POLICY, &mut f),
+        crate::work::with_claim(|mem| path::resolve_typed(mem, POLICY, &mut f)),
         path::Resolved::Matched(_)
     ))
 });
@@ -177,7 +175,7 @@ bench!(bench_resolve_dir, |file| {
     forget_name(file);
     let mut f = facts(file);
     core::hint::black_box(matches!(
-        path::resolve_typed(POLICY, &mut f),
+        crate::work::with_claim(|mem| path::resolve_typed(mem, POLICY, &mut f)),
         path::Resolved::Matched(_)
     ))
 });
@@ -186,7 +184,7 @@ bench!(bench_resolve_name, |file| {
     forget_file(file);
     let mut f = facts(file);
     core::hint::black_box(matches!(
-        path::resolve_typed(POLICY, &mut f),
+        crate::work::with_claim(|mem| path::resolve_typed(mem, POLICY, &mut f)),
         path::Resolved::Matched(_)
     ))
 });

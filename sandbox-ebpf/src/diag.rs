@@ -1,6 +1,6 @@
 //! Kernel-side diagnostics (aya-log), on the fail-closed branches only: a decision the
 //! programs could not make (no offsets, a path that does not resolve, a mount without a
-//! place, a preempted decision) says so, for whoever debugs a host. Never the audit path:
+//! place, no working memory free) says so, for whoever debugs a host. Never the audit path:
 //! the record of the deny is sent as always. Off unless the loader turns it on
 //! (`AYA_LOG_LEVEL` is read-only data fixed at load). The logging code is a global
 //! function, verified once per program: a fail-closed branch costs one call, and with the

@@ -85,7 +85,7 @@ pub struct DirSlot {
 pub const MAX_AGE_JIFFIES: u64 = 2_000;
 
 /// The cache's state when a decision starts, and the directory the decision's file is
-/// in. Kept in the working memory (`SCRATCH.now`): the stack of the path functions has
+/// in. Kept in the working memory (`Scratch::now`): the stack of the path functions has
 /// no room left.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -104,7 +104,7 @@ pub struct Now {
     /// The file's name (`d_name.name`) and its length, when `prepared`.
     pub name: u64,
     pub name_len: u32,
-    /// Set by [`crate::path::resolve_typed`]: the name's bytes are in `SCRATCH.name`
+    /// Set by [`crate::path::resolve_typed`]: the name's bytes are in `Scratch::name`
     /// already (read from the dentry itself, where a short name lives).
     pub name_read: u32,
 }
@@ -243,17 +243,14 @@ unsafe fn copy(from: *const DirSlot, to: *mut DirSlot) {
 
 /// Keeps the scan state `snap` of the decision's directory (`now`), whose path is `len`
 /// bytes, in the directory's slot, unless another writer has the slot. Written into the
-/// slot directly, never through the working memory: a decision that lost that memory to
-/// another task's decision while it was preempted (and does not know it yet) must not
-/// write into the other's state. If another decision took the working memory meanwhile,
-/// what was copied may be a mix of both: the slot is then left empty.
+/// slot directly, not through the working memory's copy (`Scratch::dir`).
 #[inline(always)]
 pub fn keep(now: &Now, policy_id: u32, snap: &crate::path::Snap, len: u32, sb_known: bool) {
     let Some(p) = slot_of(now.parent_inode) else {
         return;
     };
     // SAFETY: `p` is a map value of this array; the lock makes this the only writer;
-    // `now` and `snap` are working memory, read with volatile reads.
+    // `now` and `snap` are the decision's working memory, read with volatile reads.
     unsafe {
         let lock = &raw mut (*p).lock;
         if kread::write_begin(lock).is_none() {
@@ -283,9 +280,6 @@ pub fn keep(now: &Now, policy_id: u32, snap: &crate::path::Snap, len: u32, sb_kn
         set!(policy_id, policy_id);
         set!(len, len);
         set!(sb_known, u32::from(sb_known));
-        if !crate::maps::still_mine() {
-            set!(inode, 0);
-        }
         kread::write_end(lock);
     }
 }

@@ -1,4 +1,4 @@
-//! Deny/audit records: filled in the per-CPU scratch area and copied to the ring buffer in
+//! Deny/audit records: filled in the decision's working memory and copied to the ring buffer in
 //! one `bpf_ringbuf_output` of exactly header + path bytes. A record that does not fit is
 //! counted in `DROPS`, never lost silently.
 
@@ -16,8 +16,9 @@ use sandbox_common::{
 
 use crate::addr::Dest;
 use crate::kread;
-use crate::maps::{AGG, DROPS, EVENTS, scratch};
+use crate::maps::{AGG, DROPS, EVENTS};
 use crate::path::{FileFacts, PATH_END};
+use crate::work::{Claim, Work};
 
 /// What a hook wants to report; the task fields are filled in by `send`. Laid out without
 /// holes: it crosses into a global function by pointer, and the verifier checks the
@@ -33,7 +34,7 @@ pub struct Report {
     pub policy_id: u32,
     pub access: u32,
     pub dev: u32,
-    /// Path start in `SCRATCH.path` (`PATH_END` = no path).
+    /// Path start in the working memory's `Scratch::path` (`PATH_END` = no path).
     pub path_start: u32,
     pub target: u32,
     pub rule: u16,
@@ -122,10 +123,17 @@ impl Report {
     }
 }
 
-/// Sends `rep` with the acting task's details (see [`sandbox_send`]).
+/// Sends `rep` with the acting task's details (see [`sandbox_send`]), built in the
+/// decision's working memory (`mem`; the path of `rep.path_start` is there). No working
+/// memory free: counted as lost.
 #[inline(always)]
-pub fn send(rep: &Report) {
-    sandbox_send(core::ptr::from_ref(rep));
+pub fn send(mem: Claim, rep: &Report) {
+    match mem.work() {
+        Some(w) => {
+            sandbox_send(w.index(), core::ptr::from_ref(rep));
+        }
+        None => count_drop(),
+    }
 }
 
 /// Fills in the record and puts it in the ring, or counts it when it repeats the last
@@ -134,12 +142,12 @@ pub fn send(rep: &Report) {
 /// it must return a scalar, and returns 0.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_send(rep: *const Report) -> u32 {
+pub extern "C" fn sandbox_send(work: u32, rep: *const Report) -> u32 {
     // SAFETY: the verifier passes a pointer to a whole `Report` or NULL.
     let Some(rep) = (unsafe { rep.as_ref() }) else {
         return 0;
     };
-    send_here(rep);
+    send_here(Work::at(work), rep);
     0
 }
 
@@ -152,7 +160,7 @@ pub extern "C" fn sandbox_send(rep: *const Report) -> u32 {
 /// no inode yet (`ino` 0 with a path): those are always sent. `Err` when `rep` was
 /// counted (nothing more to send); else what the record to send carries.
 #[inline(always)]
-fn aggregate(rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg, ()> {
+fn aggregate(w: Work, rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg, ()> {
     let none = Agg {
         flags: 0,
         base: 0,
@@ -184,7 +192,7 @@ fn aggregate(rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg, ()> {
     }
     let total = slot.suppressed;
     if slot.valid != 0 && total > slot.base {
-        repeats(slot, total);
+        repeats(w, slot, total);
     }
     // The key changes: invalid until its record is in the ring; `base` and `key_seq`
     // before anything counts for it (see `AggSlot`).
@@ -226,8 +234,8 @@ fn same(a: &[u64; AGG_KEY_WORDS], b: &[u64; AGG_KEY_WORDS]) -> bool {
 /// Sends the count of the slot's key: denials `slot.base..total` of this CPU. If the ring
 /// is full, they are counted as lost.
 #[inline(always)]
-fn repeats(slot: &AggSlot, total: u64) {
-    let Some(s) = scratch() else {
+fn repeats(w: Work, slot: &AggSlot, total: u64) {
+    let Some(s) = w.mem() else {
         add_drops(total - slot.base);
         return;
     };
@@ -242,11 +250,6 @@ fn repeats(slot: &AggSlot, total: u64) {
     e.agg_base = slot.base;
     e.agg_total = total;
     e.agg_key = slot.key_seq;
-    if !crate::maps::owns(s) {
-        // Preempted by a decision that wrote its own record here (`send_here` claimed).
-        add_drops(total - slot.base);
-        return;
-    }
     // SAFETY: `event` is a whole header in the per-CPU value.
     let ret = unsafe {
         bpf_ringbuf_output(
@@ -262,16 +265,7 @@ fn repeats(slot: &AggSlot, total: u64) {
 }
 
 #[inline(always)]
-fn send_here(rep: &Report) {
-    let Some(s) = scratch() else {
-        count_drop();
-        return;
-    };
-    // The record is built in this CPU's working memory: a decision preempting this one
-    // would build its own there. Sent only if none did (checked before the output). The
-    // path the decision left there is this decision's only if none did before the send.
-    let path_mine = crate::maps::owns(s);
-    crate::maps::claim(s);
+fn send_here(w: Work, rep: &Report) {
     let off = kread::offsets();
     let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
     let now = unsafe { bpf_ktime_get_boot_ns() };
@@ -279,24 +273,26 @@ fn send_here(rep: &Report) {
     let exe_file = kread::read_ptr(task, off.task_struct_mm)
         .and_then(|mm| kread::read_ptr(mm, off.mm_struct_exe_file))
         .map_or(0, |f| f as u64);
-    let agg = sandbox_aggregate(core::ptr::from_ref(rep), pid_tgid >> 32, exe_file, now);
+    let agg = sandbox_aggregate(
+        w.index(),
+        core::ptr::from_ref(rep),
+        pid_tgid >> 32,
+        exe_file,
+        now,
+    );
     if agg & agg_ret::SEND == 0 {
         return;
     }
     let keyed = agg & agg_ret::KEYED != 0;
     let seq = agg >> agg_ret::SEQ;
-    let Some(s) = scratch() else {
+    let Some(s) = w.mem() else {
         count_drop();
         return;
     };
     let uid_gid = unsafe { bpf_get_current_uid_gid() };
     let parent = kread::read_ptr(task, off.task_struct_real_parent).unwrap_or(core::ptr::null());
     let ppid: u32 = kread::read(parent, off.task_struct_tgid).unwrap_or(0);
-    let path_len = if path_mine {
-        (PATH_END.saturating_sub(rep.path_start)) & (PATH_MAX as u32 - 1)
-    } else {
-        0
-    };
+    let path_len = (PATH_END.saturating_sub(rep.path_start)) & (PATH_MAX as u32 - 1);
     let e: &mut EventHeader = &mut s.event;
     e.hook = rep.hook;
     e.decision = rep.decision;
@@ -340,16 +336,10 @@ fn send_here(rep: &Report) {
         }
     }
     // The acting process's executable (the file path is already copied out of `path`).
-    let exe_len = sandbox_exe(exe_file, path_len);
+    let exe_len = sandbox_exe(w.index(), exe_file, path_len);
     let size = size_of::<EventHeader>() as u64
         + u64::from(kread::opaque(path_len) & (PATH_MAX as u32 - 1))
         + u64::from(kread::opaque(exe_len) & (PATH_MAX as u32 - 1));
-    if !crate::maps::owns(s) {
-        // Another decision on this CPU wrote its record here meanwhile: this one is lost,
-        // and counted so.
-        count_drop();
-        return;
-    }
     // SAFETY: `event` and `event_path` are contiguous (repr(C), header size is a multiple of
     // 8) and `size` never exceeds their sum.
     let ret = unsafe {
@@ -375,8 +365,7 @@ fn send_here(rep: &Report) {
 
 /// What [`sandbox_aggregate`] returns: bit `SEND` clear when the denial was counted
 /// (nothing to send); bit `KEYED` when the record starts a key, whose sequence number is
-/// the rest (`>> SEQ`). In the return value, not the working memory: a decision preempting
-/// this one would write its own there.
+/// the rest (`>> SEQ`).
 mod agg_ret {
     pub const SEND: u64 = 1;
     pub const KEYED: u64 = 2;
@@ -388,15 +377,22 @@ mod agg_ret {
 /// working memory; returns the rest ([`agg_ret`]).
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_aggregate(rep: *const Report, tgid: u64, exe: u64, now: u64) -> u64 {
+pub extern "C" fn sandbox_aggregate(
+    work: u32,
+    rep: *const Report,
+    tgid: u64,
+    exe: u64,
+    now: u64,
+) -> u64 {
+    let w = Work::at(work);
     // SAFETY: the verifier passes a pointer to a whole `Report` or NULL.
     let Some(rep) = (unsafe { rep.as_ref() }) else {
         return agg_ret::SEND;
     };
-    let Ok(agg) = aggregate(rep, tgid as u32, exe, now) else {
+    let Ok(agg) = aggregate(w, rep, tgid as u32, exe, now) else {
         return 0;
     };
-    if let Some(s) = scratch() {
+    if let Some(s) = w.mem() {
         s.event.agg_base = agg.base;
         s.event.agg_total = agg.base;
     }
@@ -412,10 +408,11 @@ pub extern "C" fn sandbox_aggregate(rep: *const Report, tgid: u64, exe: u64, now
 /// length.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_exe(file: u64, path_len: u32) -> u32 {
+pub extern "C" fn sandbox_exe(work: u32, file: u64, path_len: u32) -> u32 {
+    let w = Work::at(work);
     let off = kread::offsets();
-    let (dev, len) = exe(file as *const u8, off, path_len);
-    if let Some(s) = scratch() {
+    let (dev, len) = exe(w, file as *const u8, off, path_len);
+    if let Some(s) = w.mem() {
         s.event.exe_dev = dev;
         s.event.exe_len = len;
     }
@@ -427,19 +424,16 @@ pub extern "C" fn sandbox_exe(file: u64, path_len: u32) -> u32 {
 /// path. Returns (s_dev, length), or (0, 0) for kernel threads and
 /// paths that do not resolve.
 #[inline(always)]
-fn exe(file: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (u32, u32) {
+fn exe(w: Work, file: *const u8, off: &sandbox_common::KernelOffsets, path_len: u32) -> (u32, u32) {
     let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
         return (0, 0);
     };
     let sb = kread::read_ptr(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
     let dev: u32 = kread::read(sb, off.super_block_s_dev).unwrap_or(0);
-    if let Some(s) = scratch() {
-        crate::maps::claim(s);
-    }
-    let Ok(start) = crate::path::build_path(dentry) else {
+    let Ok(start) = crate::path::build_path(w, dentry) else {
         return (0, 0);
     };
-    let Some(s) = scratch() else {
+    let Some(s) = w.mem() else {
         return (0, 0);
     };
     let len = kread::opaque(PATH_END.saturating_sub(start)) & (PATH_MAX as u32 - 1);

@@ -16,7 +16,7 @@
 //!   file's own dentry, found in the name cache or scanned by the same decision from its
 //!   directory's kept state (and put in the name cache when it fits there), under the
 //!   rename count the slot is stamped with, and only when the count was read unchanged
-//!   after that result and the working memory stayed the decision's; so only from states
+//!   after that result; so only from states
 //!   that started outside any seeking of mounted directories, in directories whose names
 //!   are not revalidated. (Filled at the first open of a name, the second reads one slot.)
 //! - The file's dentry is referenced (by the `struct file`) while its slot is filled, so
@@ -51,6 +51,7 @@ use crate::kread;
 use crate::maps::FILE_CACHE;
 use crate::namecache::Hit;
 use crate::path::FileFacts;
+use crate::work::Work;
 
 /// Slots (a power of two): files opened again and again by confined processes.
 pub const SLOTS: u32 = 16384;
@@ -181,8 +182,7 @@ fn get_at(i: u32, c: &Clock, policy_id: u32, k: &Key) -> Option<Hit> {
     }
 }
 
-/// What a fill needs of the decision's working memory (`SCRATCH.now`), copied out before
-/// the decision checks that the memory is still its own.
+/// What a fill needs of the decision's working memory (`Scratch::now`).
 #[derive(Clone, Copy)]
 pub struct Stamp {
     pub generation: u64,
@@ -193,42 +193,36 @@ pub struct Stamp {
 impl Stamp {
     #[inline(always)]
     pub fn of(now: &Now) -> Self {
-        // SAFETY: volatile reads of working memory, so that they stay before the check.
-        unsafe {
-            Stamp {
-                generation: core::ptr::read_volatile(&raw const now.generation),
-                time: core::ptr::read_volatile(&raw const now.time),
-                seq: core::ptr::read_volatile(&raw const now.seq),
-            }
+        Stamp {
+            generation: now.generation,
+            time: now.time,
+            seq: now.seq,
         }
     }
 }
 
-/// Keeps `kinds` as what the path of the file (`dentry`, `ino`, `dev`) matched, under the
-/// decision's rename count and generation in the working memory (`SCRATCH.now`, read
-/// before the file's directory and name, and again after them), if that memory is still
-/// this decision's once they are copied out. `found`: the kinds, and [`SB_KNOWN`]. A
-/// function of its own, as [`lookup`].
+/// Keeps `kinds` as what the path of the file (`facts`: its dentry and identity) matched,
+/// under the decision's rename count and generation in its working memory (`w`;
+/// `Scratch::now`, read before the file's directory and name, and again after them).
+/// `found`: the kinds, and [`SB_KNOWN`]. A function of its own, as [`lookup`].
 #[inline(never)]
-pub fn fill(policy_id: u32, dentry: *const u8, ino: u64, dev: u32, found: u64) {
+pub fn fill(w: Work, policy_id: u32, facts: &FileFacts, found: u64) {
+    let (dentry, ino, dev) = (facts.dentry, facts.ino, facts.dev);
     if !bound_to(dentry, ino) {
         return;
     }
-    let Some(s) = crate::maps::scratch() else {
+    let Some(s) = w.mem() else {
         return;
     };
-    let stamp = Stamp::of(&s.now);
-    if crate::maps::owns(s) {
-        #[allow(clippy::cast_possible_truncation)] // the low 32 bits are the kinds
-        let kinds = found as u32;
-        put(
-            stamp,
-            policy_id,
-            &Key { dentry, ino, dev },
-            kinds,
-            found & SB_KNOWN != 0,
-        );
-    }
+    #[allow(clippy::cast_possible_truncation)] // the low 32 bits are the kinds
+    let kinds = found as u32;
+    put(
+        Stamp::of(&s.now),
+        policy_id,
+        &Key { dentry, ino, dev },
+        kinds,
+        found & SB_KNOWN != 0,
+    );
 }
 
 /// Which of the two slots a new result goes to: the dentry's own, an empty or expired

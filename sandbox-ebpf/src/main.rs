@@ -20,6 +20,7 @@ mod maps;
 mod namecache;
 mod path;
 mod scope;
+mod work;
 
 #[cfg(not(test))]
 #[panic_handler]

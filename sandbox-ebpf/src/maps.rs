@@ -141,13 +141,12 @@ pub static DIR_CACHE_CTL: Array<sandbox_common::DirCacheCtl> = Array::with_max_e
 #[map]
 pub static DIR_CACHE_PROBE: Array<u64> = Array::with_max_entries(2, 0);
 
-/// Per-CPU working memory: the path being built and the record being sent.
+/// Per-CPU working memory of the decisions in flight (`work.rs`): the path being built
+/// and the record being sent. `work::SLOTS` slots per CPU.
 #[repr(C)]
 pub struct Scratch {
-    /// The task (`pid_tgid`) whose decision the slot holds: LSM programs run with
-    /// migration disabled but may be preempted, and another task's program on this CPU then
-    /// takes the slot. Set when a decision starts, checked before its result is used.
-    pub owner: u64,
+    /// Whether a decision holds the slot (`work::sandbox_claim`, `work::release`).
+    pub taken: u64,
     pub walk: crate::path::Walk,
     pub scan: crate::path::Scan,
     /// A directory cache slot being read or filled, and the cache's state for this
@@ -163,34 +162,4 @@ pub struct Scratch {
 }
 
 #[map]
-pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
-
-/// Takes this CPU's working memory for the current task's decision.
-#[inline(always)]
-pub fn claim(s: &mut Scratch) {
-    // SAFETY: plain helper call.
-    s.owner = unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() };
-}
-
-/// The working memory still holds the current task's decision (no other task ran a
-/// program on this CPU since [`claim`]).
-#[inline(always)]
-pub fn still_mine() -> bool {
-    scratch().is_some_and(|s| owns(s))
-}
-
-/// [`still_mine`] for working memory already looked up.
-#[inline(always)]
-pub fn owns(s: &Scratch) -> bool {
-    // SAFETY: plain helper call.
-    s.owner == unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() }
-}
-
-/// This CPU's working memory. Every user goes through here.
-#[inline(always)]
-pub fn scratch() -> Option<&'static mut Scratch> {
-    let p = SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: a per-CPU map value, exclusively this program's while it runs (LSM programs
-    // run with migration disabled); `bpf_loop` callbacks look it up again themselves.
-    Some(unsafe { &mut *p })
-}
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(crate::work::SLOTS, 0);

@@ -28,7 +28,7 @@
 //! - Filled only from a scan of the name from a valid directory slot that started outside
 //!   any seeking of mounted directories (`seeking` 0: nothing but the tables decides),
 //!   with the rename count unchanged meanwhile; written under a sequence lock as directory
-//!   slots are, and emptied again when another task took the working memory meanwhile.
+//!   slots are, from the decision's own working memory (`work.rs`).
 
 use crate::dircache::{self, DirSlot, MAX_AGE_JIFFIES, Now};
 use crate::kread;
@@ -41,7 +41,7 @@ pub const SLOTS: u32 = 16384;
 pub const NAME_BYTES: u32 = 32;
 pub const NAME_WORDS: usize = NAME_BYTES as usize / 8;
 
-/// A name as a decision reads it (working memory, `SCRATCH.name`).
+/// A name as a decision reads it (working memory, `Scratch::name`).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Name {
@@ -244,11 +244,6 @@ pub fn put(now: &Now, policy_id: u32, name: &Name, dir: &DirSlot, kinds: u32, sb
         set!(policy_id, policy_id);
         set!(kinds, kinds);
         set!(sb_known, u32::from(sb_known));
-        // `now` and `name` are working memory: if another task's decision took it
-        // meanwhile, what was written may be a mix of both.
-        if !crate::maps::still_mine() {
-            set!(dir_inode, 0);
-        }
         kread::write_end(lock);
     }
 }

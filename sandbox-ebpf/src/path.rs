@@ -26,11 +26,11 @@ use crate::filecache;
 use crate::kread::{self, offsets};
 use crate::maps::{
     DFA_ACCEPT, DFA_CLASSES, DFA_TRANS, INODE_RULES, LITERALS, POLICIES, SB_ROOTS, SB_START,
-    scratch,
 };
 use crate::namecache;
+use crate::work::{Claim, Work};
 
-/// Path bytes live in `SCRATCH.path[start..PATH_END]`.
+/// Path bytes live in the decision's working memory, `Scratch::path[start..PATH_END]`.
 pub const PATH_END: u32 = PATH_MAX as u32 - 1;
 const MASK: u32 = PATH_MAX as u32 - 1;
 
@@ -40,11 +40,11 @@ pub struct FileFacts {
     pub dev: u32,
     pub ino: u64,
     pub mode: u16,
-    /// Start of the path in `SCRATCH.path` once resolved.
+    /// Start of the path in `Scratch::path` once resolved.
     pub start: u32,
     /// `EVENT_F_*` of a path that could not be resolved ([`Resolved::Unresolved`]).
     pub flags: u32,
-    /// `SCRATCH.path` holds only the last component (`/name`): the directory's part came
+    /// `Scratch::path` holds only the last component (`/name`): the directory's part came
     /// from the directory cache. A record rebuilds the whole path ([`whole_path_if`]).
     pub partial: bool,
 }
@@ -182,15 +182,16 @@ pub enum Resolved {
     Unresolved,
     /// On a file system mounted after load that userspace has not placed yet: fail closed.
     Unplaced,
-    /// Another task's decision took the working memory meanwhile (see `maps::claim`).
-    Preempted,
+    /// Every slot of working memory on this CPU is held by a decision in flight
+    /// (`work.rs`): fail closed.
+    Busy,
 }
 
 /// `SB_KERNMOUNT` (include/linux/fs.h): a kernel-internal mount (pipes, sockets, memfd,
 /// anonymous inodes), never in any mount table.
 const SB_KERNMOUNT: u64 = 1 << 22;
 
-/// Loop state of the dentry walk. It lives in the per-CPU scratch map, not on the stack:
+/// Loop state of the dentry walk. It lives in the working memory (a map), not on the stack:
 /// values loaded from a map are unknown to the verifier, so the loop body verifies once.
 /// (On the stack, `off` becomes a precise scalar that differs on every iteration, and
 /// kernels that verify `bpf_loop` callbacks as loops, 6.8 and later, never converge.)
@@ -206,7 +207,7 @@ pub struct Walk {
     first: u32,
 }
 
-/// Loop state of the path scan (in the scratch map for the same reason).
+/// Loop state of the path scan (in the working memory for the same reason).
 #[repr(C)]
 pub struct Scan {
     hash: u64,
@@ -247,10 +248,19 @@ pub struct Snap {
 
 const NO_SPLIT: u32 = u32::MAX;
 
+/// The slot of working memory a loop callback works in: `ctx` points to its index on the
+/// caller's stack (a global function's, which does not know the number).
+#[inline(always)]
+fn work_of(ctx: *mut c_void) -> Option<&'static mut crate::maps::Scratch> {
+    // SAFETY: the callers pass a pointer to a `u32` local that outlives the loop.
+    let index = unsafe { ctx.cast::<u32>().as_ref() }?;
+    Work::at(*index).mem()
+}
+
 /// One dentry level: prepend "/name". Stops (returns 1) at the superblock root.
 #[inline(never)]
-extern "C" fn walk_step(index: u64, _ctx: *mut c_void) -> i64 {
-    let Some(s) = scratch() else {
+extern "C" fn walk_step(index: u64, ctx: *mut c_void) -> i64 {
+    let Some(s) = work_of(ctx) else {
         return 1;
     };
     let off = offsets();
@@ -348,8 +358,8 @@ const SCAN_BYTES_PER_STEP: u32 = 1;
 
 /// [`SCAN_BYTES_PER_STEP`] path bytes (fewer at the end; returns 1 then).
 #[inline(never)]
-extern "C" fn scan_step(_index: u64, _ctx: *mut c_void) -> i64 {
-    let Some(s) = scratch() else {
+extern "C" fn scan_step(_index: u64, ctx: *mut c_void) -> i64 {
+    let Some(s) = work_of(ctx) else {
         return 1;
     };
     let pid = s.scan.policy_id;
@@ -402,14 +412,16 @@ fn scan_byte(
             return true;
         }
     }
-    let (a, f) = (s.scan.dfa[DFA_ANCHORED], s.scan.dfa[DFA_FLOATING]);
+    // The DFAs' geometry read in place (copies would take 40 bytes of this callback's
+    // stack, which counts towards the 512 of the deepest call chain).
+    let scan = &mut s.scan;
     if byte == b'/' {
-        let below = u32::from(accept_of(&a, s.scan.anchored).below)
-            | u32::from(accept_of(&f, s.scan.floating).below);
-        s.scan.mask |= below | literal_below(literal(filter::BELOW, pid, s.scan.hash));
+        let below = u32::from(accept_of(&scan.dfa[DFA_ANCHORED], scan.anchored).below)
+            | u32::from(accept_of(&scan.dfa[DFA_FLOATING], scan.floating).below);
+        scan.mask |= below | literal_below(literal(filter::BELOW, pid, scan.hash));
     }
-    s.scan.anchored = step(classes.0, &a, s.scan.anchored, byte);
-    s.scan.floating = step(classes.1, &f, s.scan.floating, byte);
+    scan.anchored = step(classes.0, &scan.dfa[DFA_ANCHORED], scan.anchored, byte);
+    scan.floating = step(classes.1, &scan.dfa[DFA_FLOATING], scan.floating, byte);
     s.scan.hash = (s.scan.hash ^ u64::from(byte)).wrapping_mul(LITERAL_FNV_PRIME);
     s.scan.pos = pos + 1;
     true
@@ -451,13 +463,12 @@ fn set_start(scan: &mut Scan, v: &ScanStart) {
     scan.seeking = SEEK_MATCHING;
 }
 
-/// Builds the path of `dentry` within its superblock into `SCRATCH.path[start..PATH_END]`
-/// and returns `start`. Fails when the path does not fit or a read fails.
-/// The caller has claimed the working memory (`maps::claim`): a decision claims it once,
-/// at its start, so that a preemption anywhere in it shows in `still_mine`.
+/// Builds the path of `dentry` within its superblock into the working memory `w`
+/// (`Scratch::path[start..PATH_END]`) and returns `start`. Fails when the path does not
+/// fit or a read fails.
 #[inline(always)]
-pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
-    let start = sandbox_build_path(dentry as u64);
+pub fn build_path(w: Work, dentry: *const u8) -> Result<u32, ()> {
+    let start = sandbox_build_path(w.index(), dentry as u64);
     if start < PATH_END { Ok(start) } else { Err(()) }
 }
 
@@ -465,16 +476,17 @@ pub fn build_path(dentry: *const u8) -> Result<u32, ()> {
 /// program): the path's start, or `u32::MAX` when it failed.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_build_path(dentry: u64) -> u32 {
-    match walk(dentry as *const u8) {
+pub extern "C" fn sandbox_build_path(work: u32, dentry: u64) -> u32 {
+    match walk(work, dentry as *const u8) {
         Ok(start) => start,
         Err(()) => u32::MAX,
     }
 }
 
 #[inline(always)]
-fn walk(dentry: *const u8) -> Result<u32, ()> {
-    let s = scratch().ok_or(())?;
+fn walk(work: u32, dentry: *const u8) -> Result<u32, ()> {
+    let mut index = work;
+    let s = Work::at(work).mem().ok_or(())?;
     s.walk = Walk {
         dentry: dentry as u64,
         off: PATH_END,
@@ -483,12 +495,12 @@ fn walk(dentry: *const u8) -> Result<u32, ()> {
         detached: 0,
         first: PATH_END,
     };
-    // SAFETY: bpf_loop calls walk_step, which needs no context.
+    // SAFETY: bpf_loop calls walk_step with a pointer to `index`, which outlives the call.
     unsafe {
         bpf_loop(
             MAX_DEPTH,
             walk_step as *mut c_void,
-            core::ptr::null_mut(),
+            (&raw mut index).cast(),
             0,
         );
     }
@@ -507,16 +519,19 @@ fn walk(dentry: *const u8) -> Result<u32, ()> {
 /// Resolves the canonical path of `facts.dentry` and matches it (and the inode) against the
 /// policy. The work is done once per program, in [`sandbox_resolve`].
 #[inline(always)]
-pub fn resolve(policy_id: u32, facts: &mut FileFacts) -> Resolved {
-    resolve_with(policy_id, facts, 0).0
+pub fn resolve(mem: Claim, policy_id: u32, facts: &mut FileFacts) -> Resolved {
+    let Some(w) = mem.work() else {
+        return Resolved::Busy;
+    };
+    resolve_with(w, policy_id, facts, false).0
 }
 
 /// [`resolve`] for a dentry the verifier types (`file_open`'s, from its typed `file`):
-/// the decision's start (the working memory claimed, the rename count read) is made here,
-/// and the file's directory and name are read after it with direct loads
-/// ([`kread::field`]) instead of probe reads in the global function.
+/// the decision's start (the rename count read) is made here, and the file's directory and
+/// name are read after it with direct loads ([`kread::field`]) instead of probe reads in
+/// the global function. A file seen before needs no working memory.
 #[inline(always)]
-pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
+pub fn resolve_typed(mem: Claim, policy_id: u32, facts: &mut FileFacts) -> Resolved {
     // The file seen before through this dentry: one slot decides.
     let found = filecache::lookup(policy_id, facts.dentry, facts.ino, facts.dev);
     if found & filecache::HIT != 0 {
@@ -531,10 +546,12 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
             sb_known: found & filecache::SB_KNOWN != 0,
         });
     }
-    let Some(s) = scratch() else {
+    let Some(w) = mem.work() else {
+        return Resolved::Busy;
+    };
+    let Some(s) = w.mem() else {
         return Resolved::Unresolved;
     };
-    crate::maps::claim(s);
     s.now.prepared = 1;
     s.now.name_read = 0;
     // Volatile: LLVM would merge the adjacent stores into a call of `memset`, a loop of
@@ -569,32 +586,35 @@ pub fn resolve_typed(policy_id: u32, facts: &mut FileFacts) -> Resolved {
     // A name cache hit, or the global function's answer and whether it is a name's result.
     let (r, kept) = match known {
         Some(r) => (r, true),
-        None => resolve_with(policy_id, facts, 1),
+        None => resolve_with(w, policy_id, facts, true),
     };
     // One call site: the function is verified once per call site.
-    keep_for_dentry(policy_id, facts, r, kept)
+    keep_for_dentry(w, policy_id, facts, r, kept)
 }
 
 /// A name's result (`kept`: found in the name cache, or a scan of the name from its
 /// directory's kept state that sought no mounted directory) is the path of the file's
 /// own dentry, found under the decision's rename count (read again since): kept for the
-/// dentry ([`filecache::fill`] checks that the working memory is still the decision's).
-/// So a file's second open reads one slot, whether the name was seen before or scanned
-/// by the first. `kept` travels in the decision's own values (the packed answer of the
-/// global function), never in the working memory, which a decision preempted after its
-/// last check could still write into.
+/// dentry ([`filecache::fill`]). So a file's second open reads one slot, whether the name
+/// was seen before or scanned by the first.
 #[inline(always)]
-fn keep_for_dentry(policy_id: u32, facts: &FileFacts, r: Resolved, kept: bool) -> Resolved {
+fn keep_for_dentry(
+    w: Work,
+    policy_id: u32,
+    facts: &FileFacts,
+    r: Resolved,
+    kept: bool,
+) -> Resolved {
     if kept && let Resolved::Matched(m) = &r {
         let sb = if m.sb_known { filecache::SB_KNOWN } else { 0 };
         let found = sb | u64::from(m.path);
-        filecache::fill(policy_id, facts.dentry, facts.ino, facts.dev, found);
+        filecache::fill(w, policy_id, facts, found);
     }
     r
 }
 
 /// A short name's bytes, read from the dentry itself (`d_iname`) with direct loads, into
-/// `SCRATCH.name` as [`namecache::read`] would put them (zero past the length). Whether
+/// `Scratch::name` as [`namecache::read`] would put them (zero past the length). Whether
 /// they were: not for a name kept elsewhere (a long one), or a kernel whose inline name
 /// the loader did not find (`dentry_d_iname` 0: the verifier drops this code then).
 /// The bytes may change under a rename; the rename count, read before and after, says so.
@@ -630,9 +650,15 @@ fn inline_name(dentry: *const u8, s: &mut crate::maps::Scratch) -> bool {
 
 /// The global function's answer, and whether it is a name's result (`packed::KEPT`).
 #[inline(always)]
-fn resolve_with(policy_id: u32, facts: &mut FileFacts, prepared: u32) -> (Resolved, bool) {
+fn resolve_with(
+    w: Work,
+    policy_id: u32,
+    facts: &mut FileFacts,
+    prepared: bool,
+) -> (Resolved, bool) {
     let dentry = kread::untyped(facts.dentry);
-    let r = sandbox_resolve(policy_id, dentry, facts.dev, facts.ino, prepared);
+    let call = (w.index() << call::WORK) | u32::from(prepared);
+    let r = sandbox_resolve(call, policy_id, dentry, facts.dev, facts.ino);
     facts.start = ((r >> packed::START) & packed::START_MASK) as u32;
     facts.flags = ((r >> packed::FLAGS) & packed::FLAGS_MASK) as u32;
     facts.partial = (r >> packed::PARTIAL) & 1 != 0;
@@ -644,10 +670,17 @@ fn resolve_with(policy_id: u32, facts: &mut FileFacts, prepared: u32) -> (Resolv
             sb_known: (r >> packed::SB_KNOWN) & 1 != 0,
         }),
         packed::UNPLACED => Resolved::Unplaced,
-        packed::PREEMPTED => Resolved::Preempted,
         _ => Resolved::Unresolved,
     };
     (resolved, kept)
+}
+
+/// [`sandbox_resolve`]'s first argument (a BPF function takes five): bit 0 set when the
+/// caller prepared the decision ([`resolve_typed`]), the slot of working memory from bit
+/// `WORK` on.
+mod call {
+    pub const PREPARED: u32 = 1;
+    pub const WORK: u32 = 1;
 }
 
 /// [`Resolved`] and what [`resolve`] writes back into `FileFacts`, as the one scalar a
@@ -669,7 +702,6 @@ mod packed {
     pub const MATCHED: u64 = 0;
     pub const UNRESOLVED: u64 = 1;
     pub const UNPLACED: u64 = 2;
-    pub const PREEMPTED: u64 = 3;
     const _: () = assert!(sandbox_common::accept::SLOTS <= INODE as usize);
     const _: () = assert!(super::PATH_END as u64 <= START_MASK);
     const _: () = assert!(
@@ -689,12 +721,14 @@ mod packed {
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn sandbox_resolve(
+    call: u32,
     policy_id: u32,
     dentry: u64,
     dev: u32,
     ino: u64,
-    prepared: u32,
 ) -> u64 {
+    let w = Work::at(call >> call::WORK);
+    let prepared = call & call::PREPARED != 0;
     let mut facts = FileFacts {
         dentry: dentry as *const u8,
         dev,
@@ -706,11 +740,12 @@ pub extern "C" fn sandbox_resolve(
     };
     let (variant, m, kept) = match POLICIES.get(policy_id) {
         None => (packed::UNRESOLVED, FileMatch::default(), false),
-        Some(info) => match resolve_here(policy_id, info, &mut facts, prepared != 0) {
+        Some(info) => match resolve_here(w, policy_id, info, &mut facts, prepared) {
             (Resolved::Matched(m), kept) => (packed::MATCHED, m, kept),
-            (Resolved::Unresolved, _) => (packed::UNRESOLVED, FileMatch::default(), false),
             (Resolved::Unplaced, _) => (packed::UNPLACED, FileMatch::default(), false),
-            (Resolved::Preempted, _) => (packed::PREEMPTED, FileMatch::default(), false),
+            (Resolved::Unresolved | Resolved::Busy, _) => {
+                (packed::UNRESOLVED, FileMatch::default(), false)
+            }
         },
     };
     (u64::from(m.path) & packed::KINDS_MASK)
@@ -747,21 +782,20 @@ fn parent_of(dentry: *const u8, now: &mut dircache::Now) {
 
 #[inline(always)]
 fn resolve_here(
+    w: Work,
     policy_id: u32,
     info: &PolicyInfo,
     facts: &mut FileFacts,
     prepared: bool,
 ) -> (Resolved, bool) {
-    // The working memory is this decision's from here (a kept state is copied into it),
-    // and the rename count is read before the parent and the name. A prepared decision
-    // ([`resolve_typed`]) did both before the call.
-    let Some(s) = scratch() else {
+    // The rename count is read before the parent and the name. A prepared decision
+    // ([`resolve_typed`]) did that before the call.
+    let Some(s) = w.mem() else {
         return (Resolved::Unresolved, false);
     };
     let cache = if prepared {
         s.now.generation != 0
     } else {
-        crate::maps::claim(s);
         s.now.prepared = 0;
         s.now.name_read = 0;
         let on = dircache::now(&mut s.now);
@@ -780,12 +814,12 @@ fn resolve_here(
             }
         }
         if dircache::get(&s.now, policy_id, &mut s.dir)
-            && let Some(found) = resolve_below(policy_id, info, facts)
+            && let Some(found) = resolve_below(w, policy_id, info, facts)
         {
             return found;
         }
     }
-    (resolve_whole(policy_id, info, facts), false)
+    (resolve_whole(w, policy_id, info, facts), false)
 }
 
 /// The name of a dentry (`d_name`), into `now` (length `u32::MAX` when unreadable).
@@ -812,9 +846,6 @@ fn resolve_known_in(
     // A record rebuilds the whole path (`whole_path_if`).
     facts.start = PATH_END;
     facts.partial = true;
-    if !crate::maps::owns(s) {
-        return Some(Resolved::Preempted);
-    }
     // Kept only from scans that did not seek mounted directories: none is outside the
     // mounted ones (`matched`).
     Some(Resolved::Matched(FileMatch {
@@ -824,18 +855,18 @@ fn resolve_known_in(
     }))
 }
 
-/// The path of a file whose directory's scan state is kept (in `SCRATCH.dir`): only
+/// The path of a file whose directory's scan state is kept (in `Scratch::dir`): only
 /// `/name` is placed and scanned. `None` when the name does not fit or a move happened
 /// meanwhile: the whole walk decides then. With the result, whether it is a name's result
 /// (one that sought no mounted directory).
 #[inline(always)]
 fn resolve_below(
+    w: Work,
     policy_id: u32,
     info: &PolicyInfo,
     facts: &mut FileFacts,
 ) -> Option<(Resolved, bool)> {
-    // Claimed by `resolve_here`, before the slot was copied in.
-    let s = scratch()?;
+    let s = w.mem()?;
     let d = &s.dir;
     // Read by `resolve_typed` or `resolve_here`, after the rename count.
     let (len, name) = (s.now.name_len, s.now.name as *const u8);
@@ -868,16 +899,15 @@ fn resolve_below(
     s.scan.split = NO_SPLIT;
     set_dfa(&mut s.scan.dfa, &info.dfa);
     let seeking = d.seeking;
-    let path = sandbox_scan(policy_id, facts.dev);
+    let path = sandbox_scan(w.index(), policy_id, facts.dev);
     let inode = inode_rules(policy_id, facts);
     if !dircache::unchanged(&s.now) {
         return None;
     }
     facts.start = start;
     facts.partial = true;
-    let r = matched(path, inode, sb_known, facts);
+    let r = matched(w, path, inode, sb_known, facts);
     if seeking == 0 && matches!(r, Resolved::Matched(_)) {
-        // `put` empties the slot again if another decision took the working memory.
         namecache::put(&s.now, policy_id, &s.name, &s.dir, path, sb_known);
     }
     // A name's result (a scan from the directory's state that sought no mounted
@@ -886,15 +916,15 @@ fn resolve_below(
     Some((r, kept))
 }
 
-/// The whole walk and scan; with the cache on (`SCRATCH.now`), the directory's state is
+/// The whole walk and scan; with the cache on (`Scratch::now`), the directory's state is
 /// kept on the way.
 #[inline(always)]
-fn resolve_whole(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
-    let Ok(start_off) = build_path(facts.dentry) else {
+fn resolve_whole(w: Work, policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Resolved {
+    let Ok(start_off) = build_path(w, facts.dentry) else {
         facts.flags = sandbox_common::EVENT_F_PATH_TRUNCATED;
         return Resolved::Unresolved;
     };
-    // The path is SCRATCH.path[start_off..PATH_END]; the event copies it from there.
+    // The path is Scratch::path[start_off..PATH_END]; the event copies it from there.
     facts.start = start_off;
 
     let key = SbKey {
@@ -906,7 +936,7 @@ fn resolve_whole(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Re
     let sb_known = sb.is_some();
     if let Some(v) = sb
         && v.flags & SB_F_MULTI_ROOT == 0
-        && scratch().is_none_or(|s| s.walk.detached != 0)
+        && w.mem().is_none_or(|s| s.walk.detached != 0)
     {
         // A disconnected dentry (open_by_handle_at of a file whose parents are not in the
         // dentry cache): its path would read as `/name` or `/`. Fail closed.
@@ -921,21 +951,20 @@ fn resolve_whole(policy_id: u32, info: &PolicyInfo, facts: &mut FileFacts) -> Re
             return Resolved::Unplaced;
         }
     }
-    let split = match scratch() {
+    let split = match w.mem() {
         Some(s) if s.now.generation != 0 && s.now.parent_inode != 0 && s.walk.first < PATH_END => {
             s.walk.first
         }
         _ => NO_SPLIT,
     };
-    scan_begin(policy_id, info, start_off, sb, facts.dev, split);
-    let path = sandbox_scan(policy_id, facts.dev);
+    scan_begin(w, policy_id, info, start_off, sb, facts.dev, split);
+    let path = sandbox_scan(w.index(), policy_id, facts.dev);
     let inode = inode_rules(policy_id, facts);
-    let r = matched(path, inode, sb_known, facts);
-    if let (Resolved::Matched(_), Some(s)) = (&r, scratch())
+    let r = matched(w, path, inode, sb_known, facts);
+    if let (Resolved::Matched(_), Some(s)) = (&r, w.mem())
         && split != NO_SPLIT
         && dircache::unchanged(&s.now)
     {
-        // Into the slot itself, not through `SCRATCH.dir`: see `dircache::keep`.
         dircache::keep(&s.now, policy_id, &s.scan.snap, split - start_off, sb_known);
     }
     r
@@ -956,15 +985,10 @@ fn inode_rules(policy_id: u32, facts: &FileFacts) -> u32 {
     unsafe { INODE_RULES.get(&ikey) }.copied().unwrap_or(0)
 }
 
-/// The result of a scan, once the working memory is known to have stayed this decision's.
+/// The result of a scan.
 #[inline(always)]
-fn matched(path: u32, inode: u32, sb_known: bool, facts: &mut FileFacts) -> Resolved {
-    if !crate::maps::still_mine() {
-        return Resolved::Preempted;
-    }
-    // Read after the slot is known to be this decision's (another task's scan state would
-    // deny for no reason, without the retry a preemption gets).
-    if scratch().is_none_or(|s| s.scan.seeking == SEEK_ONLY) {
+fn matched(w: Work, path: u32, inode: u32, sb_known: bool, facts: &mut FileFacts) -> Resolved {
+    if w.mem().is_none_or(|s| s.scan.seeking == SEEK_ONLY) {
         // Below none of the mounted directories of a superblock whose root is not mounted.
         facts.flags = sandbox_common::EVENT_F_OUTSIDE_MOUNTS;
         return Resolved::Unresolved;
@@ -976,11 +1000,12 @@ fn matched(path: u32, inode: u32, sb_known: bool, facts: &mut FileFacts) -> Reso
     })
 }
 
-/// Sets up a scan of `SCRATCH.path[start_off..PATH_END]` by the policy's matcher, from the
+/// Sets up a scan of `Scratch::path[start_off..PATH_END]` by the policy's matcher, from the
 /// scan state after a superblock's mount point (`sb`) or from the very start; the state
 /// at `split` is kept in `Scan::snap`.
 #[inline(always)]
 fn scan_begin(
+    w: Work,
     policy_id: u32,
     info: &PolicyInfo,
     start_off: u32,
@@ -988,7 +1013,7 @@ fn scan_begin(
     dev: u32,
     split: u32,
 ) {
-    let Some(s) = scratch() else {
+    let Some(s) = w.mem() else {
         return;
     };
     let flags = sb.map_or(0, |v| v.flags);
@@ -1042,14 +1067,15 @@ fn set_dfa(to: &mut [DfaInfo; 2], from: &[DfaInfo; 2]) {
     }
 }
 
-/// Runs the scan set up in `SCRATCH.scan` to the end of the path. Returns the kind mask;
+/// Runs the scan set up in `Scratch::scan` to the end of the path. Returns the kind mask;
 /// `Scan::seeking` is left at `SEEK_ONLY` for a path of an `SB_F_SUBDIRS` superblock below
 /// none of its mounted directories (the mask is then 0). A global function: the scan's
 /// callback is verified once per program, not once per caller and caller's state.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_scan(policy_id: u32, dev: u32) -> u32 {
-    let Some(s) = scratch() else {
+pub extern "C" fn sandbox_scan(work: u32, policy_id: u32, dev: u32) -> u32 {
+    let mut index = work;
+    let Some(s) = Work::at(work).mem() else {
         return 0;
     };
     let Some(info) = POLICIES.get(policy_id) else {
@@ -1058,12 +1084,12 @@ pub extern "C" fn sandbox_scan(policy_id: u32, dev: u32) -> u32 {
         s.scan.seeking = SEEK_ONLY;
         return 0;
     };
-    // SAFETY: bpf_loop calls scan_step, which needs no context.
+    // SAFETY: bpf_loop calls scan_step with a pointer to `index`, which outlives the call.
     unsafe {
         bpf_loop(
             PATH_MAX as u32,
             scan_step as *mut c_void,
-            core::ptr::null_mut(),
+            (&raw mut index).cast(),
             0,
         );
     }
@@ -1086,33 +1112,32 @@ pub extern "C" fn sandbox_scan(policy_id: u32, dev: u32) -> u32 {
 }
 
 /// The whole path of `dentry` (for a record, when the decision used only its last
-/// component): where it starts in `SCRATCH.path`, or `PATH_END` (no path) when it does
+/// component): where it starts in `Scratch::path`, or `PATH_END` (no path) when it does
 /// not fit. A global function for the reason [`sandbox_resolve`] is.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_whole_path(dentry: u64) -> u32 {
-    if let Some(s) = scratch() {
-        crate::maps::claim(s);
-    }
-    build_path(dentry as *const u8).unwrap_or(PATH_END)
+pub extern "C" fn sandbox_whole_path(work: u32, dentry: u64) -> u32 {
+    build_path(Work::at(work), dentry as *const u8).unwrap_or(PATH_END)
 }
 
 /// See [`sandbox_whole_path`]; whether the path is partial (`partial` not 0) comes as a
-/// number the verifier may not know (`kread::forget`).
+/// number the verifier may not know (`kread::forget`). No working memory free: no path.
 #[inline(always)]
-pub fn whole_path_if(partial: u32, facts: &mut FileFacts) {
+pub fn whole_path_if(mem: Claim, partial: u32, facts: &mut FileFacts) {
     if partial != 0 {
-        facts.start = sandbox_whole_path(kread::untyped(facts.dentry)) & MASK;
+        facts.start = match mem.work() {
+            Some(w) => sandbox_whole_path(w.index(), kread::untyped(facts.dentry)) & MASK,
+            None => PATH_END,
+        };
     }
     facts.partial = false;
 }
 
 /// Places `@` and `len` bytes of kernel memory at `src` (an abstract unix socket name) at
-/// the end of `SCRATCH.path` and returns where they start.
+/// the end of the working memory's path (`Scratch::path`) and returns where they start.
 #[inline(always)]
-pub fn place_name(src: *const u8, len: u32) -> Result<u32, ()> {
-    let s = scratch().ok_or(())?;
-    crate::maps::claim(s);
+pub fn place_name(w: Work, src: *const u8, len: u32) -> Result<u32, ()> {
+    let s = w.mem().ok_or(())?;
     if len >= NAME_MAX as u32 {
         return Err(());
     }
@@ -1131,9 +1156,9 @@ pub fn place_name(src: *const u8, len: u32) -> Result<u32, ()> {
 /// The kinds of rule matching a name placed by [`place_name`] (no superblock: abstract
 /// names match only patterns written as `@name`).
 #[inline(always)]
-pub fn match_name(policy_id: u32, start_off: u32) -> FileMatch {
+pub fn match_name(w: Work, policy_id: u32, start_off: u32) -> FileMatch {
     FileMatch {
-        path: sandbox_match_name(policy_id, start_off),
+        path: sandbox_match_name(w.index(), policy_id, start_off),
         inode: 0,
         sb_known: false,
     }
@@ -1142,11 +1167,19 @@ pub fn match_name(policy_id: u32, start_off: u32) -> FileMatch {
 /// The scan of [`match_name`], global for the reason [`sandbox_resolve`] is.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_match_name(policy_id: u32, start_off: u32) -> u32 {
+pub extern "C" fn sandbox_match_name(work: u32, policy_id: u32, start_off: u32) -> u32 {
     match POLICIES.get(policy_id) {
         Some(info) => {
-            scan_begin(policy_id, info, start_off & MASK, None, 0, NO_SPLIT);
-            sandbox_scan(policy_id, 0)
+            scan_begin(
+                Work::at(work),
+                policy_id,
+                info,
+                start_off & MASK,
+                None,
+                0,
+                NO_SPLIT,
+            );
+            sandbox_scan(work, policy_id, 0)
         }
         None => 0,
     }

@@ -9,6 +9,7 @@ use aya_ebpf::helpers::generated::bpf_loop;
 use sandbox_common::{MAX_CGROUP_LEVEL, PolicyInfo, policy_flags};
 
 use crate::kread;
+use crate::work::Claim;
 
 use crate::maps::{POLICIES, SCOPE};
 
@@ -19,6 +20,8 @@ pub struct Scope {
     pub info: &'static PolicyInfo,
     /// The bound cgroup (id) the task is confined by: the sandbox is this cgroup's subtree.
     pub cgroup: u64,
+    /// The decision's working memory, taken when first needed (`work.rs`).
+    pub mem: Claim,
 }
 
 impl Scope {
@@ -54,15 +57,31 @@ fn binding() -> Option<(u64, u32)> {
     (id == bound).then_some((bound, ctl.policy_id))
 }
 
-/// The live policy of the current task, if it is in scope.
+/// `decide(scope)` for an in-scope task, `outside` for the rest. The slot of working memory
+/// the decision takes, if it needs one ([`Scope::mem`]), is given back once it has decided:
+/// every program decides through here.
 #[inline(always)]
-pub fn current() -> Option<Scope> {
+pub fn decide<R>(outside: R, decide: impl FnOnce(Scope) -> R) -> R {
+    let mut cell = Claim::EMPTY;
+    let Some(scope) = current(&raw mut cell) else {
+        return outside;
+    };
+    let verdict = decide(scope);
+    scope.mem.release();
+    verdict
+}
+
+/// The live policy of the current task, if it is in scope. `cell`: where the program keeps
+/// the slot of working memory its decision takes ([`Claim`]).
+#[inline(always)]
+fn current(cell: *mut u32) -> Option<Scope> {
     let (cgroup, policy_id) = binding()?;
     let info = POLICIES.get(policy_id)?;
     (info.live != 0).then_some(Scope {
         policy_id,
         info,
         cgroup,
+        mem: Claim::new(cell),
     })
 }
 

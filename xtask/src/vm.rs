@@ -419,7 +419,8 @@ fn qemu(vmlinuz: &Path, initrd: &Path, lsm: &str) -> Command {
         .arg("-initrd")
         .arg(initrd)
         // preempt=full: Debian's 6.x kernels default to voluntary preemption; the tests
-        // run where a BPF-LSM program can be preempted mid-decision (as on 7.x, always).
+        // run where a BPF-LSM program can be preempted mid-decision (as on 7.x, always),
+        // so decisions in flight on one CPU each hold working memory of their own.
         .arg("-append")
         .arg(format!(
             "console=ttyS0 lsm={lsm} preempt=full panic=-1 oops=panic quiet"

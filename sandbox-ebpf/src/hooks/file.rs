@@ -79,17 +79,11 @@ fn check_with<const TYPED: bool>(
     target: u32,
     decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
 ) -> i32 {
-    let mut resolved = if TYPED {
-        path::resolve_typed(scope.policy_id, &mut facts)
+    let resolved = if TYPED {
+        path::resolve_typed(scope.mem, scope.policy_id, &mut facts)
     } else {
-        path::resolve(scope.policy_id, &mut facts)
+        path::resolve(scope.mem, scope.policy_id, &mut facts)
     };
-    if matches!(resolved, Resolved::Preempted) {
-        // Once more: being preempted twice in one short decision is rare. The general
-        // form (the global function alone): the typed one inlined a second time would be
-        // verified a second time.
-        resolved = path::resolve(scope.policy_id, &mut facts);
-    }
     let (v, flags) = match resolved {
         Resolved::Matched(m) => match decide(&m, &facts) {
             Some(v) => (v, 0),
@@ -97,11 +91,7 @@ fn check_with<const TYPED: bool>(
         },
         Resolved::Unresolved => fail_closed(hook_id, reason::PATH_UNRESOLVED, facts.flags),
         Resolved::Unplaced => fail_closed(hook_id, reason::UNPLACED_MOUNT, 0),
-        Resolved::Preempted => {
-            // The path in the working memory may be the other decision's: made again.
-            facts.partial = true;
-            fail_closed(hook_id, reason::PREEMPTED, 0)
-        }
+        Resolved::Busy => fail_closed(hook_id, reason::BUSY, 0),
     };
     // One state for the verifier from here, whatever the deny (on 6.1 a name hook's
     // report was verified several times over: 18,500 instructions against 12,400). The
@@ -115,10 +105,10 @@ fn check_with<const TYPED: bool>(
     facts.start = kread::forget(facts.start, unknown);
     let partial = kread::forget(u32::from(facts.partial), unknown);
     // The record names the whole path, not only the last component the decision needed.
-    path::whole_path_if(partial, &mut facts);
+    path::whole_path_if(scope.mem, partial, &mut facts);
     let mut rep = Report::file(hook_id, scope.policy_id, &facts, f_mode, flags);
     rep.target = target;
-    finish(rep, v, audit, errno::EACCES)
+    finish(scope.mem, rep, v, audit, errno::EACCES)
 }
 
 /// The verdict when the programs could not decide (`why`), said by the diagnostics too.
@@ -138,6 +128,7 @@ pub fn offsets_or_deny(
     let off = kread::offsets();
     if off.valid == 0 {
         return Err(deny_unresolved(
+            scope.mem,
             hook_id,
             scope.policy_id,
             reason::NO_OFFSETS,

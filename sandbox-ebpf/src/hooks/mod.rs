@@ -2,7 +2,8 @@
 //! each file ends with the list of its programs. Every program has the same prologue,
 //! written once in [`hook!`]: honour an earlier program's deny, then find the current
 //! task's policy (out of scope: allow, having paid one scope lookup). The body decides with
-//! `sandbox_common::decide` and reports through [`finish`].
+//! `sandbox_common::decide` and reports through [`finish`]; the slot of working memory it
+//! took, if any (`work.rs`), is given back when it has.
 
 pub mod exec;
 pub mod file;
@@ -15,6 +16,7 @@ use sandbox_common::decide::Deny;
 use sandbox_common::{decision, errno};
 
 use crate::event::{self, Report};
+use crate::work::Claim;
 
 /// Defines the program `$prog` on LSM hook `$hook`. The body runs for in-scope tasks only,
 /// with `$ctx` (the `LsmContext`) and `$scope` (the task's `Scope`), and returns the
@@ -39,10 +41,7 @@ macro_rules! hook {
             if !pre {
                 return 0;
             }
-            let Some($scope) = $crate::scope::current() else {
-                return 0;
-            };
-            $body
+            $crate::scope::decide(0, |$scope| $body)
         }
     };
 }
@@ -59,10 +58,10 @@ pub fn honour(prev: i32) -> i32 {
     }
 }
 
-/// Reports a decision and turns it into the hook's return value: 0 in audit mode, else
-/// `-err` (`errno::EPERM` or `errno::EACCES`).
+/// Reports a decision (in the decision's working memory, `mem`) and turns it into the
+/// hook's return value: 0 in audit mode, else `-err` (`errno::EPERM` or `errno::EACCES`).
 #[inline(always)]
-pub fn finish(mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
+pub fn finish(mem: Claim, mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
     rep.decision = if audit {
         decision::AUDIT
     } else {
@@ -70,7 +69,7 @@ pub fn finish(mut rep: Report, v: Deny, audit: bool, err: i32) -> i32 {
     };
     rep.reason = v.reason;
     rep.rule = v.rule;
-    event::send(&rep);
+    event::send(mem, &rep);
     match (audit, err) {
         (true, _) => 0,
         (false, errno::EPERM) => -errno::EPERM,
@@ -91,9 +90,17 @@ pub fn forget(v: Deny, unknown: u32) -> Deny {
 
 /// Fail closed when the programs cannot decide (`why`: e.g. no offsets supplied).
 #[inline(always)]
-pub fn deny_unresolved(hook_id: u32, policy_id: u32, why: u32, audit: bool, err: i32) -> i32 {
+pub fn deny_unresolved(
+    mem: Claim,
+    hook_id: u32,
+    policy_id: u32,
+    why: u32,
+    audit: bool,
+    err: i32,
+) -> i32 {
     crate::diag::fail_closed(hook_id, why, 0);
     finish(
+        mem,
         Report::bare(hook_id, policy_id),
         Deny::because(why),
         audit,

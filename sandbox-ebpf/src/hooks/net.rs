@@ -31,6 +31,7 @@ fn sock_of(socket: *const u8) -> Option<(*const u8, u16)> {
 #[inline(always)]
 fn no_offsets(hook_id: u32, scope: Scope) -> i32 {
     deny_unresolved(
+        scope.mem,
         hook_id,
         scope.policy_id,
         reason::NO_OFFSETS,
@@ -46,6 +47,7 @@ fn judge(hook_id: u32, scope: Scope, dest: &Dest, v: Option<decide::Deny>) -> i3
         return 0;
     };
     finish(
+        scope.mem,
         Report::net(hook_id, scope.policy_id, dest),
         v,
         scope.audits(policy_flags::AUDIT_NET),
@@ -117,7 +119,13 @@ fn create(scope: Scope, family: u32, ty: u32, protocol: u32, kern: u32) -> i32 {
     rep.family = family as u16;
     rep.access = ty;
     rep.target = protocol;
-    finish(rep, v, scope.audits(policy_flags::AUDIT_NET), errno::EACCES)
+    finish(
+        scope.mem,
+        rep,
+        v,
+        scope.audits(policy_flags::AUDIT_NET),
+        errno::EACCES,
+    )
 }
 
 /// The local address of a socket about to serve, against `network.listen` (an allowlist).
@@ -217,29 +225,30 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
     if len < 3 || first != 0 {
         // A path name with no dentry (cannot happen while bound): fail closed.
         return finish(
+            scope.mem,
             rep,
             decide::Deny::because(reason::OUTSIDE_SCOPE),
             audit,
             errno::EACCES,
         );
     }
-    let Ok(start) = path::place_name(name.wrapping_add(3), (len - 3) as u32) else {
-        return -errno::EACCES;
-    };
-    rep.path_start = start;
-    let m = path::match_name(scope.policy_id, start);
-    if !crate::maps::still_mine() {
-        // The name in the working memory may be the other decision's.
-        rep.path_start = path::PATH_END;
+    let Some(w) = scope.mem.work() else {
+        crate::diag::fail_closed(hook_id, reason::BUSY, 0);
         return finish(
+            scope.mem,
             rep,
-            decide::Deny::because(reason::PREEMPTED),
+            decide::Deny::because(reason::BUSY),
             audit,
             errno::EACCES,
         );
-    }
+    };
+    let Ok(start) = path::place_name(w, name.wrapping_add(3), (len - 3) as u32) else {
+        return -errno::EACCES;
+    };
+    rep.path_start = start;
+    let m = path::match_name(w, scope.policy_id, start);
     match decide::unix(false, &m) {
-        Some(v) => finish(rep, v, audit, errno::EACCES),
+        Some(v) => finish(scope.mem, rep, v, audit, errno::EACCES),
         None => 0,
     }
 }

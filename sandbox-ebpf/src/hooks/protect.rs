@@ -39,7 +39,13 @@ const TIOCLINUX: u32 = 0x541C;
 
 #[inline(always)]
 fn deny(rep: Report, why: u32, scope: Scope) -> i32 {
-    finish(rep, Deny::because(why), scope.audits_all(), errno::EPERM)
+    finish(
+        scope.mem,
+        rep,
+        Deny::because(why),
+        scope.audits_all(),
+        errno::EPERM,
+    )
 }
 
 #[inline(always)]

@@ -27,19 +27,19 @@ const DENY: i32 = 0;
 /// yet) it is allowed, as in the LSM programs.
 #[inline(always)]
 fn judge(hook_id: u32, dest: &Dest) -> i32 {
-    let Some(scope) = crate::scope::current() else {
-        return ALLOW;
-    };
-    let Some(v) = addr::verdict(scope.policy_id, scope.flags(), dest) else {
-        return ALLOW;
-    };
-    let r = finish(
-        Report::net(hook_id, scope.policy_id, dest),
-        v,
-        scope.audits(policy_flags::AUDIT_NET),
-        errno::EPERM,
-    );
-    if r == 0 { ALLOW } else { DENY }
+    crate::scope::decide(ALLOW, |scope| {
+        let Some(v) = addr::verdict(scope.policy_id, scope.flags(), dest) else {
+            return ALLOW;
+        };
+        let r = finish(
+            scope.mem,
+            Report::net(hook_id, scope.policy_id, dest),
+            v,
+            scope.audits(policy_flags::AUDIT_NET),
+            errno::EPERM,
+        );
+        if r == 0 { ALLOW } else { DENY }
+    })
 }
 
 /// The IPv4 destination of the call (`user_ip4`, `user_port`: network byte order).

@@ -222,7 +222,7 @@ impl Formatter<'_> {
             reason::NOT_IN_LISTEN_ALLOWLIST => "network.listen",
             reason::TTY_INJECTION => "(terminal input injection)",
             reason::SUBVOLUME => "(btrfs subvolume or snapshot made or removed by ioctl)",
-            reason::PREEMPTED => "(decision interrupted by another task, fail closed)",
+            reason::BUSY => "(no working memory free on this CPU, fail closed)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -245,7 +245,7 @@ impl Formatter<'_> {
             reason::SOCKET_KIND => "socket_kind",
             reason::NOT_IN_LISTEN_ALLOWLIST => "not_in_listen_allowlist",
             reason::TTY_INJECTION => "tty_injection",
-            reason::PREEMPTED => "preempted",
+            reason::BUSY => "busy",
             reason::ANCESTOR => "ancestor_of_protected_path",
             reason::MOVES_PROTECTED => "moves_protected_files",
             reason::SUBVOLUME => "btrfs_subvolume",
