@@ -616,10 +616,13 @@ pub struct AggSlot {
     pub tgid: u32,
     /// The key: the kernel's report of the denial, as words.
     pub key: [u64; AGG_KEY_WORDS],
+    /// Held (odd) by the decision reading and writing the slot: decisions on one CPU can
+    /// preempt each other (`kread::write_begin`/`write_end` in the programs).
+    pub lock: u64,
 }
 /// Size of the kernel's `Report` in 8-byte words.
 pub const AGG_KEY_WORDS: usize = 9;
-const _: () = assert!(size_of::<AggSlot>() == 56 + 8 * AGG_KEY_WORDS);
+const _: () = assert!(size_of::<AggSlot>() == 64 + 8 * AGG_KEY_WORDS);
 
 /// Fixed part of every ring-buffer record. For file and exec events `path_len` bytes of
 /// path (relative to the superblock root of `dev`) follow the header; then `exe_len` bytes

@@ -159,6 +159,10 @@ pub extern "C" fn sandbox_send(work: u32, rep: *const Report) -> u32 {
 /// process and its executable (`exe`, the `mm->exe_file` pointer). Names being made have
 /// no inode yet (`ino` 0 with a path): those are always sent. `Err` when `rep` was
 /// counted (nothing more to send); else what the record to send carries.
+///
+/// The CPU's slot is shared by every decision on the CPU, and one can be preempted in the
+/// middle of its update: each holds the slot's lock (`AggSlot::lock`) while it reads and
+/// writes it, and a decision that finds it held sends its record unaggregated.
 #[inline(always)]
 fn aggregate(w: Work, rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg, ()> {
     let none = Agg {
@@ -172,20 +176,44 @@ fn aggregate(w: Work, rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg
     let Some(slot) = AGG.get_ptr_mut(0) else {
         return Ok(none);
     };
-    // SAFETY: a per-CPU map value; `Report` is 9 words without holes.
-    let (slot, words) = unsafe {
-        (
+    // SAFETY: a per-CPU map value.
+    let lock = unsafe { &raw mut (*slot).lock };
+    if kread::write_begin(lock).is_none() {
+        return Ok(none);
+    }
+    // SAFETY: a per-CPU map value, this decision's while it holds the lock; `Report` is 9
+    // words without holes.
+    let r = unsafe {
+        aggregate_locked(
+            w,
             &mut *slot,
             &*core::ptr::from_ref(rep).cast::<[u64; AGG_KEY_WORDS]>(),
+            tgid,
+            exe,
+            now,
         )
     };
+    kread::write_end(lock);
+    r
+}
+
+/// [`aggregate`] with the slot's lock held.
+#[inline(always)]
+fn aggregate_locked(
+    w: Work,
+    slot: &mut AggSlot,
+    words: &[u64; AGG_KEY_WORDS],
+    tgid: u32,
+    exe: u64,
+    now: u64,
+) -> Result<Agg, ()> {
     if slot.valid != 0
         && slot.tgid == tgid
         && slot.exe == exe
         && now.wrapping_sub(slot.since_ns) < AGG_WINDOW_NS
         && same(&slot.key, words)
     {
-        // Other programs on this CPU may count at the same time (preemption).
+        // Atomic: userspace reads the count while the programs run.
         kread::atomic_add(&raw mut slot.suppressed, 1);
         slot.last_ns = now;
         return Err(());
@@ -353,11 +381,17 @@ fn send_here(w: Work, rep: &Report) {
     if ret != 0 {
         count_drop();
     } else if keyed && let Some(slot) = AGG.get_ptr_mut(0) {
-        // SAFETY: a per-CPU map value. The key counts from now on, unless another
-        // decision on this CPU (preempting this one) made its own key meanwhile.
+        // SAFETY: a per-CPU map value, written under its lock (see `aggregate`). The key
+        // counts from now on, unless another decision on this CPU made its own key
+        // meanwhile; with the lock held by another decision it stays invalid (the next
+        // identical denial is sent and becomes the key).
         unsafe {
-            if (*slot).key_seq == seq {
-                (*slot).valid = 1;
+            let lock = &raw mut (*slot).lock;
+            if kread::write_begin(lock).is_some() {
+                if (*slot).key_seq == seq {
+                    (*slot).valid = 1;
+                }
+                kread::write_end(lock);
             }
         }
     }

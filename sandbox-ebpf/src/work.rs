@@ -6,15 +6,27 @@
 //! task's program can run on the same CPU while a decision is in the middle of its own.
 //! Each CPU therefore has [`SLOTS`] slots, and a decision that needs memory takes one with
 //! a compare-and-swap ([`sandbox_claim`]), which no other decision can then write into,
-//! and gives it back when its program ends ([`Claim`], released by `hooks::hook!`). No
-//! slot free (that many decisions preempted in their programs on one CPU): the decision
-//! fails closed (`reason::BUSY`).
+//! and gives it back when its program ends ([`Claim`], released by `scope::decide`, or
+//! [`with_claim`] for the benchmark's programs). No slot free (that many decisions
+//! preempted in their programs on one CPU): a path decision fails closed
+//! (`reason::BUSY`), a record is counted as lost.
+//!
+//! A slot is held only while its task is inside a program: a task preempted there is
+//! runnable and finishes the program when it runs again (signals, stops and the freezer
+//! act at the return to user space). Confined tasks can hold slots on purpose (threads
+//! of low priority preempted inside programs, on a busy CPU), which makes their own
+//! sandbox's path decisions on that CPU fail closed: never an allow, and only for the
+//! same run (each run loads its own maps; out-of-scope tasks take no slot).
 
 use crate::kread;
 use crate::maps::{SCRATCH, Scratch};
 
-/// Slots per CPU (a power of two: an index is masked with `SLOTS - 1`).
-pub const SLOTS: u32 = 4;
+/// Slots per CPU (a power of two: an index is masked with `SLOTS - 1`). Each is about
+/// 17 KiB (two path buffers), so 136 KiB per CPU per run. Eight, not four: under heavy
+/// oversubscription (a build's jobs far beyond the CPUs, every one opening files in
+/// scope) a few tasks preempted inside programs on one CPU at once is not unthinkable,
+/// eight is.
+pub const SLOTS: u32 = 8;
 /// `Scratch::taken` of a free slot; any other value is a decision's.
 const FREE: u64 = 0;
 const TAKEN: u64 = 1;
@@ -42,9 +54,10 @@ impl Work {
     }
 
     /// The slot whose index a caller holding it passed (a global function's argument, a
-    /// loop callback's context).
+    /// loop callback's context). Only for an index that came from [`Claim::work`] of the
+    /// running decision.
     #[inline(always)]
-    pub fn at(index: u32) -> Self {
+    pub(crate) fn at(index: u32) -> Self {
         Work(index & (SLOTS - 1))
     }
 }
@@ -55,7 +68,8 @@ impl Work {
 pub struct Claim(*mut u32);
 
 impl Claim {
-    /// The cell `hook!` keeps on its stack (`u32`, holding [`Claim::EMPTY`] at first).
+    /// The cell `scope::decide` keeps on its stack (`u32`, holding [`Claim::EMPTY`] at
+    /// first).
     pub const EMPTY: u32 = NONE;
 
     #[inline(always)]
@@ -67,7 +81,7 @@ impl Claim {
     /// slot of this CPU is held by a decision in flight.
     #[inline(always)]
     pub fn work(self) -> Option<Work> {
-        // SAFETY: the cell is a live local of the running program (`hook!`).
+        // SAFETY: the cell is a live local of the running program (`scope::decide`).
         let held = unsafe { core::ptr::read_volatile(self.0) };
         if held != NONE {
             return Some(Work::at(held));
@@ -127,7 +141,7 @@ pub extern "C" fn sandbox_claim() -> u32 {
 /// access to a per-CPU slot is on this CPU, in program order, and the compare-and-swap
 /// (an `asm!` block) keeps the compiler from moving a write of the slot after it.
 #[inline(always)]
-pub fn release(w: Work) {
+fn release(w: Work) {
     if let Some(p) = SCRATCH.get_ptr_mut(w.0 & (SLOTS - 1)) {
         // SAFETY: as in `sandbox_claim`; only the holder writes `taken` while it is taken.
         kread::compare_exchange(unsafe { &raw mut (*p).taken }, TAKEN, FREE);
