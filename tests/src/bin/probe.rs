@@ -28,7 +28,7 @@
 //!                                trigger it (the default action of `SIGIO` ends a process)
 //!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
 //!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
-//!   race-open DENIED ALLOWED N   two threads pinned to CPU 0, opening DENIED and ALLOWED
+//!   race-open DENIED ALLOWED N [T]  T threads (2) pinned to CPU 0, opening DENIED and ALLOWED
 //!                                N times each: how often each got the other's answer
 //!   whoami                       uids, gids, `no_new_privs`, capability sets
 //!   open-n PATH N                open PATH for reading N times, count the outcomes
@@ -874,18 +874,36 @@ fn pin_to_cpu0() {
     }
 }
 
-/// `race-open`: two threads on one CPU, one opening a denied file and one an allowed file,
-/// so that on a preemptible kernel one's decision may be interrupted by the other's.
-fn op_race_open(denied: &str, allowed: &str, n: &str) -> String {
+/// `race-open`: `threads` threads (2 if not given) on one CPU, every other one opening a
+/// denied file and the rest an allowed file, `n` times each, so that on a preemptible
+/// kernel their decisions interrupt each other's.
+fn op_race_open(denied: &str, allowed: &str, n: &str, threads: &str) -> String {
     let n: u64 = n.parse().unwrap_or(0);
-    let d = denied.to_owned();
-    let other = std::thread::spawn(move || {
-        pin_to_cpu0();
-        (0..n).filter(|_| op_open(&d, "r") == "OK").count()
-    });
-    pin_to_cpu0();
-    let allowed_denied = (0..n).filter(|_| op_open(allowed, "r") != "OK").count();
-    let denied_allowed = other.join().unwrap_or(usize::MAX);
+    let threads: usize = threads.parse().unwrap_or(2).max(2);
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            let (file, deny) = if i % 2 == 0 {
+                (denied.to_owned(), true)
+            } else {
+                (allowed.to_owned(), false)
+            };
+            std::thread::spawn(move || {
+                pin_to_cpu0();
+                let wrong = (0..n)
+                    .filter(|_| (op_open(&file, "r") == "OK") == deny)
+                    .count();
+                (deny, wrong)
+            })
+        })
+        .collect();
+    let (mut denied_allowed, mut allowed_denied) = (0, 0);
+    for w in workers {
+        match w.join() {
+            Ok((true, wrong)) => denied_allowed += wrong,
+            Ok((false, wrong)) => allowed_denied += wrong,
+            Err(_) => return "THREAD_PANICKED".into(),
+        }
+    }
     format!("DENIED_GOT_OK={denied_allowed} ALLOWED_GOT_DENIED={allowed_denied}")
 }
 
@@ -963,7 +981,7 @@ fn run_op(words: &[String]) -> String {
         }
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
-        "race-open" => op_race_open(a(1), a(2), a(3)),
+        "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
         "raw-socket" => op_raw_socket(),
         _ => "BADOP".into(),
     }
