@@ -265,8 +265,12 @@ pub struct DirCacheCtl {
     /// of a dentry's name or parent (`__d_move`) advances: a directory's state is used only
     /// while the count is the one it was made under.
     pub rename_lock: u64,
+    /// How long a kept state is used, in jiffies: 30 s at the HZ the loader measured (0:
+    /// the programs' conservative default, 2,000 jiffies; they never take more than
+    /// 30,000).
+    pub max_age: u64,
 }
-const _: () = assert!(size_of::<DirCacheCtl>() == 16);
+const _: () = assert!(size_of::<DirCacheCtl>() == 24);
 
 /// `ScanStart::flags`: the file system has roots other than its superblock's (NFS, SMB,
 /// Ceph, 9p mount server directories as separate roots), so a walk ending at a root that is

@@ -25,8 +25,9 @@
 //!   writer that finds it taken gives up), and read as two reads of the lock around the
 //!   copy: a torn copy is never used. The read side relies on x86-64's ordering of loads
 //!   (the loader enables the cache on x86-64 only).
-//! - A slot is used for 2,000 jiffies at most ([`MAX_AGE_JIFFIES`]: 2 s at HZ=1000, 20 s
-//!   at HZ=100): the 32-bit count cannot come round to its stamp in that time.
+//! - A slot is used for the loader's `DirCacheCtl::max_age` jiffies at most (30 s, by the
+//!   HZ it measured; [`MAX_AGE_JIFFIES`] when it could not), never more than
+//!   [`MAX_AGE_CAP`]: the 32-bit count cannot come round to its stamp in that time.
 //! - Directories whose names the file system revalidates are never cached
 //!   ([`DCACHE_OP_REVALIDATE`]).
 //! - Disabled (`generation` 0) until the loader has attached every program, the free hook
@@ -64,7 +65,8 @@ pub struct DirSlot {
     pub generation: u64,
     /// When it was filled, in jiffies (`bpf_jiffies64`: a read of a kernel word, where the
     /// nanosecond clock reads the clock source, a paravirtual one in a VM; 6.1 does not offer
-    /// LSM programs the coarse clock): a slot older than [`MAX_AGE_JIFFIES`] is not used.
+    /// LSM programs the coarse clock): a slot older than the cache's age
+    /// ([`max_age`]) is not used.
     pub time: u64,
     pub hash: u64,
     pub sb_hash: u64,
@@ -79,10 +81,25 @@ pub struct DirSlot {
     pub sb_known: u32,
 }
 
-/// How long a slot stays usable, in jiffies (CONFIG_HZ is 100 to 1000: 2 to 20 s): far less
-/// than the 2^31 renames (each taking the global `rename_lock`) it would take the count to
-/// come round, 100 million renames a second for 20 s.
+/// How long a slot stays usable, in jiffies, when the loader could not measure HZ
+/// (CONFIG_HZ is 100 to 1000: 2 to 20 s).
 pub const MAX_AGE_JIFFIES: u64 = 2_000;
+
+/// The longest life the programs accept from the loader, against a wrong measure (30 s at
+/// HZ=1000, 300 s at HZ=100). The count comes round to a slot's stamp only after exactly
+/// 2^31 renames, each taking the global `rename_lock`: in the 30 s the loader asks for,
+/// 72 million renames a second, far beyond what one spinlock passes.
+pub const MAX_AGE_CAP: u64 = 30_000;
+
+/// The age limit of kept states, in jiffies, from the loader's control value.
+#[inline(always)]
+fn max_age(ctl: &DirCacheCtl) -> u64 {
+    match ctl.max_age {
+        0 => MAX_AGE_JIFFIES,
+        a if a > MAX_AGE_CAP => MAX_AGE_CAP,
+        a => a,
+    }
+}
 
 /// The cache's state when a decision starts, and the directory the decision's file is
 /// in. Kept in the working memory (`Scratch::now`): the stack of the path functions has
@@ -94,6 +111,8 @@ pub struct Now {
     pub generation: u64,
     pub rename_lock: u64,
     pub time: u64,
+    /// How old a slot may be ([`max_age`]).
+    pub max_age: u64,
     /// The file's directory (0: none to use: a root, or revalidated names).
     pub parent_dentry: u64,
     pub parent_inode: u64,
@@ -115,13 +134,16 @@ pub struct Now {
 pub struct Clock {
     pub generation: u64,
     pub time: u64,
+    /// How old a slot may be ([`max_age`]).
+    pub max_age: u64,
     pub seq: u32,
 }
 
 /// The cache's state now, if it can be used (not off, no move in progress).
 #[inline(always)]
 pub fn clock() -> Option<Clock> {
-    let ctl: DirCacheCtl = *DIR_CACHE_CTL.get(0)?;
+    // Read in place: a copy of the control value would take the hook's stack.
+    let ctl: &DirCacheCtl = DIR_CACHE_CTL.get(0)?;
     if ctl.generation == 0 {
         return None;
     }
@@ -130,6 +152,7 @@ pub fn clock() -> Option<Clock> {
         generation: ctl.generation,
         // SAFETY: plain helper call (inlined by the verifier on 64-bit JITs).
         time: unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() },
+        max_age: max_age(ctl),
         seq,
     })
 }
@@ -139,10 +162,10 @@ pub fn clock() -> Option<Clock> {
 #[inline(always)]
 pub fn now(n: &mut Now) -> bool {
     n.generation = 0;
+    // Read in place: a copy of the control value would take the hook's stack.
     let Some(ctl) = DIR_CACHE_CTL.get(0) else {
         return false;
     };
-    let ctl: DirCacheCtl = *ctl;
     if ctl.generation == 0 {
         return false;
     }
@@ -152,6 +175,7 @@ pub fn now(n: &mut Now) -> bool {
     n.rename_lock = ctl.rename_lock;
     // SAFETY: plain helper call.
     n.time = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
+    n.max_age = max_age(ctl);
     n.seq = seq;
     n.generation = ctl.generation;
     true
@@ -213,7 +237,7 @@ pub fn get(now: &Now, policy_id: u32, out: &mut DirSlot) -> bool {
             && out.policy_id == policy_id
             && out.generation == now.generation
             && out.rename_seq == now.seq
-            && now.time.wrapping_sub(out.time) < MAX_AGE_JIFFIES
+            && now.time.wrapping_sub(out.time) < now.max_age
     }
 }
 

@@ -37,16 +37,17 @@
 //! - A slot is used only for the lookup's dentry, identity, policy, generation and rename
 //!   count (read once: the slot's own sequence lock keeps its fields together, and the
 //!   count only grows, so equal stamps mean no move since the result was found), and for
-//!   [`MAX_AGE_JIFFIES`] after it was filled (the 32-bit count cannot come round: the
-//!   name's result it came from was itself at most that old, so a slot vouches for a
-//!   count read at most twice that long ago, still far from 2^31 renames).
+//!   the cache's age limit after it was filled (`dircache::max_age`; the 32-bit count
+//!   cannot come round: the name's result it came from was itself at most that old, so a
+//!   slot vouches for a count read at most twice that long ago, still far from 2^31
+//!   renames).
 //! - The rules by identity (`INODE_RULES`) are looked up on every decision, as for a
 //!   name's result.
 //! - Slots are written under a per-slot sequence lock, as directory slots are; a torn copy
 //!   is never used. The cache is on and off with the directory cache (`DIR_CACHE_CTL`), so
 //!   it is off until the `d_instantiate` program is attached.
 
-use crate::dircache::{self, Clock, MAX_AGE_JIFFIES, Now};
+use crate::dircache::{self, Clock, Now};
 use crate::kread;
 use crate::maps::FILE_CACHE;
 use crate::namecache::Hit;
@@ -178,7 +179,7 @@ fn get_at(i: u32, c: &Clock, policy_id: u32, k: &Key) -> Option<Hit> {
             sb_known: core::ptr::read_volatile(&raw const (*p).sb_known) != 0,
         };
         let after = core::ptr::read_volatile(&raw const (*p).lock);
-        (after == before && c.time.wrapping_sub(time) < MAX_AGE_JIFFIES).then_some(hit)
+        (after == before && c.time.wrapping_sub(time) < c.max_age).then_some(hit)
     }
 }
 

@@ -19,7 +19,7 @@
 //!   directory's inode is freed, changes it, so a directory made again at the same
 //!   address never inherits a name's result.
 //! - It is also used only for the lookup's directory (inode, dentry), policy, generation
-//!   and rename count, and for [`crate::dircache::MAX_AGE_JIFFIES`] after the directory
+//!   and rename count, and for the cache's age limit (`dircache::max_age`) after the directory
 //!   state it came from was made (the slot carries that state's time); the rename count is
 //!   read again after the name, as for a directory slot.
 //! - A name changes only in `__d_move`, under `rename_lock` (the count); `d_tmpfile`
@@ -30,7 +30,7 @@
 //!   with the rename count unchanged meanwhile; written under a sequence lock as directory
 //!   slots are, from the decision's own working memory (`work.rs`).
 
-use crate::dircache::{self, DirSlot, MAX_AGE_JIFFIES, Now};
+use crate::dircache::{self, DirSlot, Now};
 use crate::kread;
 use crate::maps::NAME_CACHE;
 
@@ -176,7 +176,7 @@ fn get_at(i: u32, now: &Now, policy_id: u32, name: &Name) -> Option<Hit> {
         };
         let after = core::ptr::read_volatile(&raw const (*p).lock);
         (after == before
-            && now.time.wrapping_sub(time) < MAX_AGE_JIFFIES
+            && now.time.wrapping_sub(time) < now.max_age
             && dircache::lock_of(now.parent_inode) == Some(dir_lock))
         .then_some(hit)
     }

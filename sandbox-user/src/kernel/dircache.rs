@@ -114,19 +114,103 @@ pub fn moved_by_one_rename(seen: [u64; 2]) -> Result<(), String> {
     Ok(())
 }
 
+/// A reading of the kernel's tick count (`jiffies`, what the programs' `bpf_jiffies64`
+/// reads) and of the monotonic clock at the same moment.
+#[derive(Clone, Copy, Debug)]
+pub struct Ticks {
+    jiffies: u64,
+    at: std::time::Instant,
+}
+
+impl Ticks {
+    /// Now, from `/proc/schedstat` (its `timestamp` line is `jiffies`; `CONFIG_SCHEDSTATS`,
+    /// which Debian's kernels have). `None` without it.
+    pub fn now() -> Option<Self> {
+        let text = std::fs::read_to_string("/proc/schedstat").ok()?;
+        let at = std::time::Instant::now();
+        Some(Ticks {
+            jiffies: schedstat_jiffies(&text)?,
+            at,
+        })
+    }
+}
+
+/// The `timestamp` of a `/proc/schedstat` text.
+fn schedstat_jiffies(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("timestamp "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// How long the programs keep a directory's, name's or file's result: 30 s, in jiffies at
+/// the tick rate measured between `start` and `end` (at least 100 ms apart: the load
+/// between them takes longer), or 0 (the programs' conservative 2,000 jiffies) when it
+/// cannot be measured. Agents' tool calls come seconds apart; a kept result outliving
+/// them saves each the walk and scan of every directory it reads again.
+pub fn max_age(start: Option<Ticks>, end: Option<Ticks>) -> u64 {
+    const LIFE_S: f64 = 30.0;
+    let (Some(s), Some(e)) = (start, end) else {
+        return 0;
+    };
+    let secs = e.at.saturating_duration_since(s.at).as_secs_f64();
+    let ticks = e.jiffies.saturating_sub(s.jiffies);
+    if secs < 0.1 || ticks == 0 {
+        return 0;
+    }
+    #[expect(clippy::cast_precision_loss, reason = "ticks of a load: far below 2^52")]
+    let hz = ticks as f64 / secs;
+    // CONFIG_HZ is 100 to 1000; anything else is a misreading.
+    if !(90.0..=1100.0).contains(&hz) {
+        return 0;
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "at most 33,000"
+    )]
+    let age = (hz * LIFE_S) as u64;
+    age
+}
+
 /// Says (a debug diagnostic) why the cache is off.
 pub fn off(why: &str) {
     tracing::debug!("directory cache off: {why}");
 }
 
-/// Says (a debug diagnostic) that the cache is on.
-pub fn on() {
-    tracing::debug!("directory cache on");
+/// Says (a debug diagnostic) that the cache is on, and how long results are kept.
+pub fn on(max_age: u64) {
+    tracing::debug!("directory cache on, results kept {max_age} jiffies (0: 2,000)");
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{moved_by_one_rename, symbol};
+    use super::{Ticks, max_age, moved_by_one_rename, schedstat_jiffies, symbol};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn kept_results_live_30_s_at_the_measured_tick_rate() {
+        let t0 = Instant::now();
+        let at = |jiffies: u64, ms: u64| {
+            Some(Ticks {
+                jiffies,
+                at: t0 + Duration::from_millis(ms),
+            })
+        };
+        // HZ=250 and HZ=1000 over a 2 s load; HZ=100 over 150 ms (one tick off).
+        assert_eq!(max_age(at(1_000, 0), at(1_500, 2_000)), 7_500);
+        assert_eq!(max_age(at(1_000, 0), at(3_000, 2_000)), 30_000);
+        assert_eq!(max_age(at(1_000, 0), at(1_014, 150)), 2_800);
+        // Too short to measure, no tick, a rate no kernel has, or no reading: the
+        // programs' default.
+        assert_eq!(max_age(at(1_000, 0), at(1_005, 50)), 0);
+        assert_eq!(max_age(at(1_000, 0), at(1_000, 500)), 0);
+        assert_eq!(max_age(at(1_000, 0), at(11_000, 1_000)), 0);
+        assert_eq!(max_age(None, at(1_500, 2_000)), 0);
+        // The `timestamp` line of /proc/schedstat.
+        let text = "version 17\ntimestamp 4295187743\ncpu0 0 0 0 0 0 0 1 2 3\n";
+        assert_eq!(schedstat_jiffies(text), Some(4_295_187_743));
+        assert_eq!(schedstat_jiffies("version 17\n"), None);
+    }
 
     #[test]
     fn a_count_that_moved_with_the_rename() {

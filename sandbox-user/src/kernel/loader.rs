@@ -205,6 +205,8 @@ impl Enforcer {
         let btf = &kernel.btf;
         // Read beside the load: /proc/kallsyms is long, and slow to read under emulation.
         let rename_lock = std::thread::spawn(super::dircache::rename_lock);
+        // The tick rate is measured across the load (`dircache::max_age`).
+        let ticks = super::dircache::Ticks::now();
         let mut t = crate::runtime::arm::Timer::new();
         let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, btf)?;
         t.lap("maps made");
@@ -231,11 +233,13 @@ impl Enforcer {
         t.lap("rename count found");
         match checked {
             Ok(addr) => {
+                let max_age = super::dircache::max_age(ticks, super::dircache::Ticks::now());
                 e.set_dir_cache(sandbox_common::DirCacheCtl {
                     generation: 1,
                     rename_lock: addr,
+                    max_age,
                 })?;
-                super::dircache::on();
+                super::dircache::on(max_age);
             }
             Err(why) => super::dircache::off(&why),
         }
@@ -663,6 +667,7 @@ impl Enforcer {
         let off = sandbox_common::DirCacheCtl {
             generation: 0,
             rename_lock: addr,
+            max_age: 0,
         };
         self.set_dir_cache(off).map_err(|e| e.to_string())?;
         let mut maps = self.maps();
