@@ -85,10 +85,11 @@ pub struct DirSlot {
 /// (CONFIG_HZ is 100 to 1000: 2 to 20 s).
 pub const MAX_AGE_JIFFIES: u64 = 2_000;
 
-/// The longest life the programs accept from the loader, against a wrong measure (30 s at
-/// HZ=1000, 300 s at HZ=100). The count comes round to a slot's stamp only after exactly
-/// 2^31 renames, each taking the global `rename_lock`: in the 30 s the loader asks for,
-/// 72 million renames a second, far beyond what one spinlock passes.
+/// The longest life the programs accept from the loader, a backstop (30 s at HZ=1000,
+/// 300 s at HZ=100: 7 million renames a second to come round). The count comes round to a
+/// slot's stamp only after exactly 2^31 renames, each taking the global `rename_lock`: in
+/// the 30 s the loader asks for (its rate measured as a lower bound), 72 million renames
+/// a second, far beyond what one spinlock passes.
 pub const MAX_AGE_CAP: u64 = 30_000;
 
 /// The age limit of kept states, in jiffies, from the loader's control value.

@@ -380,6 +380,8 @@ impl Harness {
                 }
             },
             rename_lock: self.rename_lock,
+            // The programs' default age.
+            max_age: 0,
         };
         let mut maps = self.enforcer.maps();
         let mut a = maps.dir_cache_ctl()?;

@@ -124,13 +124,22 @@ pub struct Ticks {
 
 impl Ticks {
     /// Now, from `/proc/schedstat` (its `timestamp` line is `jiffies`; `CONFIG_SCHEDSTATS`,
-    /// which Debian's kernels have). `None` without it.
-    pub fn now() -> Option<Self> {
-        let text = std::fs::read_to_string("/proc/schedstat").ok()?;
-        let at = std::time::Instant::now();
+    /// which Debian's kernels have). `None` without it. `at` is taken before the read
+    /// (`start`) or after it (the end): the interval between two readings is never
+    /// shorter than the one their tick counts span, so the rate [`max_age`] finds is never
+    /// above the kernel's.
+    pub fn now(start: bool) -> Option<Self> {
+        use std::io::Read;
+        let before = std::time::Instant::now();
+        // The first lines are enough (the file lists every CPU and scheduling domain).
+        let mut buf = [0u8; 256];
+        let n = std::fs::File::open("/proc/schedstat")
+            .and_then(|mut f| f.read(&mut buf))
+            .ok()?;
+        let after = std::time::Instant::now();
         Some(Ticks {
-            jiffies: schedstat_jiffies(&text)?,
-            at,
+            jiffies: schedstat_jiffies(std::str::from_utf8(&buf[..n]).ok()?)?,
+            at: if start { before } else { after },
         })
     }
 }
@@ -146,21 +155,27 @@ fn schedstat_jiffies(text: &str) -> Option<u64> {
 /// the tick rate measured between `start` and `end` (at least 100 ms apart: the load
 /// between them takes longer), or 0 (the programs' conservative 2,000 jiffies) when it
 /// cannot be measured. Agents' tool calls come seconds apart; a kept result outliving
-/// them saves each the walk and scan of every directory it reads again.
+/// them saves each the walk and scan of every directory it reads again. The rate is a
+/// lower bound (one tick less than counted, over an interval never shorter than theirs):
+/// the life is at most 30 s, so the rename count's wrap stays out of reach.
 pub fn max_age(start: Option<Ticks>, end: Option<Ticks>) -> u64 {
     const LIFE_S: f64 = 30.0;
     let (Some(s), Some(e)) = (start, end) else {
         return 0;
     };
     let secs = e.at.saturating_duration_since(s.at).as_secs_f64();
-    let ticks = e.jiffies.saturating_sub(s.jiffies);
+    let ticks = e.jiffies.saturating_sub(s.jiffies).saturating_sub(1);
     if secs < 0.1 || ticks == 0 {
         return 0;
     }
-    #[expect(clippy::cast_precision_loss, reason = "ticks of a load: far below 2^52")]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "ticks of a load: far below 2^52"
+    )]
     let hz = ticks as f64 / secs;
-    // CONFIG_HZ is 100 to 1000; anything else is a misreading.
-    if !(90.0..=1100.0).contains(&hz) {
+    // CONFIG_HZ is 100 to 1000; far above that is a misreading (below only shortens the
+    // life: a short load at HZ=100 reads lower).
+    if !(50.0..=1100.0).contains(&hz) {
         return 0;
     }
     #[expect(
@@ -196,10 +211,11 @@ mod tests {
                 at: t0 + Duration::from_millis(ms),
             })
         };
-        // HZ=250 and HZ=1000 over a 2 s load; HZ=100 over 150 ms (one tick off).
-        assert_eq!(max_age(at(1_000, 0), at(1_500, 2_000)), 7_500);
-        assert_eq!(max_age(at(1_000, 0), at(3_000, 2_000)), 30_000);
-        assert_eq!(max_age(at(1_000, 0), at(1_014, 150)), 2_800);
+        // HZ=250 and HZ=1000 over a 2 s load, HZ=100 over 150 ms: one tick less than
+        // counted, never more than 30 s.
+        assert_eq!(max_age(at(1_000, 0), at(1_500, 2_000)), 7_485);
+        assert_eq!(max_age(at(1_000, 0), at(3_000, 2_000)), 29_985);
+        assert_eq!(max_age(at(1_000, 0), at(1_015, 150)), 2_800);
         // Too short to measure, no tick, a rate no kernel has, or no reading: the
         // programs' default.
         assert_eq!(max_age(at(1_000, 0), at(1_005, 50)), 0);

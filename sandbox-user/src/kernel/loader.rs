@@ -206,7 +206,7 @@ impl Enforcer {
         // Read beside the load: /proc/kallsyms is long, and slow to read under emulation.
         let rename_lock = std::thread::spawn(super::dircache::rename_lock);
         // The tick rate is measured across the load (`dircache::max_age`).
-        let ticks = super::dircache::Ticks::now();
+        let ticks = super::dircache::Ticks::now(true);
         let mut t = crate::runtime::arm::Timer::new();
         let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, btf)?;
         t.lap("maps made");
@@ -233,7 +233,7 @@ impl Enforcer {
         t.lap("rename count found");
         match checked {
             Ok(addr) => {
-                let max_age = super::dircache::max_age(ticks, super::dircache::Ticks::now());
+                let max_age = super::dircache::max_age(ticks, super::dircache::Ticks::now(false));
                 e.set_dir_cache(sandbox_common::DirCacheCtl {
                     generation: 1,
                     rename_lock: addr,

@@ -199,15 +199,16 @@ fn drain_into(dir: &Path, out: &mut Orphans) -> Result<(), String> {
                 found_ring = true;
             }
             Some(Orphaned::Agg) => {
-                let map = Map::from_map_data(data).map_err(|e| e.to_string())?;
-                let a: PerCpuArray<_, sandbox_common::AggSlot> =
-                    PerCpuArray::try_from(map).map_err(|e| e.to_string())?;
-                out.pending = a
-                    .get(&0, 0)
-                    .map_err(|e| e.to_string())?
-                    .iter()
-                    .copied()
-                    .collect();
+                // Not fatal: a run pinned by an older sandbox may have a slot of another
+                // size; its records and lost count are still read (the counts it kept
+                // back are then not written).
+                let slots = Map::from_map_data(data)
+                    .ok()
+                    .and_then(|map| PerCpuArray::<_, sandbox_common::AggSlot>::try_from(map).ok())
+                    .and_then(|a| a.get(&0, 0).ok());
+                if let Some(slots) = slots {
+                    out.pending = slots.iter().copied().collect();
+                }
             }
             Some(Orphaned::Drops) => {
                 let map = Map::from_map_data(data).map_err(|e| e.to_string())?;

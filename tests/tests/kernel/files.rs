@@ -356,8 +356,8 @@ fn glob_rules_in_the_kernel() {
 /// caches (most opens decided from the file cache, no working memory), once without
 /// (`SANDBOX_DIR_CACHE=0`: every open walks and scans its whole path in the working
 /// memory, long enough to be preempted in often). Checked in the 7.3 guest: with the
-/// slots claimed but never held (every decision in one shared slot), 2 to 5 of every
-/// 12,000 allowed opens were refused without the caches.
+/// slots claimed but never held (every decision in one shared slot), 2 to 5 allowed
+/// opens were refused in each of three runs of 12,000 without the caches.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn decisions_racing_on_one_cpu_stay_their_own() {
