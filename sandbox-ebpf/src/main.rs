@@ -7,6 +7,8 @@
 // `asm!` for the atomic add and compare-exchange (`kread`): the BPF target has no atomic
 // read-modify-write in `core`.
 #![feature(asm_experimental_arch)]
+// `#[inline(always)]` on a closure (the native benchmark's `file_open` body).
+#![feature(stmt_expr_attributes)]
 
 mod addr;
 mod bench;

@@ -663,12 +663,16 @@ fn resolve_with(
     facts.flags = ((r >> packed::FLAGS) & packed::FLAGS_MASK) as u32;
     facts.partial = (r >> packed::PARTIAL) & 1 != 0;
     let kept = (r >> packed::KEPT) & 1 != 0;
+    // Made on every way (zeros but for a match): LLVM keeps the match's payload in a
+    // register it may spill on the other ways too, where the verifier refuses to read an
+    // unwritten one (it did in the native benchmark's `bench_open`).
+    let m = FileMatch {
+        path: (r & packed::KINDS_MASK) as u32,
+        inode: ((r >> packed::INODE) & packed::KINDS_MASK) as u32,
+        sb_known: (r >> packed::SB_KNOWN) & 1 != 0,
+    };
     let resolved = match r >> packed::VARIANT {
-        packed::MATCHED => Resolved::Matched(FileMatch {
-            path: (r & packed::KINDS_MASK) as u32,
-            inode: ((r >> packed::INODE) & packed::KINDS_MASK) as u32,
-            sb_known: (r >> packed::SB_KNOWN) & 1 != 0,
-        }),
+        packed::MATCHED => Resolved::Matched(m),
         packed::UNPLACED => Resolved::Unplaced,
         _ => Resolved::Unresolved,
     };
