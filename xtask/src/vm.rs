@@ -644,13 +644,26 @@ impl Job<'_> {
             _ => Vec::new(),
         };
         let mut payload = payload;
-        for _ in 0..4 {
+        let log = target_dir()?
+            .join("vmtest")
+            .join(format!("{tag}-{}.log", self.kernel.version));
+        for retry in 1..=4 {
+            let fault = (o.panicked && o.tcg_text_poke) || o.killed == Some(Killed::BootHung);
+            if fault {
+                // The next boot writes the same log: the fault's is kept beside it (the
+                // oops's test and instruction, for whoever looks into the emulator).
+                let kept = log.with_extension(format!("fault{retry}.log"));
+                if std::fs::copy(&log, &kept).is_ok() {
+                    println!(
+                        "==> {}: the fault's console log: {}",
+                        self.name,
+                        kept.display()
+                    );
+                }
+            }
             if let What::Kernel { .. } = &self.what
-                && ((o.panicked && o.tcg_text_poke) || o.killed == Some(Killed::BootHung))
+                && fault
             {
-                let log = target_dir()?
-                    .join("vmtest")
-                    .join(format!("{tag}-{}.log", self.kernel.version));
                 let passed = passed_tests(&log);
                 left.retain(|t| !passed.contains(t));
                 println!(
