@@ -348,7 +348,7 @@ fn glob_rules_in_the_kernel() {
         .has("/unmapped/rule", "files.deny[2]")]);
 }
 
-/// Six confined threads on one CPU, three opening a denied file and three an allowed
+/// Six confined threads of the agent user on one CPU, three opening a denied file and three an allowed
 /// file, in tight loops: on a preemptible kernel (the guests boot `preempt=full`) their
 /// decisions interrupt each other's on that CPU, each in working memory of its own
 /// (`work.rs`). The denied file is never opened, and the allowed one never refused (six
@@ -367,15 +367,15 @@ fn decisions_racing_on_one_cpu_stay_their_own() {
     let policy = format!("files:\n  deny: [{}/secret]\n", d.display());
     let secret = path_str(&d, "secret");
     let open = path_str(&d, "open");
-    // Outside: both open.
+    // Outside, as the agent: both open.
     assert_eq!(
-        probe_outside(&["race-open", &secret, &open, "100", "6"]),
+        probe_outside_as(User::Agent, &["race-open", &secret, &open, "100", "6"]),
         "DENIED_GOT_OK=300 ALLOWED_GOT_DENIED=0"
     );
     let probe = bins().probe.display().to_string();
     for (cache, n) in [("1", "1000"), ("0", "6000")] {
         let r = run_as_env(
-            User::Root,
+            User::Agent,
             &d,
             Some(&policy),
             &[probe.as_str(), "race-open", &secret, &open, n, "6"],
