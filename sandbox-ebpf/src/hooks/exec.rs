@@ -23,7 +23,7 @@ fn bprm_check(bprm: *const u8, scope: Scope) -> i32 {
         return -sandbox_common::errno::EACCES;
     };
     let facts = path::file_facts(file, &off);
-    check(hook::BPRM_CHECK, scope, facts, 0, audit, 0, |m, facts| {
+    check(hook::BPRM_CHECK, scope, facts, 0, policy_flags::AUDIT_EXEC, 0, |m, facts| {
         decide::exec(scope.flags(), imode::privileged(facts.mode), m)
     })
 }

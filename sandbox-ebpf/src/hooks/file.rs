@@ -40,7 +40,7 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
         scope,
         facts,
         f_mode,
-        audit,
+        policy_flags::AUDIT_FILES,
         0,
         |m, facts| {
             if escape {
@@ -52,18 +52,20 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
 }
 
 /// Resolves the file of `facts`, lets `decide` judge what matched, reports a deny (with
-/// `target` in the record) and returns the hook's value. A path that cannot be resolved is denied (fail closed).
+/// `target` in the record) and returns the hook's value: audited, not denied, when the
+/// policy audits `audit_flag`'s section (`policy_flags::AUDIT_*`). A path that cannot be
+/// resolved is denied (fail closed).
 #[inline(always)]
 pub fn check(
     hook_id: u32,
     scope: Scope,
     facts: FileFacts,
     f_mode: u32,
-    audit: bool,
+    audit_flag: u32,
     target: u32,
     decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
 ) -> i32 {
-    check_with::<false>(hook_id, scope, facts, f_mode, audit, target, decide)
+    check_with::<false>(hook_id, scope, facts, f_mode, audit_flag, target, decide)
 }
 
 /// [`check`]; `TYPED`: the facts' dentry is one the verifier types, resolved with
@@ -75,7 +77,7 @@ fn check_with<const TYPED: bool>(
     scope: Scope,
     mut facts: FileFacts,
     f_mode: u32,
-    audit: bool,
+    audit_flag: u32,
     target: u32,
     decide: impl Fn(&FileMatch, &FileFacts) -> Option<Deny>,
 ) -> i32 {
@@ -98,6 +100,10 @@ fn check_with<const TYPED: bool>(
     // policy's flags, read from their map value, are a number it does not know.
     // SAFETY: a read of the policy's map value.
     let unknown = unsafe { core::ptr::read_volatile(&raw const scope.info.flags) };
+    // Audit or deny, read here rather than before the resolve: a value held across it is
+    // a stack slot more in the hook's frame, which is at the verifier's limit with the
+    // global functions below it (`file_open` 248 of the 256 its share of 512 rounds to).
+    let audit = unknown & audit_flag != 0;
     let v = super::forget(v, unknown);
     let flags = kread::forget(flags, unknown);
     // Where the path starts and whether it is only the last component are constants on
