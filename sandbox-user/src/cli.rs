@@ -103,6 +103,11 @@ pub enum Command {
         /// every one); repeatable. Adds to the policy's `process.keep_capabilities`.
         #[arg(long = "keep-cap", value_name = "CAP")]
         keep_caps: Vec<String>,
+        /// An inherited file descriptor (3 or more) the command keeps; repeatable. Without
+        /// it the command gets 0, 1 and 2 only: a descriptor opened outside the sandbox (a
+        /// file, a connected socket) is used without any of the policy's checks.
+        #[arg(long = "pass-fd", value_name = "FD", value_parser = clap::value_parser!(u32).range(3..))]
+        pass_fds: Vec<u32>,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -253,6 +258,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             as_root,
             user,
             keep_caps,
+            pass_fds,
             command,
         } => block_on(run::run(RunOptions {
             quiet: enforce.quiet(),
@@ -262,6 +268,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             as_root,
             user,
             keep_caps,
+            pass_fds,
             allow_degraded: enforce.allow_degraded,
             command,
         })),

@@ -185,6 +185,41 @@ pub fn close_range(first: u32, last: u32) -> Result<(), SysError> {
     }
 }
 
+/// Marks every descriptor from 3 up close-on-exec but those of `keep` (ascending, each 3
+/// or more): an exec that follows passes 0, 1, 2 and `keep` only. `close_range` with
+/// `CLOSE_RANGE_CLOEXEC` (5.11+, older than any kernel sandbox enforces on); for a child
+/// between fork and exec (no allocation, and the error pipe of `Command::spawn`, itself
+/// close-on-exec, stays usable until the exec).
+pub fn cloexec_all_but(keep: &[u32]) -> Result<(), SysError> {
+    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    let mark = |first: u32, last: u32| {
+        // SAFETY: changes descriptor flags only.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(SysError::last("close_range"))
+        }
+    };
+    let mut first = 3;
+    for &k in keep {
+        if k > first {
+            mark(first, k - 1)?;
+        }
+        first = first.max(k.saturating_add(1));
+    }
+    mark(first, u32::MAX)
+}
+
+/// Whether descriptor `fd` is open in this process.
+pub fn fd_is_open(fd: u32) -> bool {
+    let Ok(fd) = i32::try_from(fd) else {
+        return false;
+    };
+    // SAFETY: F_GETFD reads a descriptor's flags only.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
 /// Closes one descriptor by number (see [`close_range`]).
 pub fn close_raw(fd: i32) -> Result<(), SysError> {
     // SAFETY: as for `close_range`.

@@ -242,6 +242,35 @@ fn sandbox_run(
     cmd: &[&str],
     env: &[(&str, &str)],
 ) -> Run {
+    sandbox_run_with(user, dir, policy, home, cmd, env, &[], &[])
+}
+
+/// [`run_as`] with sandbox started holding `fds` (each `(open descriptor, number)`: the
+/// first is given to sandbox under the second, without close-on-exec, as a parent that
+/// leaks descriptors would) and with more arguments of `sandbox run` (`args`).
+pub fn run_as_holding(
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    args: &[&str],
+    fds: &[(std::os::fd::RawFd, std::os::fd::RawFd)],
+    cmd: &[&str],
+) -> Run {
+    sandbox_run_with(user, dir, policy, home_of(user, dir), cmd, &[], args, fds)
+}
+
+/// `sandbox run` (see [`run_as_holding`]).
+#[allow(clippy::too_many_arguments)]
+fn sandbox_run_with(
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    home: &Path,
+    cmd: &[&str],
+    env: &[(&str, &str)],
+    args: &[&str],
+    fds: &[(std::os::fd::RawFd, std::os::fd::RawFd)],
+) -> Run {
     let b = bins();
     let files = trusted_dir(dir);
     let audit = files.join("audit.jsonl");
@@ -255,10 +284,32 @@ fn sandbox_run(
         write(&f, p);
         c.arg("--policy").arg(&f);
     }
+    c.args(args);
     c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
     c.envs(env.iter().copied());
+    hold(&mut c, fds);
     let out = c.output().expect("start sandbox");
     Run::from_output(&out, &audit)
+}
+
+/// `c` starts holding `fds` (`(open descriptor, number)`), without close-on-exec.
+pub fn hold(c: &mut Command, fds: &[(std::os::fd::RawFd, std::os::fd::RawFd)]) {
+    use std::os::unix::process::CommandExt;
+    if fds.is_empty() {
+        return;
+    }
+    let fds = fds.to_vec();
+    // SAFETY: only dup2 between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            for &(from, to) in &fds {
+                if libc::dup2(from, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Where sandbox's own files for a run in `dir` go (the audit log, the policy): `dir`
@@ -331,7 +382,7 @@ fn audit_lines(text: &str) -> Vec<Value> {
 }
 
 /// The probe's command line for several operations (`::` between them).
-fn probe_command(ops: &[&[&str]]) -> Vec<String> {
+pub fn probe_command(ops: &[&[&str]]) -> Vec<String> {
     let mut cmd: Vec<String> = vec![bins().probe.display().to_string()];
     for (i, op) in ops.iter().enumerate() {
         if i > 0 {

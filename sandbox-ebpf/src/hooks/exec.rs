@@ -23,9 +23,15 @@ fn bprm_check(bprm: *const u8, scope: Scope) -> i32 {
         return -sandbox_common::errno::EACCES;
     };
     let facts = path::file_facts(file, &off);
-    check(hook::BPRM_CHECK, scope, facts, 0, policy_flags::AUDIT_EXEC, 0, |m, facts| {
-        decide::exec(scope.flags(), imode::privileged(facts.mode), m)
-    })
+    check(
+        hook::BPRM_CHECK,
+        scope,
+        facts,
+        0,
+        policy_flags::AUDIT_EXEC,
+        0,
+        |m, facts| decide::exec(scope.flags(), imode::privileged(facts.mode), m),
+    )
 }
 
 hook!(bprm_check_security, "bprm_check_security", |ctx, scope| {

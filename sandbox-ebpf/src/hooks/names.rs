@@ -35,10 +35,18 @@ fn check_name_noting(
         Err(v) => return v,
     };
     let facts = path::dentry_facts(dentry, &off);
-    check(hook_id, scope, facts, fmode::WRITE, policy_flags::AUDIT_FILES, 0, |m, facts| {
-        note(m);
-        decide::name_change(scope.flags(), imode::is_dir(facts.mode), guard, m)
-    })
+    check(
+        hook_id,
+        scope,
+        facts,
+        fmode::WRITE,
+        policy_flags::AUDIT_FILES,
+        0,
+        |m, facts| {
+            note(m);
+            decide::name_change(scope.flags(), imode::is_dir(facts.mode), guard, m)
+        },
+    )
 }
 
 #[inline(always)]

@@ -201,9 +201,15 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
     if !dentry.is_null() {
         // A socket with a path: the file rules see the connect as a write to it.
         let facts = path::dentry_facts(dentry, &off);
-        return check(hook_id, scope, facts, fmode::WRITE, policy_flags::AUDIT_NET, pid, |m, _| {
-            decide::unix(inside, m)
-        });
+        return check(
+            hook_id,
+            scope,
+            facts,
+            fmode::WRITE,
+            policy_flags::AUDIT_NET,
+            pid,
+            |m, _| decide::unix(inside, m),
+        );
     }
     if inside {
         return 0;

@@ -53,12 +53,23 @@ pub struct RunOptions {
     pub user: Option<String>,
     /// `--keep-cap`: capabilities a root command keeps beyond the default set.
     pub keep_caps: Vec<String>,
+    /// `--pass-fd`: inherited descriptors (3 or more) the command keeps; it gets no other
+    /// but 0, 1 and 2.
+    pub pass_fds: Vec<u32>,
     /// `--allow-degraded`: run in the fallback backend even with rules it cannot enforce.
     pub allow_degraded: bool,
     pub command: Vec<OsString>,
 }
 
 pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
+    // Before sandbox opens anything of its own: a number it opened could not be told
+    // from an inherited one.
+    let mut pass_fds = opts.pass_fds.clone();
+    pass_fds.sort_unstable();
+    pass_fds.dedup();
+    if let Some(fd) = pass_fds.iter().find(|&&fd| !crate::sys::fd_is_open(fd)) {
+        bail!("--pass-fd {fd}: sandbox was started without a descriptor {fd} open");
+    }
     crate::host::systemd::enter_delegated_scope()?;
     term::start();
     if crate::host::systemd::stderr_is_journal() {
@@ -154,6 +165,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         no_new_privs: policy.process.no_new_privs,
         // SAFETY: plain syscall.
         parent: nix::unistd::getpid(),
+        pass_fds,
     };
     let sinks = Sinks::start(opts.quiet, opts.metrics, &armed.compiled.name).await?;
     let result = supervise(
@@ -203,6 +215,12 @@ struct Privileges {
     /// sandbox's pid: the command must still be its child once the parent-death signal
     /// is set.
     parent: Pid,
+    /// Inherited descriptors the command keeps (`--pass-fd`, ascending): every other one
+    /// from 3 up is closed at its exec. A descriptor opened outside the sandbox is used
+    /// without the policy's checks (reads and writes of an open file, sends on a
+    /// connected socket go through no hook sandbox decides on), as runc's leaked
+    /// descriptors let containers reach the host (CVE-2024-21626).
+    pass_fds: Vec<u32>,
 }
 
 impl Privileges {
@@ -296,7 +314,10 @@ fn command(
             if let Some(fd) = landlock {
                 crate::landlock::restrict(fd)?;
             }
-            privileges.apply()
+            privileges.apply()?;
+            // Last: the descriptors used above (the cgroup's, the fallback's ruleset) are
+            // sandbox's own, and go with the rest.
+            crate::sys::cloexec_all_but(&privileges.pass_fds).map_err(|e| e.source)
         });
     }
     cmd

@@ -73,6 +73,7 @@ fn errno_name(e: i32) -> String {
         libc::EIO => "EIO",
         libc::EADDRINUSE => "EADDRINUSE",
         libc::ENOTTY => "ENOTTY",
+        libc::EBADF => "EBADF",
         _ => return format!("E{e}"),
     };
     n.to_owned()
@@ -919,6 +920,28 @@ fn op_raw_socket() -> String {
     "OK".into()
 }
 
+/// `fd-read N` reads a byte from descriptor N, `fd-write N` writes one (a descriptor the
+/// probe was started holding).
+fn op_fd(op: &str, fd: &str) -> String {
+    let Ok(fd) = fd.parse::<i32>() else {
+        return "BADARGS".into();
+    };
+    let mut b = [b'x'];
+    // SAFETY: plain syscalls on a one-byte buffer.
+    let r = unsafe {
+        if op == "fd-read" {
+            libc::read(fd, b.as_mut_ptr().cast(), 1)
+        } else {
+            libc::write(fd, b.as_ptr().cast(), 1)
+        }
+    };
+    if r == 1 {
+        "OK".into()
+    } else {
+        errno_name(last_errno())
+    }
+}
+
 fn run_op(words: &[String]) -> String {
     let a = |i: usize| words.get(i).map_or("", String::as_str);
     match a(0) {
@@ -983,6 +1006,7 @@ fn run_op(words: &[String]) -> String {
         "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
         "raw-socket" => op_raw_socket(),
+        "fd-read" | "fd-write" => op_fd(a(0), a(1)),
         _ => "BADOP".into(),
     }
 }

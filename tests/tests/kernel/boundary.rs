@@ -28,6 +28,14 @@ fn agent_dir(name: &str) -> PathBuf {
 
 /// The probe as the agent user, outside any sandbox; the answer of each operation.
 fn probe_outside_as_agent(ops: &[&[&str]]) -> Vec<String> {
+    probe_outside_holding(ops, &[])
+}
+
+/// [`probe_outside_as_agent`] started holding `fds` (see `sandbox_tests::hold`).
+fn probe_outside_holding(
+    ops: &[&[&str]],
+    fds: &[(std::os::fd::RawFd, std::os::fd::RawFd)],
+) -> Vec<String> {
     let b = bins();
     let mut args: Vec<&str> = Vec::new();
     for (i, op) in ops.iter().enumerate() {
@@ -36,13 +44,13 @@ fn probe_outside_as_agent(ops: &[&[&str]]) -> Vec<String> {
         }
         args.extend_from_slice(op);
     }
-    let out = Command::new(&b.probe)
-        .args(&args)
+    let mut c = Command::new(&b.probe);
+    c.args(&args)
         .uid(User::Agent.uid())
         .gid(User::Agent.uid())
-        .current_dir("/")
-        .output()
-        .unwrap();
+        .current_dir("/");
+    hold(&mut c, fds);
+    let out = c.output().unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.rsplit_once(" -> ").map(|(_, r)| r.to_owned()))
@@ -84,6 +92,76 @@ fn serve_unix_dgram(path: &str) {
         let mut b = [0u8; 64];
         while s.recv(&mut b).is_ok() {}
     });
+}
+
+/// Descriptors opened outside the sandbox (a file it denies, a socket connected to a peer
+/// outside) that whoever started sandbox left open: reading and writing them goes through
+/// no hook the policy decides on, so the command never gets them; `--pass-fd` hands one
+/// over on purpose.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn descriptors_opened_outside_never_reach_the_command() {
+    use std::os::fd::AsRawFd;
+    let d = agent_dir("fds");
+    let secret = d.join("secret.txt");
+    std::fs::write(&secret, "the secret\n").unwrap();
+    User::Agent.own(&secret);
+    let file = std::fs::File::open(&secret).unwrap();
+    // A connected socket whose peer (this test) is outside.
+    let (sock, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let fds = [(file.as_raw_fd(), 7), (sock.as_raw_fd(), 8)];
+    let secret = secret.display().to_string();
+    let ops: &[&[&str]] = &[
+        &["fd-read", "7"],
+        &["fd-write", "8"],
+        &["open", &secret, "r"],
+    ];
+    // Outside, as the same user: both descriptors work, and so does the file by its name.
+    assert_eq!(
+        probe_outside_holding(ops, &fds),
+        vec!["OK"; 3],
+        "outside the sandbox"
+    );
+    let policy = format!("files:\n  deny: [{secret}]\n");
+    let cmd = probe_command(ops);
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let r = run_as_holding(User::Agent, &d, Some(&policy), &[], &fds, &cmd);
+    r.expect("fd-read 7", "EBADF");
+    r.expect("fd-write 8", "EBADF");
+    r.expect(&format!("open {secret} r"), "EACCES");
+    // Handed over on purpose: that one descriptor, and only it.
+    let r = run_as_holding(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &["--pass-fd", "7"],
+        &fds,
+        &cmd,
+    );
+    r.expect("fd-read 7", "OK");
+    r.expect("fd-write 8", "EBADF");
+    r.expect(&format!("open {secret} r"), "EACCES");
+    // A descriptor that sandbox was not given: refused before anything runs.
+    let r = run_as_holding(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &["--pass-fd", "900"],
+        &fds,
+        &cmd,
+    );
+    assert_eq!(r.status, 125, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("--pass-fd 900: sandbox was started without a descriptor 900 open"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stdout.contains("fd-read"),
+        "the command ran: {}",
+        r.stdout
+    );
 }
 
 #[test]
