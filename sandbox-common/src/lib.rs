@@ -446,11 +446,14 @@ pub struct KernelOffsets {
     /// dentry itself; 0 when the kernel's is unknown or shorter than
     /// [`DNAME_INLINE_MIN`] bytes (the name is then read with a probe read).
     pub dentry_d_iname: u32,
+    /// `task_struct.real_cred`: a task's own credentials, which `override_creds` leaves
+    /// alone.
+    pub task_struct_real_cred: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 172);
+const _: () = assert!(size_of::<KernelOffsets>() == 176);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -513,6 +516,9 @@ pub mod hook {
     /// `clone3(CLONE_INTO_CGROUP)`: a child started straight into a cgroup of the caller's
     /// choice (the kernel checks it without opening `cgroup.procs`).
     pub const CLONE_INTO_CGROUP: u32 = 29;
+    /// A kernel key or keyring used with the task's own credentials (`keyctl`, `add_key`,
+    /// `request_key`; `access` = the kernel's `key_need_perm`).
+    pub const KEY: u32 = 30;
 }
 
 /// What happened (`EventHeader::decision`).
@@ -570,6 +576,10 @@ pub mod reason {
     /// A btrfs subvolume or snapshot created or destroyed by ioctl: names made that way
     /// pass no name hook, and a snapshot copies protected files to a new path.
     pub const SUBVOLUME: u32 = 19;
+    /// The kernel's keys and keyrings: the user's keyring, session keyring and persistent
+    /// keyring are shared with every process of the user (Kerberos tickets of a
+    /// `KEYRING:` credential cache, cached passphrases), and none is the sandbox's.
+    pub const KERNEL_KEYS: u32 = 20;
 }
 
 /// `EventHeader::flags`.
@@ -747,6 +757,7 @@ impl KernelOffsets {
         super_block_s_root: 0,
         dentry_d_flags: 0,
         dentry_d_iname: 0,
+        task_struct_real_cred: 0,
         valid: 0,
     };
 }

@@ -6,6 +6,10 @@
 //!   `environ`, `fd`, `process_vm_*`, `pidfd_getfd`: all pass `ptrace_access_check`), no
 //!   signals other than 0, no changes to scheduling, I/O priority or memory placement of a
 //!   process outside the sandbox.
+//! - The user's kernel keys: no key or keyring used with the task's own credentials
+//!   (`keyctl`, `add_key`, `request_key`), as Docker's default seccomp profile refuses
+//!   those calls: the user and persistent keyrings are every process of the user's
+//!   (a `KEYRING:` Kerberos credential cache holds the user's tickets there).
 //! - The terminal: no ioctl that injects input (`TIOCSTI`, `TIOCLINUX`).
 //! - btrfs: no subvolume or snapshot made or removed by ioctl (they bypass the name hooks).
 //! - The kernel (the second layer under the capabilities a root command loses): no
@@ -103,6 +107,28 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
     )
 }
 
+/// A kernel key used with the credentials `cred` (`need`: the kernel's `key_need_perm`).
+/// Judged when `cred` is the task's own (`real_cred`): a lookup the kernel makes for
+/// itself with credentials it put on (`override_creds`: the DNS resolver's and the NFS id
+/// mapper's caches, reached from a confined task's use of an SMB or NFS mount) is not the
+/// task's use of a key. The key itself (argument 0, a `key_ref_t`) is not read: its type
+/// is a pointer to a struct no kernel defines, which 6.1's verifier refuses to load.
+#[inline(always)]
+fn key(cred: *const u8, need: u32, scope: Scope) -> i32 {
+    let off = kread::offsets();
+    if off.valid != 0 {
+        // SAFETY: plain helper call.
+        let task = unsafe { aya_ebpf::helpers::generated::bpf_get_current_task() } as *const u8;
+        // Unreadable: judged (fail closed).
+        if kread::read_ptr(task, off.task_struct_real_cred).is_ok_and(|own| own != cred) {
+            return 0;
+        }
+    }
+    let mut rep = Report::bare(hook::KEY, scope.policy_id);
+    rep.access = need;
+    deny(rep, reason::KERNEL_KEYS, scope)
+}
+
 /// btrfs subvolume and snapshot ioctls (include/uapi/linux/btrfs.h: `_IOW(0x94, nr, 4096
 /// bytes)`): `SNAP_CREATE` 1, `SUBVOL_CREATE` 14, `SNAP_DESTROY` 15, `SNAP_CREATE_V2` 23,
 /// `SUBVOL_CREATE_V2` 24, `SNAP_DESTROY_V2` 63. They make and remove directories without
@@ -161,6 +187,11 @@ hook!(ptrace_access_check, "ptrace_access_check", |ctx, scope| {
 hook!(task_setnice, "task_setnice", |ctx, scope| {
     task(hook::TASK, scope, ctx.arg(0), 0, false)
 });
+hook!(key_permission, "key_permission", |ctx, scope| key(
+    ctx.arg(1),
+    ctx.arg(2),
+    scope
+));
 hook!(task_setioprio, "task_setioprio", |ctx, scope| {
     task(hook::TASK, scope, ctx.arg(0), 0, false)
 });

@@ -52,6 +52,7 @@ impl TryFrom<u32> for Hook {
             hook::UMOUNT => Ok(Self::Protect("umount")),
             hook::KERNEL => Ok(Self::Protect("kernel")),
             hook::CLONE_INTO_CGROUP => Ok(Self::Protect("clone_into_cgroup")),
+            hook::KEY => Ok(Self::Protect("key")),
             other => Err(other),
         }
     }

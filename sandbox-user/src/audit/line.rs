@@ -8,7 +8,7 @@ use sandbox_common::decision;
 
 use super::decode::{Event, Hook};
 use super::name::{Formatter, Named};
-use super::record::read_file_kind;
+use super::record::{key_need, read_file_kind};
 
 impl Formatter<'_> {
     /// One readable line for the terminal. Paths, the command name and the rule as
@@ -45,6 +45,7 @@ impl Formatter<'_> {
                 _ => format!("loading {} into the kernel", read_file_kind(h.target)),
             },
             Hook::Protect("clone_into_cgroup") => "clone3 into another cgroup".to_owned(),
+            Hook::Protect("key") => format!("{} of a kernel key", key_need(h.access)),
             Hook::Protect(activity) if h.target != 0 => format!("{activity} of pid {}", h.target),
             Hook::Protect(activity) => activity.to_owned(),
             Hook::Unix(activity) => format!("unix {activity} {}", path()),

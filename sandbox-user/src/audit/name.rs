@@ -223,6 +223,7 @@ impl Formatter<'_> {
             reason::TTY_INJECTION => "(terminal input injection)",
             reason::SUBVOLUME => "(btrfs subvolume or snapshot made or removed by ioctl)",
             reason::BUSY => "(no working memory free on this CPU, fail closed)",
+            reason::KERNEL_KEYS => "(kernel keys: shared by every process of the user)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -249,6 +250,7 @@ impl Formatter<'_> {
             reason::ANCESTOR => "ancestor_of_protected_path",
             reason::MOVES_PROTECTED => "moves_protected_files",
             reason::SUBVOLUME => "btrfs_subvolume",
+            reason::KERNEL_KEYS => "kernel_keys",
             _ => "unknown",
         }
     }

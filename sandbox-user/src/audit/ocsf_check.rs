@@ -445,6 +445,7 @@ fn samples() -> Vec<Event> {
         (hook::KERNEL, 1, 2),
         (hook::KERNEL, 3, 9),
         (hook::CLONE_INTO_CGROUP, 0, 0),
+        (hook::KEY, 2, 0),
         (hook::SOCKET_CREATE, 3, 255),
     ] {
         out.push(event(

@@ -294,6 +294,8 @@ pub struct Unmapped {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelCheck>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<KeyUse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<Socket>,
     /// Written by a later run for a run whose sandbox died.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -347,6 +349,13 @@ pub struct KernelCheck {
     pub id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what: Option<&'static str>,
+}
+
+/// A kernel key or keyring the command used (`keyctl`, `add_key`, `request_key`).
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyUse {
+    /// What was asked of it (the kernel's `key_need_perm`).
+    pub need: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -420,6 +429,7 @@ pub fn classify(hook: Hook) -> (Class, u32, &'static str, &'static str) {
                 "ioctl" => (99, "Terminal Input Injection"),
                 "kernel" => (99, "Load Into Kernel"),
                 "clone_into_cgroup" => (99, "Clone Into Cgroup"),
+                "key" => (99, "Use Kernel Key"),
                 _ => (99, "Other"),
             };
             (Proc, id, caption, verb)
@@ -748,6 +758,11 @@ impl Formatter<'_> {
                     "task" => r.process = target(),
                     "ioctl" => r.unmapped.ioctl_cmd = Some(h.access),
                     "kernel" => r.unmapped.kernel = Some(kernel_check(h.access, h.target)),
+                    "key" => {
+                        r.unmapped.key = Some(KeyUse {
+                            need: key_need(h.access),
+                        });
+                    }
                     _ => {}
                 }
                 // Process Activity names a process: the target, else the actor itself.
@@ -830,6 +845,24 @@ fn outbound(ipv4: Option<bool>) -> ConnectionInfo {
 
 /// The kind of code a `kernel_read_file`/`kernel_load_data` check was for (the kernel's
 /// `kernel_read_file_id`, the same order in every kernel this project supports).
+/// The kernel's `enum key_need_perm` (include/linux/key.h).
+pub fn key_need(need: u32) -> &'static str {
+    match need {
+        1 => "view",
+        2 => "read",
+        3 => "write",
+        4 => "search",
+        5 => "link",
+        6 => "setattr",
+        7 => "unlink",
+        8 => "sysadmin",
+        9 => "revoke",
+        10 => "assume_authority",
+        11 => "deferred",
+        _ => "unspecified",
+    }
+}
+
 pub fn read_file_kind(id: u32) -> &'static str {
     match id {
         2 => "a module",

@@ -78,6 +78,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         super_block_s_root: f("super_block", &["s_root"], Some(8))?,
         dentry_d_flags: f("dentry", &["d_flags"], Some(4))?,
         dentry_d_iname: r.inline_name(),
+        task_struct_real_cred: f("task_struct", &["real_cred"], Some(8))?,
         valid: 1,
     })
 }
@@ -523,6 +524,7 @@ mod arity_tests {
             ("inode", &["i_mode"], off.inode_i_mode),
             ("super_block", &["s_dev"], off.super_block_s_dev),
             ("task_struct", &["tgid"], off.task_struct_tgid),
+            ("task_struct", &["real_cred"], off.task_struct_real_cred),
             ("socket", &["sk"], off.socket_sk),
             ("sock", &["__sk_common", "skc_family"], off.sock_family),
             ("sock", &["sk_cgrp_data", "cgroup"], off.sock_cgroup),

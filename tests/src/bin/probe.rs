@@ -33,6 +33,10 @@
 //!   whoami                       uids, gids, `no_new_privs`, capability sets
 //!   open-n PATH N                open PATH for reading N times, count the outcomes
 //!   raw-socket                   open an ICMP raw socket (`CAP_NET_RAW`)
+//!   fd-read N, fd-write N        read or write a byte of descriptor N (one held at start)
+//!   key-add DESC                 add_key of a "user" key DESC to the user keyring
+//!   key-read DESC                find the "user" key DESC in the user keyring and read it
+//!   key-session                  join a new session keyring and add a key to it
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
 #![expect(
@@ -942,6 +946,85 @@ fn op_fd(op: &str, fd: &str) -> String {
     }
 }
 
+/// The kernel's keys (`keyctl`, `add_key`): see the usage at the top.
+fn op_key(op: &str, desc: &str) -> String {
+    const KEY_SPEC_SESSION_KEYRING: i64 = -3;
+    const KEY_SPEC_USER_KEYRING: i64 = -4;
+    const KEYCTL_JOIN_SESSION_KEYRING: i64 = 1;
+    const KEYCTL_SEARCH: i64 = 10;
+    const KEYCTL_READ: i64 = 11;
+    let desc = if desc.is_empty() { "kt-session" } else { desc };
+    let (ty, d, payload) = (cstr("user"), cstr(desc), b"the secret");
+    let add = |ring: i64| {
+        // SAFETY: add_key with valid C strings and a payload of its stated length.
+        unsafe {
+            libc::syscall(
+                libc::SYS_add_key,
+                ty.as_ptr(),
+                d.as_ptr(),
+                payload.as_ptr(),
+                payload.len(),
+                ring,
+            )
+        }
+    };
+    let r = match op {
+        "key-add" => add(KEY_SPEC_USER_KEYRING),
+        "key-session" => {
+            // SAFETY: keyctl with a NULL name: a new anonymous session keyring.
+            let s = unsafe {
+                libc::syscall(
+                    libc::SYS_keyctl,
+                    KEYCTL_JOIN_SESSION_KEYRING,
+                    std::ptr::null::<libc::c_char>(),
+                )
+            };
+            if s < 0 {
+                s
+            } else {
+                add(KEY_SPEC_SESSION_KEYRING)
+            }
+        }
+        _ => {
+            // SAFETY: keyctl with valid C strings.
+            let id = unsafe {
+                libc::syscall(
+                    libc::SYS_keyctl,
+                    KEYCTL_SEARCH,
+                    KEY_SPEC_USER_KEYRING,
+                    ty.as_ptr(),
+                    d.as_ptr(),
+                    0,
+                )
+            };
+            if id < 0 {
+                id
+            } else {
+                let mut buf = [0u8; 64];
+                // SAFETY: keyctl writes at most `buf.len()` bytes into `buf`.
+                let n = unsafe {
+                    libc::syscall(
+                        libc::SYS_keyctl,
+                        KEYCTL_READ,
+                        id,
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                    )
+                };
+                if n >= 0 && buf[..payload.len()] != payload[..] {
+                    return "WRONG_PAYLOAD".into();
+                }
+                n
+            }
+        }
+    };
+    if r < 0 {
+        errno_name(last_errno())
+    } else {
+        "OK".into()
+    }
+}
+
 fn run_op(words: &[String]) -> String {
     let a = |i: usize| words.get(i).map_or("", String::as_str);
     match a(0) {
@@ -1007,6 +1090,7 @@ fn run_op(words: &[String]) -> String {
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
         "raw-socket" => op_raw_socket(),
         "fd-read" | "fd-write" => op_fd(a(0), a(1)),
+        "key-add" | "key-read" | "key-session" => op_key(a(0), a(1)),
         _ => "BADOP".into(),
     }
 }

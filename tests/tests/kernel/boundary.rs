@@ -164,6 +164,63 @@ fn descriptors_opened_outside_never_reach_the_command() {
     );
 }
 
+/// The kernel's keys: the user keyring (and the persistent one, where a `KEYRING:`
+/// Kerberos credential cache keeps the user's tickets) is every process of the user's.
+/// The command uses none, not even a session keyring of its own.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn kernel_keys_of_the_user_stay_outside() {
+    let d = agent_dir("keys");
+    // Outside, as the same user: a key is added to the user keyring, found and read.
+    assert_eq!(
+        probe_outside_as_agent(&[
+            &["key-add", "kt-secret"],
+            &["key-read", "kt-secret"],
+            &["key-session"],
+        ]),
+        vec!["OK"; 3],
+        "outside the sandbox"
+    );
+    let r = probe_as_agent(
+        &d,
+        None,
+        &[
+            &["key-read", "kt-secret"],
+            &["key-add", "kt-other"],
+            &["key-session"],
+        ],
+    );
+    // The user keyring is found through a keyring of the kernel's, searched with the
+    // command's credentials: denied there, it is not found (ENOKEY).
+    r.expect("key-read kt-secret", "E126");
+    r.expect("key-add kt-other", "E126");
+    r.expect("key-session", "EPERM");
+    let keys: Vec<_> = r
+        .audit
+        .iter()
+        .filter(|v| v.pointer("/unmapped/activity").and_then(Value::as_str) == Some("key"))
+        .collect();
+    assert!(
+        keys.iter().all(|v| {
+            v.pointer("/unmapped/reason").and_then(Value::as_str) == Some("kernel_keys")
+        }),
+        "{keys:#?}"
+    );
+    for need in ["search", "write"] {
+        assert!(
+            keys.iter()
+                .any(|v| v.pointer("/unmapped/key/need").and_then(Value::as_str) == Some(need)),
+            "no record of a {need}: {keys:#?}"
+        );
+    }
+    // Still the agent's outside.
+    assert_eq!(
+        probe_outside_as_agent(&[&["key-read", "kt-secret"]]),
+        vec!["OK"],
+        "outside the sandbox, after"
+    );
+}
+
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn unix_sockets_outside_the_sandbox() {
