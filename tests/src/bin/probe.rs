@@ -34,7 +34,7 @@
 //!   open-n PATH N                open PATH for reading N times, count the outcomes
 //!   raw-socket                   open an ICMP raw socket (`CAP_NET_RAW`)
 //!   fd-read N, fd-write N        read or write a byte of descriptor N (one held at start)
-//!   key-add DESC                 add_key of a "user" key DESC to the user keyring
+//!   key-add DESC                 `add_key` of a "user" key DESC to the user keyring
 //!   key-read DESC                find the "user" key DESC in the user keyring and read it
 //!   key-session                  join a new session keyring and add a key to it
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
