@@ -446,14 +446,19 @@ pub struct KernelOffsets {
     /// dentry itself; 0 when the kernel's is unknown or shorter than
     /// [`DNAME_INLINE_MIN`] bytes (the name is then read with a probe read).
     pub dentry_d_iname: u32,
-    /// `task_struct.real_cred`: a task's own credentials, which `override_creds` leaves
-    /// alone.
+    /// Keys: `task_struct.real_cred` (a task's own credentials, which `override_creds`
+    /// leaves alone), `task_struct.cred` (those in force), `cred.uid`, `key.uid`,
+    /// `key.serial`.
     pub task_struct_real_cred: u32,
+    pub task_struct_cred: u32,
+    pub cred_uid: u32,
+    pub key_uid: u32,
+    pub key_serial: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 176);
+const _: () = assert!(size_of::<KernelOffsets>() == 192);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -516,10 +521,15 @@ pub mod hook {
     /// `clone3(CLONE_INTO_CGROUP)`: a child started straight into a cgroup of the caller's
     /// choice (the kernel checks it without opening `cgroup.procs`).
     pub const CLONE_INTO_CGROUP: u32 = 29;
-    /// A kernel key or keyring used with the task's own credentials (`keyctl`, `add_key`,
-    /// `request_key`; `access` = the kernel's `key_need_perm`).
+    /// A kernel key or keyring of the task's user used or made (`keyctl`, `add_key`,
+    /// `request_key`, `/proc/keys`; `access` = the kernel's `key_need_perm`, or
+    /// [`KEY_CREATE`]; `target` = the key's serial).
     pub const KEY: u32 = 30;
 }
+
+/// `EventHeader::access` of a key being made (`hook::KEY`): the kernel's `key_need_perm`
+/// values stop at 11.
+pub const KEY_CREATE: u32 = 100;
 
 /// What happened (`EventHeader::decision`).
 pub mod decision {
@@ -758,6 +768,10 @@ impl KernelOffsets {
         dentry_d_flags: 0,
         dentry_d_iname: 0,
         task_struct_real_cred: 0,
+        task_struct_cred: 0,
+        cred_uid: 0,
+        key_uid: 0,
+        key_serial: 0,
         valid: 0,
     };
 }

@@ -79,6 +79,7 @@ pub const PROGRAMS: &[Program] = &[
     prog("task_setnice", "task_setnice", 2),
     prog("task_setioprio", "task_setioprio", 2),
     prog("key_permission", "key_permission", 3),
+    prog("key_alloc", "key_alloc", 3),
     prog("task_setscheduler", "task_setscheduler", 1),
     prog("task_movememory", "task_movememory", 1),
     prog("file_ioctl", "file_ioctl", 3),

@@ -260,18 +260,21 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             keep_caps,
             pass_fds,
             command,
-        } => block_on(run::run(RunOptions {
-            quiet: enforce.quiet(),
-            metrics: enforce.metrics,
-            policy: enforce.policy,
-            audit_log: enforce.audit_log,
-            as_root,
-            user,
-            keep_caps,
-            pass_fds,
-            allow_degraded: enforce.allow_degraded,
-            command,
-        })),
+        } => {
+            let pass_fds = run::inherited_fds(&pass_fds)?;
+            block_on(run::run(RunOptions {
+                quiet: enforce.quiet(),
+                metrics: enforce.metrics,
+                policy: enforce.policy,
+                audit_log: enforce.audit_log,
+                as_root,
+                user,
+                keep_caps,
+                pass_fds,
+                allow_degraded: enforce.allow_degraded,
+                command,
+            }))
+        }
         Command::Attach { cgroup, enforce } => block_on(crate::runtime::attach::attach(
             crate::runtime::attach::AttachOptions {
                 cgroup,

@@ -701,9 +701,9 @@ fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
     }
     cov.implicit(
         "kernel keys",
-        "the user's kernel keyrings (keyctl, add_key, request_key; Kerberos tickets of a \
-         KEYRING: credential cache) are usable: neither Landlock nor the cgroup programs \
-         judge them",
+        "the user's kernel keyrings (keyctl, add_key, request_key, /proc/keys; Kerberos \
+         tickets of a KEYRING: credential cache) are usable: neither Landlock nor the cgroup \
+         programs judge them",
     );
     if host.root_command {
         cov.implicit(

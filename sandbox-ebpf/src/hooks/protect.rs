@@ -6,10 +6,10 @@
 //!   `environ`, `fd`, `process_vm_*`, `pidfd_getfd`: all pass `ptrace_access_check`), no
 //!   signals other than 0, no changes to scheduling, I/O priority or memory placement of a
 //!   process outside the sandbox.
-//! - The user's kernel keys: no key or keyring used with the task's own credentials
-//!   (`keyctl`, `add_key`, `request_key`), as Docker's default seccomp profile refuses
-//!   those calls: the user and persistent keyrings are every process of the user's
-//!   (a `KEYRING:` Kerberos credential cache holds the user's tickets there).
+//! - The user's kernel keys: no key or keyring of the task's user used or made
+//!   (`keyctl`, `add_key`, `request_key`, `/proc/keys`), as Docker's default seccomp
+//!   profile refuses those calls: the user and persistent keyrings are every process of
+//!   the user's (a `KEYRING:` Kerberos credential cache holds the user's tickets there).
 //! - The terminal: no ioctl that injects input (`TIOCSTI`, `TIOCLINUX`).
 //! - btrfs: no subvolume or snapshot made or removed by ioctl (they bypass the name hooks).
 //! - The kernel (the second layer under the capabilities a root command loses): no
@@ -107,26 +107,56 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
     )
 }
 
-/// A kernel key used with the credentials `cred` (`need`: the kernel's `key_need_perm`).
-/// Judged when `cred` is the task's own (`real_cred`): a lookup the kernel makes for
-/// itself with credentials it put on (`override_creds`: the DNS resolver's and the NFS id
-/// mapper's caches, reached from a confined task's use of an SMB or NFS mount) is not the
-/// task's use of a key. The key itself (argument 0, a `key_ref_t`) is not read: its type
-/// is a pointer to a struct no kernel defines, which 6.1's verifier refuses to load.
+/// A kernel key (`key`) used (`need`: the kernel's `key_need_perm`) or made
+/// (`KEY_CREATE`) under the credentials `cred`. Judged: the keys of the task's own user
+/// (its `real_cred`'s uid), every key for a root task. Not judged:
+/// - a check made with credentials put on for the moment (`override_creds`: what the task
+///   is running with is not its own, and the check uses it): the kernel's lookups for
+///   itself (the DNS resolver's and NFS id mapper's caches) and io_uring requests under a
+///   registered personality (no io_uring operation reads or writes a key);
+/// - another user's key, or the kernel's keyrings (root's: `.user_reg`, `.ima`, the
+///   resolver's cache), which their permissions govern: for a non-root task only.
+///
+/// The credentials of the check are not enough by themselves: `/proc/keys` is checked
+/// with its opener's, which a fork or an exec leaves behind as a different object.
 #[inline(always)]
-fn key(cred: *const u8, need: u32, scope: Scope) -> i32 {
+fn key(key: *const u8, cred: *const u8, need: u32, scope: Scope) -> i32 {
     let off = kread::offsets();
+    let mut serial = 0;
     if off.valid != 0 {
         // SAFETY: plain helper call.
         let task = unsafe { aya_ebpf::helpers::generated::bpf_get_current_task() } as *const u8;
-        // Unreadable: judged (fail closed).
-        if kread::read_ptr(task, off.task_struct_real_cred).is_ok_and(|own| own != cred) {
-            return 0;
+        let own = kread::read_ptr(task, off.task_struct_real_cred);
+        let now = kread::read_ptr(task, off.task_struct_cred);
+        if let (Ok(own), Ok(now)) = (own, now) {
+            if now != own && cred == now {
+                return 0;
+            }
+            let uid: Result<u32, i32> = kread::read(own, off.cred_uid);
+            let owner: Result<u32, i32> = kread::read(key, off.key_uid);
+            if let (Ok(uid), Ok(owner)) = (uid, owner)
+                && uid != 0
+                && owner != uid
+            {
+                return 0;
+            }
         }
+        serial = kread::read(key, off.key_serial).unwrap_or(0);
     }
     let mut rep = Report::bare(hook::KEY, scope.policy_id);
     rep.access = need;
+    rep.target = serial;
     deny(rep, reason::KERNEL_KEYS, scope)
+}
+
+/// `key_permission`'s key: argument 0 is a `key_ref_t` (the key's address with the
+/// "possessed" bit 0), a pointer to a struct no kernel defines, whose load 6.1's verifier
+/// refuses: read from the argument array as a number.
+#[inline(always)]
+fn key_of_ref(ctx: &aya_ebpf::programs::LsmContext) -> *const u8 {
+    use aya_ebpf::EbpfContext as _;
+    let key_ref: u64 = kread::read(ctx.as_ptr().cast_const().cast::<u8>(), 0).unwrap_or(0);
+    (key_ref & !1) as *const u8
 }
 
 /// btrfs subvolume and snapshot ioctls (include/uapi/linux/btrfs.h: `_IOW(0x94, nr, 4096
@@ -188,8 +218,15 @@ hook!(task_setnice, "task_setnice", |ctx, scope| {
     task(hook::TASK, scope, ctx.arg(0), 0, false)
 });
 hook!(key_permission, "key_permission", |ctx, scope| key(
+    key_of_ref(&ctx),
     ctx.arg(1),
     ctx.arg(2),
+    scope
+));
+hook!(key_alloc, "key_alloc", |ctx, scope| key(
+    ctx.arg(0),
+    ctx.arg(1),
+    sandbox_common::KEY_CREATE,
     scope
 ));
 hook!(task_setioprio, "task_setioprio", |ctx, scope| {

@@ -45,6 +45,9 @@ impl Formatter<'_> {
                 _ => format!("loading {} into the kernel", read_file_kind(h.target)),
             },
             Hook::Protect("clone_into_cgroup") => "clone3 into another cgroup".to_owned(),
+            Hook::Protect("key") if h.target != 0 => {
+                format!("{} of kernel key {}", key_need(h.access), h.target)
+            }
             Hook::Protect("key") => format!("{} of a kernel key", key_need(h.access)),
             Hook::Protect(activity) if h.target != 0 => format!("{activity} of pid {}", h.target),
             Hook::Protect(activity) => activity.to_owned(),

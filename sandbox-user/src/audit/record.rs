@@ -351,10 +351,13 @@ pub struct KernelCheck {
     pub what: Option<&'static str>,
 }
 
-/// A kernel key or keyring the command used (`keyctl`, `add_key`, `request_key`).
+/// A kernel key or keyring the command used or made (`keyctl`, `add_key`, `request_key`,
+/// `/proc/keys`).
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyUse {
-    /// What was asked of it (the kernel's `key_need_perm`).
+    /// The key's serial number (what `keyctl show` lists; 0 for one being made).
+    pub serial: u32,
+    /// What was asked of it (the kernel's `key_need_perm`, or `create`).
     pub need: &'static str,
 }
 
@@ -760,6 +763,7 @@ impl Formatter<'_> {
                     "kernel" => r.unmapped.kernel = Some(kernel_check(h.access, h.target)),
                     "key" => {
                         r.unmapped.key = Some(KeyUse {
+                            serial: h.target,
                             need: key_need(h.access),
                         });
                     }
@@ -859,6 +863,7 @@ pub fn key_need(need: u32) -> &'static str {
         9 => "revoke",
         10 => "assume_authority",
         11 => "deferred",
+        sandbox_common::KEY_CREATE => "create",
         _ => "unspecified",
     }
 }

@@ -79,6 +79,10 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         dentry_d_flags: f("dentry", &["d_flags"], Some(4))?,
         dentry_d_iname: r.inline_name(),
         task_struct_real_cred: f("task_struct", &["real_cred"], Some(8))?,
+        task_struct_cred: f("task_struct", &["cred"], Some(8))?,
+        cred_uid: f("cred", &["uid"], Some(4))?,
+        key_uid: f("key", &["uid"], Some(4))?,
+        key_serial: f("key", &["serial"], Some(4))?,
         valid: 1,
     })
 }
@@ -525,6 +529,10 @@ mod arity_tests {
             ("super_block", &["s_dev"], off.super_block_s_dev),
             ("task_struct", &["tgid"], off.task_struct_tgid),
             ("task_struct", &["real_cred"], off.task_struct_real_cred),
+            ("task_struct", &["cred"], off.task_struct_cred),
+            ("cred", &["uid"], off.cred_uid),
+            ("key", &["uid"], off.key_uid),
+            ("key", &["serial"], off.key_serial),
             ("socket", &["sk"], off.socket_sk),
             ("sock", &["__sk_common", "skc_family"], off.sock_family),
             ("sock", &["sk_cgrp_data", "cgroup"], off.sock_cgroup),

@@ -53,23 +53,29 @@ pub struct RunOptions {
     pub user: Option<String>,
     /// `--keep-cap`: capabilities a root command keeps beyond the default set.
     pub keep_caps: Vec<String>,
-    /// `--pass-fd`: inherited descriptors (3 or more) the command keeps; it gets no other
-    /// but 0, 1 and 2.
+    /// `--pass-fd`: inherited descriptors (3 or more) the command keeps, checked by
+    /// [`inherited_fds`]; it gets no other but 0, 1 and 2.
     pub pass_fds: Vec<u32>,
     /// `--allow-degraded`: run in the fallback backend even with rules it cannot enforce.
     pub allow_degraded: bool,
     pub command: Vec<OsString>,
 }
 
-pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
-    // Before sandbox opens anything of its own: a number it opened could not be told
-    // from an inherited one.
-    let mut pass_fds = opts.pass_fds.clone();
-    pass_fds.sort_unstable();
-    pass_fds.dedup();
-    if let Some(fd) = pass_fds.iter().find(|&&fd| !crate::sys::fd_is_open(fd)) {
+/// `--pass-fd`'s descriptors, ascending, once each, if every one is open. Called before
+/// sandbox opens anything of its own (the async runtime included): a number it opened
+/// could not be told from an inherited one.
+pub fn inherited_fds(fds: &[u32]) -> anyhow::Result<Vec<u32>> {
+    let mut fds = fds.to_vec();
+    fds.sort_unstable();
+    fds.dedup();
+    if let Some(fd) = fds.iter().find(|&&fd| !crate::sys::fd_is_open(fd)) {
         bail!("--pass-fd {fd}: sandbox was started without a descriptor {fd} open");
     }
+    Ok(fds)
+}
+
+pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
+    let pass_fds = opts.pass_fds.clone();
     crate::host::systemd::enter_delegated_scope()?;
     term::start();
     if crate::host::systemd::stderr_is_journal() {
@@ -302,6 +308,13 @@ fn command(
             let procs = BorrowedFd::borrow_raw(procs_fd);
             if nix::unistd::write(procs, b"0")? != 1 {
                 return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            // An IPC namespace of its own (while still root): System V shared memory,
+            // semaphores and message queues have no hook the policy decides on, and the
+            // user's other processes' (an X server's MIT-SHM images of other windows)
+            // would otherwise be the command's to read, write or remove.
+            if libc::unshare(libc::CLONE_NEWIPC) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
             // A session of its own: the user's terminal is no longer the command's
             // controlling terminal, so it cannot queue input into the shell that runs after

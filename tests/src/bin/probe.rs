@@ -37,6 +37,8 @@
 //!   key-add DESC                 `add_key` of a "user" key DESC to the user keyring
 //!   key-read DESC                find the "user" key DESC in the user keyring and read it
 //!   key-session                  join a new session keyring and add a key to it
+//!   shm-make KEY, shm-read KEY, shm-rm KEY   a System V shared memory segment (numeric KEY):
+//!                                make it holding "the secret", read it back, remove it
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
 #![expect(
@@ -1025,6 +1027,50 @@ fn op_key(op: &str, desc: &str) -> String {
     }
 }
 
+/// System V shared memory: see the usage at the top.
+fn op_shm(op: &str, key: &str) -> String {
+    const SECRET: &[u8] = b"the secret";
+    let Ok(key) = key.parse::<i32>() else {
+        return "BADARGS".into();
+    };
+    let flags = if op == "shm-make" {
+        libc::IPC_CREAT | 0o600
+    } else {
+        0
+    };
+    // SAFETY: plain syscalls; the segment is attached, used within its 4096 bytes, detached.
+    unsafe {
+        let id = libc::shmget(key, 4096, flags);
+        if id < 0 {
+            return errno_name(last_errno());
+        }
+        if op == "shm-rm" {
+            return if libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) == 0 {
+                "OK".into()
+            } else {
+                errno_name(last_errno())
+            };
+        }
+        let p = libc::shmat(id, std::ptr::null(), 0);
+        if p as isize == -1 {
+            return errno_name(last_errno());
+        }
+        let mem = std::slice::from_raw_parts_mut(p.cast::<u8>(), SECRET.len());
+        let same = if op == "shm-make" {
+            mem.copy_from_slice(SECRET);
+            true
+        } else {
+            mem == SECRET
+        };
+        libc::shmdt(p);
+        if same {
+            "OK".into()
+        } else {
+            "WRONG_CONTENT".into()
+        }
+    }
+}
+
 fn run_op(words: &[String]) -> String {
     let a = |i: usize| words.get(i).map_or("", String::as_str);
     match a(0) {
@@ -1091,6 +1137,7 @@ fn run_op(words: &[String]) -> String {
         "raw-socket" => op_raw_socket(),
         "fd-read" | "fd-write" => op_fd(a(0), a(1)),
         "key-add" | "key-read" | "key-session" => op_key(a(0), a(1)),
+        "shm-make" | "shm-read" | "shm-rm" => op_shm(a(0), a(1)),
         _ => "BADOP".into(),
     }
 }

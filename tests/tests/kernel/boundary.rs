@@ -166,12 +166,16 @@ fn descriptors_opened_outside_never_reach_the_command() {
 
 /// The kernel's keys: the user keyring (and the persistent one, where a `KEYRING:`
 /// Kerberos credential cache keeps the user's tickets) is every process of the user's.
-/// The command uses none, not even a session keyring of its own.
+/// The command neither uses nor makes a key of its user's, not even a session keyring of
+/// its own, nor lists them in `/proc/keys` (opened by a shell, read by the `cat` it
+/// execs: the check then uses the opener's credentials, another object than the reader's).
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn kernel_keys_of_the_user_stay_outside() {
     let d = agent_dir("keys");
-    // Outside, as the same user: a key is added to the user keyring, found and read.
+    let listing = ["/bin/sh", "-c", "cat < /proc/keys"];
+    // Outside, as the same user: a key is added to the user keyring, found, read and
+    // listed.
     assert_eq!(
         probe_outside_as_agent(&[
             &["key-add", "kt-secret"],
@@ -180,6 +184,23 @@ fn kernel_keys_of_the_user_stay_outside() {
         ]),
         vec!["OK"; 3],
         "outside the sandbox"
+    );
+    let out = Command::new(listing[0])
+        .args(&listing[1..])
+        .uid(User::Agent.uid())
+        .gid(User::Agent.gid())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("kt-secret"),
+        "outside, /proc/keys lists the key: {out:?}"
+    );
+    let r = run_as_agent(&d, None, &listing);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    assert!(
+        !r.stdout.contains("kt-secret"),
+        "inside, /proc/keys lists the key:\n{}",
+        r.stdout
     );
     let r = probe_as_agent(
         &d,
@@ -190,8 +211,9 @@ fn kernel_keys_of_the_user_stay_outside() {
             &["key-session"],
         ],
     );
-    // The user keyring is found through a keyring of the kernel's, searched with the
-    // command's credentials: denied there, it is not found (ENOKEY).
+    // The user keyring is looked up by a search the command's credentials make: denied,
+    // it is not found (ENOKEY), for reading and adding alike. A keyring of its own cannot
+    // be made either.
     r.expect("key-read kt-secret", "E126");
     r.expect("key-add kt-other", "E126");
     r.expect("key-session", "EPERM");
@@ -206,7 +228,7 @@ fn kernel_keys_of_the_user_stay_outside() {
         }),
         "{keys:#?}"
     );
-    for need in ["search", "write"] {
+    for need in ["search", "create"] {
         assert!(
             keys.iter()
                 .any(|v| v.pointer("/unmapped/key/need").and_then(Value::as_str) == Some(need)),
@@ -217,6 +239,29 @@ fn kernel_keys_of_the_user_stay_outside() {
     assert_eq!(
         probe_outside_as_agent(&[&["key-read", "kt-secret"]]),
         vec!["OK"],
+        "outside the sandbox, after"
+    );
+}
+
+/// System V shared memory, semaphores and message queues pass no hook the policy decides
+/// on: the command runs in an IPC namespace of its own, where the user's segments (an X
+/// server's MIT-SHM images of other windows) do not exist.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn system_v_ipc_of_the_user_stays_outside() {
+    let d = agent_dir("sysv");
+    assert_eq!(
+        probe_outside_as_agent(&[&["shm-make", "4242"], &["shm-read", "4242"]]),
+        vec!["OK"; 2],
+        "outside the sandbox"
+    );
+    let r = probe_as_agent(&d, None, &[&["shm-read", "4242"], &["shm-rm", "4242"]]);
+    r.expect("shm-read 4242", "ENOENT");
+    r.expect("shm-rm 4242", "ENOENT");
+    // Untouched outside.
+    assert_eq!(
+        probe_outside_as_agent(&[&["shm-read", "4242"], &["shm-rm", "4242"]]),
+        vec!["OK"; 2],
         "outside the sandbox, after"
     );
 }
