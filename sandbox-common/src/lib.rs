@@ -447,18 +447,19 @@ pub struct KernelOffsets {
     /// [`DNAME_INLINE_MIN`] bytes (the name is then read with a probe read).
     pub dentry_d_iname: u32,
     /// Keys: `task_struct.real_cred` (a task's own credentials, which `override_creds`
-    /// leaves alone), `task_struct.cred` (those in force), `cred.uid`, `key.uid`,
-    /// `key.serial`.
+    /// leaves alone), `task_struct.cred` (those in force), `cred.fsuid` (what key
+    /// permissions are checked against), `cred.thread_keyring`, `key.uid`, `key.serial`.
     pub task_struct_real_cred: u32,
     pub task_struct_cred: u32,
-    pub cred_uid: u32,
+    pub cred_fsuid: u32,
+    pub cred_thread_keyring: u32,
     pub key_uid: u32,
     pub key_serial: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 192);
+const _: () = assert!(size_of::<KernelOffsets>() == 196);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -769,7 +770,8 @@ impl KernelOffsets {
         dentry_d_iname: 0,
         task_struct_real_cred: 0,
         task_struct_cred: 0,
-        cred_uid: 0,
+        cred_fsuid: 0,
+        cred_thread_keyring: 0,
         key_uid: 0,
         key_serial: 0,
         valid: 0,

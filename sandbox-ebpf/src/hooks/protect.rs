@@ -6,10 +6,10 @@
 //!   `environ`, `fd`, `process_vm_*`, `pidfd_getfd`: all pass `ptrace_access_check`), no
 //!   signals other than 0, no changes to scheduling, I/O priority or memory placement of a
 //!   process outside the sandbox.
-//! - The user's kernel keys: no key or keyring of the task's user used or made
-//!   (`keyctl`, `add_key`, `request_key`, `/proc/keys`), as Docker's default seccomp
-//!   profile refuses those calls: the user and persistent keyrings are every process of
-//!   the user's (a `KEYRING:` Kerberos credential cache holds the user's tickets there).
+//! - Kernel keys: no key or keyring used or made (`keyctl`, `add_key`, `request_key`,
+//!   `/proc/keys`) but the kernel's own, as Docker's default seccomp profile refuses those
+//!   calls: the user and persistent keyrings are every process of the user's (a
+//!   `KEYRING:` Kerberos credential cache holds the user's tickets there).
 //! - The terminal: no ioctl that injects input (`TIOCSTI`, `TIOCLINUX`).
 //! - btrfs: no subvolume or snapshot made or removed by ioctl (they bypass the name hooks).
 //! - The kernel (the second layer under the capabilities a root command loses): no
@@ -108,40 +108,27 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
 }
 
 /// A kernel key (`key`) used (`need`: the kernel's `key_need_perm`) or made
-/// (`KEY_CREATE`) under the credentials `cred`. Judged: the keys of the task's own user
-/// (its `real_cred`'s uid), every key for a root task. Not judged:
-/// - a check made with credentials put on for the moment (`override_creds`: what the task
-///   is running with is not its own, and the check uses it): the kernel's lookups for
-///   itself (the DNS resolver's and NFS id mapper's caches) and io_uring requests under a
-///   registered personality (no io_uring operation reads or writes a key);
-/// - another user's key, or the kernel's keyrings (root's: `.user_reg`, `.ima`, the
-///   resolver's cache), which their permissions govern: for a non-root task only.
-///
-/// The credentials of the check are not enough by themselves: `/proc/keys` is checked
-/// with its opener's, which a fork or an exec leaves behind as a different object.
+/// (`KEY_CREATE`) under the credentials `cred`. Every key is judged, whoever's credentials
+/// the check names (`/proc/keys` checks with its opener's, which a fork or an exec leaves
+/// behind as another object; a root task may set its uids apart), but:
+/// - a lookup the kernel makes for itself: credentials it put on for the moment
+///   (`override_creds`) with a thread keyring of their own, as the DNS resolver's, the NFS
+///   id mapper's and the SMB upcall's caches are (a confined task's override, an io_uring
+///   personality or `faccessat`'s, has none: it cannot make a keyring);
+/// - root's keys (the kernel's keyrings: `.user_reg`, IMA's) checked for a non-root
+///   filesystem uid, which their "other" permissions alone govern.
 #[inline(always)]
-fn key(key: *const u8, cred: *const u8, need: u32, scope: Scope) -> i32 {
+fn key(key: u64, cred: *const u8, need: u32, scope: Scope) -> i32 {
     let off = kread::offsets();
     let mut serial = 0;
     if off.valid != 0 {
-        // SAFETY: plain helper call.
-        let task = unsafe { aya_ebpf::helpers::generated::bpf_get_current_task() } as *const u8;
-        let own = kread::read_ptr(task, off.task_struct_real_cred);
-        let now = kread::read_ptr(task, off.task_struct_cred);
-        if let (Ok(own), Ok(now)) = (own, now) {
-            if now != own && cred == now {
-                return 0;
-            }
-            let uid: Result<u32, i32> = kread::read(own, off.cred_uid);
-            let owner: Result<u32, i32> = kread::read(key, off.key_uid);
-            if let (Ok(uid), Ok(owner)) = (uid, owner)
-                && uid != 0
-                && owner != uid
-            {
-                return 0;
-            }
+        // As numbers: LLVM merged the tests' booleans into a register that held the typed
+        // pointer on another path, which the verifier refuses.
+        let cred = kread::untyped(cred);
+        if kernel_lookup(cred) != 0 || kernel_keyring(key, cred) != 0 {
+            return 0;
         }
-        serial = kread::read(key, off.key_serial).unwrap_or(0);
+        serial = kread::read(key as *const u8, off.key_serial).unwrap_or(0);
     }
     let mut rep = Report::bare(hook::KEY, scope.policy_id);
     rep.access = need;
@@ -149,14 +136,51 @@ fn key(key: *const u8, cred: *const u8, need: u32, scope: Scope) -> i32 {
     deny(rep, reason::KERNEL_KEYS, scope)
 }
 
+/// 1 when `cred` (an address) is credentials the kernel put on for a lookup of its own: an
+/// override in force (`current->cred` is not `real_cred`), used by the check, with a
+/// thread keyring (a function of its own: see [`key`]).
+#[inline(never)]
+fn kernel_lookup(cred: u64) -> u32 {
+    let off = kread::offsets();
+    // SAFETY: plain helper call.
+    let task = unsafe { aya_ebpf::helpers::generated::bpf_get_current_task() } as *const u8;
+    let (Ok(own), Ok(now)) = (
+        kread::read::<u64>(task, off.task_struct_real_cred),
+        kread::read::<u64>(task, off.task_struct_cred),
+    ) else {
+        return 0;
+    };
+    if now == own || cred != now {
+        return 0;
+    }
+    match kread::read::<u64>(cred as *const u8, off.cred_thread_keyring) {
+        Ok(keyring) if keyring != 0 => 1,
+        _ => 0,
+    }
+}
+
+/// 1 when `key` (an address) is root's and the check's credentials (`cred`) have a
+/// non-root filesystem uid: the key's "other" permissions alone decide.
+#[inline(never)]
+fn kernel_keyring(key: u64, cred: u64) -> u32 {
+    let off = kread::offsets();
+    match (
+        kread::read::<u32>(key as *const u8, off.key_uid),
+        kread::read::<u32>(cred as *const u8, off.cred_fsuid),
+    ) {
+        (Ok(0), Ok(fsuid)) if fsuid != 0 => 1,
+        _ => 0,
+    }
+}
+
 /// `key_permission`'s key: argument 0 is a `key_ref_t` (the key's address with the
 /// "possessed" bit 0), a pointer to a struct no kernel defines, whose load 6.1's verifier
 /// refuses: read from the argument array as a number.
 #[inline(always)]
-fn key_of_ref(ctx: &aya_ebpf::programs::LsmContext) -> *const u8 {
+fn key_of_ref(ctx: &aya_ebpf::programs::LsmContext) -> u64 {
     use aya_ebpf::EbpfContext as _;
     let key_ref: u64 = kread::read(ctx.as_ptr().cast_const().cast::<u8>(), 0).unwrap_or(0);
-    (key_ref & !1) as *const u8
+    key_ref & !1
 }
 
 /// btrfs subvolume and snapshot ioctls (include/uapi/linux/btrfs.h: `_IOW(0x94, nr, 4096
@@ -224,7 +248,7 @@ hook!(key_permission, "key_permission", |ctx, scope| key(
     scope
 ));
 hook!(key_alloc, "key_alloc", |ctx, scope| key(
-    ctx.arg(0),
+    kread::untyped(ctx.arg(0)),
     ctx.arg(1),
     sandbox_common::KEY_CREATE,
     scope

@@ -122,6 +122,11 @@ const IMPLICIT_DENY: &[&str] = &[
     "/dev/port",
 ];
 
+/// The host's POSIX message queues: `sandbox run`'s command has an IPC namespace of its
+/// own, whose queues live on that namespace's internal mount; a file of the host's mount
+/// opened by path is a host queue whose messages `mq_timedreceive` reads (and takes).
+const IMPLICIT_DENY_QUEUES: &[&str] = &["/dev/mqueue", "/dev/mqueue/**"];
+
 fn implicit(field: &str, globs: &[&str]) -> Vec<PathRule> {
     globs
         .iter()
@@ -228,6 +233,14 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     );
     add_paths(
         &implicit("files.deny (implicit: raw disks and memory)", IMPLICIT_DENY),
+        accept::FILE_DENY,
+        &mut rules,
+    );
+    add_paths(
+        &implicit(
+            "files.deny (implicit: the host's message queues)",
+            IMPLICIT_DENY_QUEUES,
+        ),
         accept::FILE_DENY,
         &mut rules,
     );

@@ -37,6 +37,8 @@
 //!   key-add DESC                 `add_key` of a "user" key DESC to the user keyring
 //!   key-read DESC                find the "user" key DESC in the user keyring and read it
 //!   key-session                  join a new session keyring and add a key to it
+//!   key-listed DESC              whether /proc/keys lists a key described DESC
+//!   setresuid R E S              set this process's real, effective and saved uids
 //!   shm-make KEY, shm-read KEY, shm-rm KEY   a System V shared memory segment (numeric KEY):
 //!                                make it holding "the secret", read it back, remove it
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
@@ -1137,6 +1139,20 @@ fn run_op(words: &[String]) -> String {
         "raw-socket" => op_raw_socket(),
         "fd-read" | "fd-write" => op_fd(a(0), a(1)),
         "key-add" | "key-read" | "key-session" => op_key(a(0), a(1)),
+        "key-listed" => match std::fs::read_to_string("/proc/keys") {
+            Ok(t) if t.lines().any(|l| l.contains(a(1))) => "OK".into(),
+            Ok(_) => "NOT_LISTED".into(),
+            Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
+        },
+        "setresuid" => {
+            let id = |i: usize| a(i).parse::<libc::uid_t>().unwrap_or(0);
+            // SAFETY: plain syscall.
+            if unsafe { libc::setresuid(id(1), id(2), id(3)) } == 0 {
+                "OK".into()
+            } else {
+                errno_name(last_errno())
+            }
+        }
         "shm-make" | "shm-read" | "shm-rm" => op_shm(a(0), a(1)),
         _ => "BADOP".into(),
     }

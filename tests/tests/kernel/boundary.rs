@@ -235,6 +235,29 @@ fn kernel_keys_of_the_user_stay_outside() {
             "no record of a {need}: {keys:#?}"
         );
     }
+    // A root command that sets its uids apart (real: nobody, effective and filesystem:
+    // the agent's) is still judged for the agent's keys. Outside, so set, root lists them.
+    let uid = User::Agent.uid().to_string();
+    let apart: &[&[&str]] = &[
+        &["setresuid", "65534", &uid, "0"],
+        &["key-listed", "kt-secret"],
+    ];
+    assert_eq!(
+        probe_outside(&[
+            "setresuid",
+            "65534",
+            &uid,
+            "0",
+            "::",
+            "key-listed",
+            "kt-secret"
+        ]),
+        "OK",
+        "root outside, its uids set apart"
+    );
+    let r = probe(&d, None, apart);
+    r.expect(&format!("setresuid 65534 {uid} 0"), "OK");
+    r.expect("key-listed kt-secret", "NOT_LISTED");
     // Still the agent's outside.
     assert_eq!(
         probe_outside_as_agent(&[&["key-read", "kt-secret"]]),
