@@ -41,6 +41,9 @@
 //!   setresuid R E S              set this process's real, effective and saved uids
 //!   shm-make KEY, shm-read KEY, shm-rm KEY   a System V shared memory segment (numeric KEY):
 //!                                make it holding "the secret", read it back, remove it
+//!   mq-make NAME, mq-take NAME   a POSIX message queue: make it holding "the secret";
+//!                                take the message (`mq_open`)
+//!   mq-take-path PATH            take a message from the queue file PATH, opened by path
 //!   qemu-exit N                  leave the VM with status N (isa-debug-exit)
 //!   (no arguments)               exit 0: copies of this binary serve as exec targets
 #![expect(
@@ -1029,6 +1032,42 @@ fn op_key(op: &str, desc: &str) -> String {
     }
 }
 
+/// POSIX message queues: see the usage at the top.
+fn op_mq(op: &str, name: &str) -> String {
+    const SECRET: &[u8] = b"the secret";
+    let n = cstr(name);
+    // SAFETY: plain syscalls on valid C strings and buffers of the stated sizes.
+    unsafe {
+        let q = match op {
+            "mq-make" => libc::mq_open(
+                n.as_ptr(),
+                libc::O_CREAT | libc::O_RDWR,
+                0o600 as libc::mode_t,
+                std::ptr::null_mut::<libc::mq_attr>(),
+            ),
+            "mq-take" => libc::mq_open(n.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK),
+            _ => libc::open(n.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK),
+        };
+        if q < 0 {
+            return errno_name(last_errno());
+        }
+        let r = if op == "mq-make" {
+            libc::mq_send(q, SECRET.as_ptr().cast(), SECRET.len(), 0)
+        } else {
+            let mut buf = vec![0u8; 65536];
+            let got = libc::mq_receive(q, buf.as_mut_ptr().cast(), buf.len(), std::ptr::null_mut());
+            if got >= 0 && buf[..got as usize] != *SECRET {
+                libc::close(q);
+                return "WRONG_CONTENT".into();
+            }
+            i32::from(got < 0).wrapping_neg()
+        };
+        let e = last_errno();
+        libc::close(q);
+        if r == 0 { "OK".into() } else { errno_name(e) }
+    }
+}
+
 /// System V shared memory: see the usage at the top.
 fn op_shm(op: &str, key: &str) -> String {
     const SECRET: &[u8] = b"the secret";
@@ -1154,6 +1193,7 @@ fn run_op(words: &[String]) -> String {
             }
         }
         "shm-make" | "shm-read" | "shm-rm" => op_shm(a(0), a(1)),
+        "mq-make" | "mq-take" | "mq-take-path" => op_mq(a(0), a(1)),
         _ => "BADOP".into(),
     }
 }

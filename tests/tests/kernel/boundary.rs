@@ -268,7 +268,8 @@ fn kernel_keys_of_the_user_stay_outside() {
 
 /// System V shared memory, semaphores and message queues pass no hook the policy decides
 /// on: the command runs in an IPC namespace of its own, where the user's segments (an X
-/// server's MIT-SHM images of other windows) do not exist.
+/// server's MIT-SHM images of other windows) and POSIX message queues do not exist; the
+/// host's queues, a path on the host's mqueue mount, are denied by an implicit rule.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn system_v_ipc_of_the_user_stays_outside() {
@@ -278,13 +279,48 @@ fn system_v_ipc_of_the_user_stays_outside() {
         vec!["OK"; 2],
         "outside the sandbox"
     );
-    let r = probe_as_agent(&d, None, &[&["shm-read", "4242"], &["shm-rm", "4242"]]);
+    // POSIX message queues: per IPC namespace too, but the host's mount of them
+    // (`/dev/mqueue`) is a path: denied by an implicit rule.
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    if !mounts.lines().any(|l| l.contains(" /dev/mqueue mqueue ")) {
+        std::fs::create_dir_all("/dev/mqueue").unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "mqueue", "mqueue", "/dev/mqueue"])
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount -t mqueue");
+    }
+    assert_eq!(
+        probe_outside_as_agent(&[
+            &["mq-make", "/kt-queue"],
+            &["mq-take-path", "/dev/mqueue/kt-queue"],
+            &["mq-make", "/kt-queue"],
+        ]),
+        vec!["OK"; 3],
+        "outside the sandbox"
+    );
+    let r = probe_as_agent(
+        &d,
+        None,
+        &[
+            &["shm-read", "4242"],
+            &["shm-rm", "4242"],
+            &["mq-take", "/kt-queue"],
+            &["mq-take-path", "/dev/mqueue/kt-queue"],
+        ],
+    );
     r.expect("shm-read 4242", "ENOENT");
     r.expect("shm-rm 4242", "ENOENT");
+    r.expect("mq-take /kt-queue", "ENOENT");
+    r.expect("mq-take-path /dev/mqueue/kt-queue", "EACCES");
     // Untouched outside.
     assert_eq!(
-        probe_outside_as_agent(&[&["shm-read", "4242"], &["shm-rm", "4242"]]),
-        vec!["OK"; 2],
+        probe_outside_as_agent(&[
+            &["shm-read", "4242"],
+            &["shm-rm", "4242"],
+            &["mq-take", "/kt-queue"]
+        ]),
+        vec!["OK"; 3],
         "outside the sandbox, after"
     );
 }
