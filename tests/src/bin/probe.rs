@@ -1056,7 +1056,7 @@ fn op_mq(op: &str, name: &str) -> String {
         } else {
             let mut buf = vec![0u8; 65536];
             let got = libc::mq_receive(q, buf.as_mut_ptr().cast(), buf.len(), std::ptr::null_mut());
-            if got >= 0 && buf[..got as usize] != *SECRET {
+            if got >= 0 && buf[..got.cast_unsigned()] != *SECRET {
                 libc::close(q);
                 return "WRONG_CONTENT".into();
             }
