@@ -455,11 +455,13 @@ pub struct KernelOffsets {
     pub cred_thread_keyring: u32,
     pub key_uid: u32,
     pub key_serial: u32,
+    /// `path.dentry`.
+    pub path_dentry: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 196);
+const _: () = assert!(size_of::<KernelOffsets>() == 200);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -526,6 +528,9 @@ pub mod hook {
     /// `request_key`, `/proc/keys`; `access` = the kernel's `key_need_perm`, or
     /// [`KEY_CREATE`]; `target` = the key's serial).
     pub const KEY: u32 = 30;
+    /// A watch on a path (`inotify_add_watch`, `fanotify_mark`): what happens to the file
+    /// and its names, judged as a read of the path.
+    pub const NOTIFY: u32 = 31;
 }
 
 /// `EventHeader::access` of a key being made (`hook::KEY`): the kernel's `key_need_perm`
@@ -774,6 +779,7 @@ impl KernelOffsets {
         cred_thread_keyring: 0,
         key_uid: 0,
         key_serial: 0,
+        path_dentry: 0,
         valid: 0,
     };
 }

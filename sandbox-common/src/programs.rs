@@ -41,6 +41,7 @@ const fn newer(name: &'static str, hook: &'static str, arity: usize) -> Program 
 pub const PROGRAMS: &[Program] = &[
     // hooks/file.rs
     prog("file_open", "file_open", 1),
+    prog("path_notify", "path_notify", 3),
     prog("inode_free_security", "inode_free_security", 1),
     prog("d_instantiate", "d_instantiate", 2),
     // hooks/exec.rs

@@ -147,6 +147,34 @@ pub fn offsets_or_deny(
 
 hook!(file_open, "file_open", |ctx, scope| open(ctx.arg(0), scope));
 
+/// A watch on a path (`inotify_add_watch`, `fanotify_mark`; dnotify needs the directory
+/// open, which `file_open` judged): what happens to the file and the names below it, when
+/// and by which name, judged as a read of the path.
+#[inline(always)]
+fn notify(path: *const u8, scope: Scope) -> i32 {
+    let audit = scope.audits(policy_flags::AUDIT_FILES);
+    let off = match offsets_or_deny(hook::NOTIFY, scope, audit) {
+        Ok(off) => off,
+        Err(v) => return v,
+    };
+    let dentry = kread::read_ptr(path, off.path_dentry).unwrap_or(core::ptr::null());
+    let facts = path::dentry_facts(dentry, off);
+    check(
+        hook::NOTIFY,
+        scope,
+        facts,
+        fmode::READ,
+        policy_flags::AUDIT_FILES,
+        0,
+        |m, facts| decide::file(scope.flags(), fmode::READ, imode::is_dir(facts.mode), m),
+    )
+}
+
+hook!(path_notify, "path_notify", |ctx, scope| notify(
+    ctx.arg(0),
+    scope
+));
+
 /// Every inode freed on the host: a directory's slot in the directory cache is cleared
 /// before its memory can hold another inode (`dircache.rs`). No scope: the directory may
 /// have been used by a confined process and freed by anyone.

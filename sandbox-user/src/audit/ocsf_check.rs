@@ -401,6 +401,7 @@ fn samples() -> Vec<Event> {
         hook::CHOWN,
         hook::SETATTR,
         hook::XATTR,
+        hook::NOTIFY,
         hook::BPRM_CHECK,
         hook::UNIX_CONNECT,
         hook::UNIX_SEND,

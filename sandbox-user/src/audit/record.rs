@@ -416,6 +416,7 @@ pub fn classify(hook: Hook) -> (Class, u32, &'static str, &'static str) {
                 "rename" => (5, "Rename"),
                 "truncate" => (3, "Update"),
                 "chmod" | "chown" => (7, "Set Security"),
+                "watch" => (2, "Read"),
                 _ => (6, "Set Attributes"),
             };
             (Fs, id, caption, verb)

@@ -84,6 +84,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         cred_thread_keyring: f("cred", &["thread_keyring"], Some(8))?,
         key_uid: f("key", &["uid"], Some(4))?,
         key_serial: f("key", &["serial"], Some(4))?,
+        path_dentry: f("path", &["dentry"], Some(8))?,
         valid: 1,
     })
 }
@@ -535,6 +536,7 @@ mod arity_tests {
             ("cred", &["thread_keyring"], off.cred_thread_keyring),
             ("key", &["uid"], off.key_uid),
             ("key", &["serial"], off.key_serial),
+            ("path", &["dentry"], off.path_dentry),
             ("socket", &["sk"], off.socket_sk),
             ("sock", &["__sk_common", "skc_family"], off.sock_family),
             ("sock", &["sk_cgrp_data", "cgroup"], off.sock_cgroup),

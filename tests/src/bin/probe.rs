@@ -38,6 +38,7 @@
 //!   key-read DESC                find the "user" key DESC in the user keyring and read it
 //!   key-session                  join a new session keyring and add a key to it
 //!   key-listed DESC              whether /proc/keys lists a key described DESC
+//!   watch PATH                   an inotify watch on PATH (every event)
 //!   setresuid R E S              set this process's real, effective and saved uids
 //!   shm-make KEY, shm-read KEY, shm-rm KEY   a System V shared memory segment (numeric KEY):
 //!                                make it holding "the secret", read it back, remove it
@@ -1178,6 +1179,19 @@ fn run_op(words: &[String]) -> String {
         "raw-socket" => op_raw_socket(),
         "fd-read" | "fd-write" => op_fd(a(0), a(1)),
         "key-add" | "key-read" | "key-session" => op_key(a(0), a(1)),
+        "watch" => {
+            // SAFETY: plain syscalls on a valid C string; the descriptor is closed.
+            unsafe {
+                let fd = libc::inotify_init1(libc::IN_CLOEXEC);
+                if fd < 0 {
+                    return errno_name(last_errno());
+                }
+                let w = libc::inotify_add_watch(fd, cstr(a(1)).as_ptr(), libc::IN_ALL_EVENTS);
+                let e = last_errno();
+                libc::close(fd);
+                if w < 0 { errno_name(e) } else { "OK".into() }
+            }
+        }
         "key-listed" => match std::fs::read_to_string("/proc/keys") {
             Ok(t) if t.lines().any(|l| l.contains(a(1))) => "OK".into(),
             Ok(_) => "NOT_LISTED".into(),

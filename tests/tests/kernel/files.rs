@@ -586,3 +586,42 @@ fn kept_file_results_follow_moves_links_and_new_dentries() {
         );
     }
 }
+
+/// A watch on a path (inotify) tells when the file and the names below it are used, and
+/// by which name: judged as a read of the path, so a denied file or directory cannot be
+/// watched; elsewhere watching works.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn watches_are_reads_of_the_path() {
+    let d = workdir_as(User::Agent, "watch");
+    write(&d.join("secrets/key"), "k");
+    write(&d.join("open/f"), "x");
+    User::Agent.own(&d);
+    let ops = ["secrets", "secrets/key", "open", "open/f"];
+    // Outside, as the agent: every watch is made.
+    for p in ops {
+        assert_eq!(
+            probe_outside_as(User::Agent, &["watch", &path_str(&d, p)]),
+            "OK",
+            "outside: watch {p}"
+        );
+    }
+    let policy = format!("files:\n  deny: [{}/secrets]\n", d.display());
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[
+            ("watch secrets", EACCES),
+            ("watch secrets/key", EACCES),
+            ("watch open", OK),
+            ("watch open/f", OK),
+        ],
+    );
+    r.check_records(&[
+        rec("/file/path", path_str(&d, "secrets"))
+            .has("/unmapped/activity", "watch")
+            .has("/unmapped/rule", "files.deny[0]"),
+        rec("/file/path", path_str(&d, "secrets/key")).has("/unmapped/activity", "watch"),
+    ]);
+}
