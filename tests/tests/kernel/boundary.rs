@@ -125,31 +125,18 @@ fn descriptors_opened_outside_never_reach_the_command() {
     let policy = format!("files:\n  deny: [{secret}]\n");
     let cmd = probe_command(ops);
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let r = run_as_holding(User::Agent, &d, Some(&policy), &[], &fds, &cmd);
+    let run = |args: &[&str]| run_as_holding(User::Agent, &d, Some(&policy), args, &fds, &cmd);
+    let r = run(&[]);
     r.expect("fd-read 7", "EBADF");
     r.expect("fd-write 8", "EBADF");
     r.expect(&format!("open {secret} r"), "EACCES");
     // Handed over on purpose: that one descriptor, and only it.
-    let r = run_as_holding(
-        User::Agent,
-        &d,
-        Some(&policy),
-        &["--pass-fd", "7"],
-        &fds,
-        &cmd,
-    );
+    let r = run(&["--pass-fd", "7"]);
     r.expect("fd-read 7", "OK");
     r.expect("fd-write 8", "EBADF");
     r.expect(&format!("open {secret} r"), "EACCES");
     // A descriptor that sandbox was not given: refused before anything runs.
-    let r = run_as_holding(
-        User::Agent,
-        &d,
-        Some(&policy),
-        &["--pass-fd", "900"],
-        &fds,
-        &cmd,
-    );
+    let r = run(&["--pass-fd", "900"]);
     assert_eq!(r.status, 125, "{}", r.stderr);
     assert!(
         r.stderr
@@ -313,6 +300,10 @@ fn system_v_ipc_of_the_user_stays_outside() {
     r.expect("shm-rm 4242", "ENOENT");
     r.expect("mq-take /kt-queue", "ENOENT");
     r.expect("mq-take-path /dev/mqueue/kt-queue", "EACCES");
+    r.check_records(&[rec("/file/path", "/dev/mqueue/kt-queue").has(
+        "/unmapped/rule",
+        "files.deny (implicit: the host's message queues)",
+    )]);
     // Untouched outside.
     assert_eq!(
         probe_outside_as_agent(&[
