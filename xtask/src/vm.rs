@@ -45,14 +45,44 @@ mkdir -p /home/agent && chown 1000:1000 /home/agent && chmod 755 /home/agent
 echo "VMTEST: kernel $(uname -r), lsm $(cat /sys/kernel/security/lsm), uptime $(cut -d' ' -f1 /proc/uptime)s, $(dmesg | grep -o 'Dynamic Preempt: [a-z]*' || echo 'preemption: built in')"
 echo VMTEST-BEGIN
 cd /root
+/bin/busybox sh /watchdog @WATCHDOG@ &
+echo $! > /run/watchdog.pid
 @PAYLOAD@
 @VERDICT@
 poweroff -f
 "#;
 
+/// Run by `/init` beside the payload: past the job's deadline (`$1` seconds, short of the
+/// host's timeout) it shows what every task is doing (state, voluntary switches, kernel
+/// stack; each CPU's backtrace; the blocked tasks) and stops the test runners, so that a
+/// hang ends with the evidence on the console instead of a silent kill from outside.
+const WATCHDOG: &str = r#"sleep "$1"
+echo "VMTEST-HUNG: no verdict after $1 s; the tasks (pid/tid comm state voluntary/involuntary switches, kernel stack):"
+for t in /proc/[0-9]*/task/[0-9]*; do
+  st=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' $t/status 2>/dev/null)
+  [ -n "$st" ] || continue
+  # Kernel threads only when running or in uninterruptible sleep.
+  if [ -z "$(tr -d '\0' < ${t%/task/*}/cmdline 2>/dev/null)" ] && [ "$st" != R ] && [ "$st" != D ]; then
+    continue
+  fi
+  v=$(sed -n 's/^voluntary_ctxt_switches:[[:space:]]*//p' $t/status)
+  n=$(sed -n 's/^nonvoluntary_ctxt_switches:[[:space:]]*//p' $t/status)
+  id=${t#/proc/}
+  echo "VMTEST-TASK ${id%%/*}/${t##*/} $(cat $t/comm) $st $v/$n $(tr '\0' ' ' < ${t%/task/*}/cmdline | cut -c1-160)"
+  head -n 12 $t/stack 2>/dev/null | sed 's/^/VMTEST-TASK     /'
+done
+echo 7 > /proc/sys/kernel/printk
+echo l > /proc/sysrq-trigger
+echo w > /proc/sysrq-trigger
+sleep 2
+echo "VMTEST-HUNG: stopping the test runners"
+killall -9 kernel-tests fallback-tests systemd-tests 2>/dev/null
+"#;
+
 /// The end of every guest's job: the verdict of the command before it, on the console and
 /// through `isa-debug-exit`.
 const VERDICT: &str = r#"rc=$?
+kill $(cat /run/watchdog.pid 2>/dev/null) 2>/dev/null
 echo VMTEST-END
 echo "VMTEST-EXIT: $rc"
 if [ $rc = 0 ]; then echo "VMTEST-RESULT: PASS"; else echo "VMTEST-RESULT: FAIL"; fi
@@ -172,7 +202,7 @@ impl fmt::Display for Outcome {
 fn initramfs(
     arts: &Artifacts,
     modules: &Path,
-    payload: &str,
+    (payload, watchdog): (&str, Duration),
     out: &Path,
     deb: Option<&Path>,
 ) -> anyhow::Result<()> {
@@ -210,8 +240,10 @@ fn initramfs(
         0o755,
         INIT.replace("@PAYLOAD@", payload)
             .replace("@VERDICT@", VERDICT)
+            .replace("@WATCHDOG@", &watchdog.as_secs().to_string())
             .as_bytes(),
     );
+    c.file("/watchdog", 0o755, WATCHDOG.as_bytes());
     c.file(
         "/etc/passwd",
         0o644,
@@ -385,7 +417,11 @@ fn boot_as(
     let dir = target_dir()?.join("vmtest");
     std::fs::create_dir_all(&dir)?;
     let initrd = dir.join(format!("{tag}-{}.cpio", kernel.version));
-    initramfs(arts, &kernel.modules, payload, &initrd, deb)?;
+    // The guest's own deadline comes first: what hangs shows itself before the kill.
+    let watchdog = timeout
+        .saturating_sub(WATCHDOG_MARGIN)
+        .max(Duration::from_mins(1));
+    initramfs(arts, &kernel.modules, (payload, watchdog), &initrd, deb)?;
     let log_path = dir.join(format!("{tag}-{}.log", kernel.version));
     let mut log = std::fs::File::create(&log_path)?;
     let start = Instant::now();
@@ -406,6 +442,10 @@ fn boot_as(
         seconds: start.elapsed().as_secs_f64(),
     })
 }
+
+/// How long before the host's timeout the guest's watchdog ([`WATCHDOG`]) shows its tasks
+/// and stops the test runners.
+const WATCHDOG_MARGIN: Duration = Duration::from_mins(3);
 
 /// The qemu command line of one guest boot.
 fn qemu(vmlinuz: &Path, initrd: &Path, lsm: &str) -> Command {
@@ -588,19 +628,17 @@ const RUNNER: &str = "SANDBOX_BIN=/usr/bin/sandbox SANDBOX_PROBE=/usr/bin/sandbo
 const RUNNER_ARGS: &str = "--include-ignored --test-threads=1 -Z unstable-options --report-time";
 
 impl Job<'_> {
-    /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
-    /// [`Outcome::tcg_text_poke`]) or a boot that never reached init
-    /// ([`Killed::BootHung`]) gets another boot (at most four more), whose result counts;
-    /// a kernel job's runs only the tests that had not passed.
-    pub fn run(&self, arts: &Artifacts) -> anyhow::Result<Outcome> {
-        let prefix = format!("[{}] ", self.name);
-        let (payload, timeout, tag, bpf_lsm) = match &self.what {
+    /// The job's guest payload, timeout, log tag and whether it boots with BPF LSM.
+    fn spec(&self) -> (String, Duration, String, bool) {
+        match &self.what {
             What::Kernel { tests, shard } => (
                 format!(
                     "{RUNNER} /kernel-tests {RUNNER_ARGS} --exact {}",
                     tests.join(" ")
                 ),
-                Duration::from_mins(45),
+                // A shard takes 5-9 minutes, with a fault's retries (each its own boot)
+                // more; a hang shows itself at the watchdog, 3 minutes before.
+                Duration::from_mins(20),
                 format!("tests{shard}"),
                 true,
             ),
@@ -619,7 +657,16 @@ impl Job<'_> {
                 "systemd".to_owned(),
                 true,
             ),
-        };
+        }
+    }
+
+    /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
+    /// [`Outcome::tcg_text_poke`]) or a boot that never reached init
+    /// ([`Killed::BootHung`]) gets another boot (at most four more), whose result counts;
+    /// a kernel job's runs only the tests that had not passed.
+    pub fn run(&self, arts: &Artifacts) -> anyhow::Result<Outcome> {
+        let prefix = format!("[{}] ", self.name);
+        let (payload, timeout, tag, bpf_lsm) = self.spec();
         let deb = match &self.what {
             What::Systemd { deb } => Some(deb.as_path()),
             _ => None,
@@ -697,8 +744,37 @@ impl Job<'_> {
             }
             o = boot(&payload)?;
         }
+        if let What::Kernel { .. } = &self.what
+            && !o.passed()
+            && let Some(t) = running_test(&log)
+        {
+            println!("==> {}: the test running at the end: {t}", self.name);
+        }
         Ok(o)
     }
+}
+
+/// The test a guest's console log shows started and not ended (libtest prints
+/// `test NAME ... ` first and the verdict when the test ends, on the same line unless the
+/// test wrote to the console meanwhile).
+fn running_test(log: &Path) -> Option<String> {
+    let mut running = None;
+    for l in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        // `  12.345 LINE`: the host's time stamp first.
+        let l = l.trim_start().split_once(' ').map_or("", |(_, l)| l);
+        if let Some((name, rest)) = l.strip_prefix("test ").and_then(|r| r.split_once(" ... ")) {
+            let ended = ["ok", "FAILED", "ignored"]
+                .iter()
+                .any(|v| rest.starts_with(v));
+            running = (!ended).then(|| name.trim().to_owned());
+        } else if l.starts_with("ok <")
+            || l.starts_with("FAILED")
+            || l.starts_with("ok") && l.len() == 2
+        {
+            running = None;
+        }
+    }
+    running
 }
 
 /// The tests a guest's console log says passed (`test NAME ... ok`, libtest's lines).
