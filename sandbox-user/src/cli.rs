@@ -108,6 +108,12 @@ pub enum Command {
         /// file, a connected socket) is used without any of the policy's checks.
         #[arg(long = "pass-fd", value_name = "FD", value_parser = clap::value_parser!(u32).range(3..))]
         pass_fds: Vec<u32>,
+        /// How the command gets the terminal sandbox was started from (when 0, 1 or 2 is
+        /// one): `pty`, a pty of sandbox's own whose output reaches the terminal filtered
+        /// (no clipboard writes, file transfers, reports or passthrough); `direct`, the
+        /// terminal itself, unfiltered.
+        #[arg(long, value_enum, value_name = "MODE", default_value = "pty")]
+        terminal: crate::runtime::pty::TerminalMode,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -259,6 +265,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
             user,
             keep_caps,
             pass_fds,
+            terminal,
             command,
         } => {
             let pass_fds = run::inherited_fds(&pass_fds)?;
@@ -271,6 +278,7 @@ pub fn main(cli: Cli) -> anyhow::Result<i32> {
                 user,
                 keep_caps,
                 pass_fds,
+                terminal,
                 allow_degraded: enforce.allow_degraded,
                 command,
             }))

@@ -37,6 +37,15 @@ static TERM: OnceLock<Terminal> = OnceLock::new();
 
 /// stderr is the journal: lines carry a syslog level prefix (`<4>` for warnings, ...).
 static JOURNAL: AtomicBool = AtomicBool::new(false);
+/// The terminal is in raw mode (the command's pty is being relayed, `runtime::pty`): lines
+/// end with a carriage return too.
+static RAW: AtomicBool = AtomicBool::new(false);
+
+/// Lines end with `\r\n` while `on` (the terminal does not add the carriage return in raw
+/// mode).
+pub fn raw(on: bool) {
+    RAW.store(on, Ordering::Relaxed);
+}
 
 /// Lines get syslog level prefixes from now on (stderr is the journal, see
 /// `host::systemd::stderr_is_journal`).
@@ -131,6 +140,9 @@ pub fn line(text: &str) {
         bytes.extend_from_slice(format!("<{}>", level(text)).as_bytes());
     }
     bytes.extend_from_slice(text.as_bytes());
+    if RAW.load(Ordering::Relaxed) {
+        bytes.push(b'\r');
+    }
     bytes.push(b'\n');
     let Some(t) = TERM.get() else {
         drop(write_all(&bytes));

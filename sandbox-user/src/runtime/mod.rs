@@ -8,5 +8,6 @@ pub mod attach;
 pub mod dns;
 pub mod hosts;
 pub mod metrics;
+pub mod pty;
 pub mod run;
 pub mod session;

@@ -27,10 +27,11 @@ use crate::compile;
 use crate::host::caps::{self, CapSet};
 use crate::host::cgroup::Cgroup;
 use crate::host::user::Target;
-use crate::policy::{self, Context};
+use crate::policy::{self, Context, PathRule};
 use crate::runtime::arm::{
     Armed, Bind, Timer, arm, fallback_rules, load_trusted_policy, protect_own_files,
 };
+use crate::runtime::pty::{ChildTerminal, Pty, TerminalMode};
 use crate::runtime::session::{self, Event, Session, Sinks};
 use crate::term;
 
@@ -56,6 +57,9 @@ pub struct RunOptions {
     /// `--pass-fd`: inherited descriptors (3 or more) the command keeps, checked by
     /// [`inherited_fds`]; it gets no other but 0, 1 and 2.
     pub pass_fds: Vec<u32>,
+    /// `--terminal`: a pty of sandbox's own between the command and the terminal, or the
+    /// terminal itself.
+    pub terminal: TerminalMode,
     /// `--allow-degraded`: run in the fallback backend even with rules it cannot enforce.
     pub allow_degraded: bool,
     pub command: Vec<OsString>,
@@ -131,6 +135,29 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         &agent,
     )?;
     protect_own_files(&mut policy, &audit, policy_file.as_deref());
+    // The command's terminal, made before the policy compiles: the user's terminal device
+    // is denied to the command by path (it gets the pty instead).
+    let mut pty = match opts.terminal {
+        TerminalMode::Pty => {
+            Pty::open(target.drop.then_some((target.uid, target.gid))).map_err(|e| {
+                anyhow!(
+                    "making a pty for the command: {e}; `--terminal direct` gives it the \
+                     terminal itself (its escape sequences then reach the terminal unfiltered)"
+                )
+            })?
+        }
+        TerminalMode::Direct => None,
+    };
+    if let Some(dev) = pty.as_ref().and_then(|p| p.device.clone()) {
+        let text = dev.display().to_string();
+        policy.files.deny.push(PathRule {
+            field: "files.deny (implicit: the terminal sandbox was started from)".into(),
+            source: text.clone(),
+            glob: crate::policy::expand::escape_glob(&text),
+            literal: Some(dev),
+            written: None,
+        });
+    }
     let mut t = Timer::new();
     let compiled = compile::compile(&policy, compile::random_seed())?;
     t.lap("compile");
@@ -181,6 +208,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         (
             privileges,
             landlock.as_ref().map(crate::landlock::Ruleset::raw_fd),
+            pty.as_mut(),
         ),
         prog,
         args,
@@ -278,6 +306,7 @@ fn command(
     procs: &std::fs::File,
     privileges: Privileges,
     landlock: Option<i32>,
+    terminal: Option<ChildTerminal>,
 ) -> tokio::process::Command {
     let procs_fd = procs.as_raw_fd();
     let mut cmd = tokio::process::Command::new(prog);
@@ -320,6 +349,11 @@ fn command(
             // controlling terminal, so it cannot queue input into the shell that runs after
             // sandbox (TIOCSTI, CVE-2017-5226) nor signal the shell's process group.
             nix::unistd::setsid()?;
+            // Its terminal: the pty's slave, as its controlling terminal (`--terminal pty`).
+            if let Some(t) = terminal {
+                // SAFETY: in the child, after setsid (the closure's promise).
+                t.attach()?;
+            }
             // sandbox ignores SIGTTOU (see `term`); the command gets the default.
             nix::sys::signal::signal(NixSignal::SIGTTOU, SigHandler::SigDfl)?;
             // The fallback's file and exec rules (built before the fork), while still root
@@ -353,7 +387,7 @@ async fn supervise(
     armed: &mut Armed,
     audit: &mut AuditFile,
     target: &Target,
-    (privileges, landlock): (Privileges, Option<i32>),
+    (privileges, landlock, mut pty): (Privileges, Option<i32>, Option<&mut Pty>),
     prog: &OsString,
     args: &[OsString],
     sinks: &Sinks,
@@ -363,7 +397,8 @@ async fn supervise(
         .write(true)
         .open(armed.cgroup.procs_path())
         .with_context(|| format!("opening {}", armed.cgroup.procs_path().display()))?;
-    let mut cmd = command(prog, args, target, &procs, privileges, landlock);
+    let terminal = pty.as_ref().and_then(|p| p.for_child());
+    let mut cmd = command(prog, args, target, &procs, privileges, landlock, terminal);
     let mut t = Timer::new();
     let mut signals = watch(&[
         libc::SIGTERM,
@@ -386,6 +421,12 @@ async fn supervise(
     };
     t.lap("spawn");
     let child_pid = child.id();
+    if let Some(p) = pty.as_mut()
+        && let Err(e) = p.start()
+    {
+        forward_group(child_pid, libc::SIGKILL);
+        bail!("relaying the command's terminal: {e}");
+    }
     session.watch_child(child);
     // Set by a request to stop: when its deadline passes, everything in the cgroup is
     // killed.
@@ -420,6 +461,12 @@ async fn supervise(
             // The command runs in a session of its own (no terminal signals reach it): the
             // keys of the terminal reach sandbox, which passes them on to the command's
             // group; ctrl-C and ctrl-\ are the command's to handle, sandbox waits for it.
+            // With a pty the kernel tells the command's foreground group itself.
+            Event::Signal(libc::SIGWINCH) if pty.is_some() => {
+                if let Some(p) = pty.as_ref() {
+                    p.resize();
+                }
+            }
             Event::Signal(sig) => forward_group(child_pid, sig),
             _ => {}
         }
@@ -431,6 +478,11 @@ async fn supervise(
     // act between the drain and the teardown, unrecorded).
     if let Err(e) = session.cgroup.kill_and_wait() {
         tracing::warn!("ending what the command left running: {e}");
+    }
+    // Nothing holds the pty's slave now: its last output reaches the terminal, which gets
+    // its mode back.
+    if let Some(p) = pty.as_mut() {
+        p.finish(Duration::from_secs(1));
     }
     session.last_drain()?;
     Ok(exit_code(status))

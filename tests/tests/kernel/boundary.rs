@@ -523,52 +523,32 @@ fn terminal_input_cannot_be_injected() {
     assert_eq!(rec["unmapped"]["reason"], "tty_injection", "{rec:#}");
 
     // The user's terminal: sandbox run in a session whose controlling terminal is a pty
-    // (as from an interactive shell). The command runs in a session of its own, and the
-    // terminal it inherited takes no input from it.
-    // SAFETY: plain libc calls on a pty we own.
-    let (master, slave) = unsafe {
-        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(m >= 0 && libc::grantpt(m) == 0 && libc::unlockpt(m) == 0);
-        let name = std::ffi::CStr::from_ptr(libc::ptsname(m))
-            .to_str()
-            .unwrap()
-            .to_owned();
-        (m, name)
-    };
-    std::os::unix::fs::chown(&slave, Some(User::Agent.uid()), None).unwrap();
-    let mut c = Command::new(&bins().sandbox);
-    let audit = trusted_dir(&d).join("tty-audit.jsonl");
+    // (as from an interactive shell). The command runs in a session of its own on a pty
+    // of sandbox's; the user's terminal takes no input from it, and is not its to open.
+    let term = UserTerminal::open(24, 80);
     let policy = trusted_dir(&d).join("tty-policy.yaml");
     write(&policy, "name: tty\n");
-    c.args(["run", "--audit-log"])
-        .arg(&audit)
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--")
-        .arg(&bins().probe)
-        .args(["tiocsti", "/dev/stdin", "::", "tiocsti", &slave])
-        .env("SUDO_UID", "1000")
-        .env("SUDO_GID", "1000")
-        .current_dir(&d)
-        .stdin(
-            std::fs::File::options()
-                .read(true)
-                .write(true)
-                .open(&slave)
-                .unwrap(),
-        );
-    let slave_c = std::ffi::CString::new(slave.clone()).unwrap();
-    // SAFETY: between fork and exec: setsid and TIOCSCTTY make the pty the session's
-    // controlling terminal, as a login shell has it.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
-            libc::setsid();
-            let fd = libc::open(slave_c.as_ptr(), libc::O_RDWR);
-            libc::ioctl(fd, libc::TIOCSCTTY, 0);
-            Ok(())
-        });
-    }
-    let out = c.output().unwrap();
+    let audit = trusted_dir(&d).join("tty-audit.jsonl");
+    let probe = bins().probe.display().to_string();
+    let (out, shown) = term.run(
+        &d,
+        &[
+            "run",
+            "--audit-log",
+            &audit.display().to_string(),
+            "--policy",
+            &policy.display().to_string(),
+            "--",
+            &probe,
+            "tiocsti",
+            "/dev/stdin",
+            "::",
+            "tiocsti",
+            &term.path,
+        ],
+        "",
+        false,
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("PROBE tiocsti /dev/stdin -> EPERM"),
@@ -576,22 +556,216 @@ fn terminal_input_cannot_be_injected() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains(&format!("PROBE tiocsti {slave} -> EPERM")),
+        stdout.contains(&format!("PROBE tiocsti {} -> OPEN EACCES", term.path)),
         "{stdout}"
     );
-    // Nothing was queued: the master reads no 'x'.
-    // SAFETY: non-blocking read from our pty master.
-    unsafe {
-        libc::fcntl(master, libc::F_SETFL, libc::O_NONBLOCK);
-        let mut buf = [0u8; 256];
-        let n = libc::read(master, buf.as_mut_ptr().cast(), buf.len());
-        let got = if n > 0 {
-            &buf[..n.cast_unsigned()]
-        } else {
-            &[][..]
+    // Nothing was queued: the terminal shows no 'x'.
+    assert!(
+        !shown.contains('x'),
+        "input reached the terminal: {shown:?}"
+    );
+}
+
+/// The command's terminal is a pty of sandbox's own: what the command writes reaches the
+/// user's terminal filtered (no clipboard write), keys typed reach the command, the window
+/// size is the terminal's, and the user's terminal itself cannot be opened by path. With
+/// `--terminal direct` (the terminal itself, as before) the same command sets the
+/// clipboard and opens the terminal.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn the_command_writes_to_a_pty_of_its_own_filtered() {
+    let d = agent_dir("ptyrelay");
+    let term = UserTerminal::open(33, 99);
+    let policy = trusted_dir(&d).join("pty-policy.yaml");
+    write(&policy, "name: pty\n");
+    let audit = trusted_dir(&d).join("pty-audit.jsonl");
+    let script = format!(
+        "printf 'before\\033]52;c;cHduZWQ=\\007after\\n'; stty size; tty; read line; \
+         echo \"got:$line\"; if printf x > {t}; then echo opened; else echo refused; fi; \
+         exit 7",
+        t = term.path
+    );
+    let (audit_s, policy_s) = (audit.display().to_string(), policy.display().to_string());
+    let args = |mode: &'static str| {
+        vec![
+            "run",
+            "--terminal",
+            mode,
+            "--audit-log",
+            audit_s.as_str(),
+            "--policy",
+            policy_s.as_str(),
+            "--",
+            "/bin/sh",
+            "-c",
+            script.as_str(),
+        ]
+    };
+    // The terminal itself: the clipboard sequence reaches it, and it opens by path.
+    let (out, shown) = term.run(&d, &args("direct"), "hello\r", true);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{shown}\n{said}");
+    assert!(
+        shown.contains("before\x1b]52;c;cHduZWQ=\x07after"),
+        "{shown:?}"
+    );
+    assert!(shown.contains("opened"), "{shown:?}");
+    assert!(shown.contains("got:hello"), "{shown:?}");
+    // A pty of sandbox's own (the default).
+    let mode = term.local_flags();
+    let (out, shown) = term.run(&d, &args("pty"), "hello\r", true);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{shown:?}\n{said}");
+    assert!(shown.contains("beforeafter"), "{shown:?}");
+    assert!(!shown.contains("]52;"), "{shown:?}");
+    assert!(
+        said.contains("sets the clipboard (OSC 52) to the terminal: not passed on"),
+        "{said}"
+    );
+    assert!(shown.contains("33 99"), "the window size: {shown:?}");
+    assert!(shown.contains("got:hello"), "the keys typed: {shown:?}");
+    assert!(shown.contains("refused"), "{shown:?}");
+    let own = shown
+        .lines()
+        .find(|l| l.starts_with("/dev/pts/"))
+        .unwrap_or_else(|| panic!("no tty line: {shown:?}"));
+    assert_ne!(
+        own.trim(),
+        term.path,
+        "the command's terminal is sandbox's pty"
+    );
+    // The terminal has its mode back.
+    assert_eq!(term.local_flags(), mode);
+    let denied: Vec<Value> = read_audit(&audit)
+        .into_iter()
+        .filter(|r| r["file"]["path"] == term.path.as_str())
+        .collect();
+    assert_eq!(denied.len(), 1, "{denied:#?}");
+    assert_eq!(
+        denied[0]["unmapped"]["rule"],
+        "files.deny (implicit: the terminal sandbox was started from)",
+        "{:#}",
+        denied[0]
+    );
+}
+
+/// A pty standing for the user's terminal: its slave is the controlling terminal of the
+/// session sandbox is started in (as from an interactive shell), in the foreground.
+struct UserTerminal {
+    master: std::os::fd::OwnedFd,
+    path: String,
+}
+
+impl UserTerminal {
+    fn open(rows: u16, cols: u16) -> Self {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain libc calls on a pty we own.
+        let (master, path) = unsafe {
+            let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            assert!(m >= 0 && libc::grantpt(m) == 0 && libc::unlockpt(m) == 0);
+            let name = std::ffi::CStr::from_ptr(libc::ptsname(m))
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let size = libc::winsize {
+                ws_row: rows,
+                ws_col: cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            assert_eq!(libc::ioctl(m, libc::TIOCSWINSZ, &raw const size), 0);
+            (std::os::fd::OwnedFd::from_raw_fd(m), name)
         };
-        assert!(!got.contains(&b'x'), "input reached the terminal: {got:?}");
-        libc::close(master);
+        std::os::unix::fs::chown(&path, Some(User::Agent.uid()), None).unwrap();
+        Self { master, path }
+    }
+
+    /// The terminal's mode flags (`c_lflag`), as a shell would find them.
+    fn local_flags(&self) -> libc::tcflag_t {
+        let f = std::fs::File::open(&self.path).unwrap();
+        // SAFETY: termios is plain data filled by the call.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            assert_eq!(
+                libc::tcgetattr(std::os::fd::AsRawFd::as_raw_fd(&f), &raw mut t),
+                0
+            );
+            t.c_lflag
+        }
+    }
+
+    /// Runs sandbox with `args` as `sudo` from the agent user would, in a new session
+    /// whose controlling terminal is this one, with stdin the terminal and stdout a pipe
+    /// (`stdout_too`: the terminal as well); `typed` is typed once the command runs.
+    /// Returns sandbox's output and what the terminal showed.
+    fn run(
+        &self,
+        dir: &Path,
+        args: &[&str],
+        typed: &str,
+        stdout_too: bool,
+    ) -> (std::process::Output, String) {
+        use std::os::fd::AsRawFd;
+        let open = || {
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open(&self.path)
+                .unwrap()
+        };
+        let mut c = Command::new(&bins().sandbox);
+        c.args(args)
+            .env("SUDO_UID", "1000")
+            .env("SUDO_GID", "1000")
+            .current_dir(dir)
+            .stdin(open())
+            .stderr(Stdio::piped());
+        if stdout_too {
+            c.stdout(open());
+        } else {
+            c.stdout(Stdio::piped());
+        }
+        let slave_c = std::ffi::CString::new(self.path.clone()).unwrap();
+        // SAFETY: between fork and exec: setsid and TIOCSCTTY make the pty the session's
+        // controlling terminal, as a login shell has it.
+        unsafe {
+            c.pre_exec(move || {
+                libc::setsid();
+                let fd = libc::open(slave_c.as_ptr(), libc::O_RDWR);
+                libc::ioctl(fd, libc::TIOCSCTTY, 0);
+                libc::close(fd);
+                Ok(())
+            });
+        }
+        let child = c.spawn().unwrap();
+        // The command keeps its copies of the slave until dropped.
+        drop(c);
+        // What the terminal shows, read until every holder of the slave is gone.
+        let m = self.master.as_raw_fd();
+        let reader = std::thread::spawn(move || {
+            let mut shown = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                // SAFETY: reads into a live buffer from the master we own.
+                let n = unsafe { libc::read(m, buf.as_mut_ptr().cast(), buf.len()) };
+                if n <= 0 {
+                    break;
+                }
+                shown.extend_from_slice(&buf[..n.cast_unsigned()]);
+            }
+            String::from_utf8_lossy(&shown).into_owned()
+        });
+        if !typed.is_empty() {
+            wait_for_sandbox_run();
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            // SAFETY: writes from a live slice to the master we own.
+            let n = unsafe { libc::write(m, typed.as_ptr().cast(), typed.len()) };
+            assert_eq!(n.cast_unsigned(), typed.len());
+        }
+        let out = child.wait_with_output().unwrap();
+        // sandbox held the slave last: the reader sees EIO once it read everything.
+        let shown = reader.join().unwrap();
+        (out, shown)
     }
 }
 
