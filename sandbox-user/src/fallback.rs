@@ -367,7 +367,9 @@ pub fn plan(policy: &Policy, host: &HostFacts) -> (Option<Plan>, Coverage) {
         for rule in rules {
             // The attach turn exists where BPF-LSM programs attach; the fallback attaches
             // none, and a hole for a file that may not exist would split its directory.
-            if rule.field == crate::runtime::arm::TURN_RULE {
+            if rule.field == crate::runtime::arm::TURN_RULE
+                || rule.field == crate::runtime::pty::TERMINAL_RULE
+            {
                 continue;
             }
             let name = describe(&rule.field, &rule.source);
@@ -698,6 +700,18 @@ fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
                 "not enforced without Landlock",
             ),
         }
+    }
+    if policy
+        .files
+        .deny
+        .iter()
+        .any(|r| r.field == crate::runtime::pty::TERMINAL_RULE)
+    {
+        cov.implicit(
+            "the terminal sandbox was started from",
+            "can be opened by path and written to (escape sequences past the pty's filter): a \
+             Landlock hole for it would split /dev/pts",
+        );
     }
     cov.implicit(
         "kernel keys",

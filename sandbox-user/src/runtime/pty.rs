@@ -25,6 +25,12 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// The rule that denies the user's terminal device to the command. The fallback backend
+/// leaves it out: a Landlock hole for it would split `/dev/pts` (the ptys the command makes
+/// later could not be opened by path), and with `--terminal pty` the command has no
+/// descriptor of the terminal to begin with.
+pub const TERMINAL_RULE: &str = "files.deny (implicit: the terminal sandbox was started from)";
+
 /// How the command gets the terminal sandbox was started from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TerminalMode {
@@ -462,6 +468,10 @@ pub struct Filter {
     seq: Vec<u8>,
     /// Set when the sequence being collected is already judged dropped (too long).
     dropping: bool,
+    /// Continuation bytes the UTF-8 character being passed still has.
+    utf8_left: u8,
+    /// A `0xC2` held back: followed by `0x80..=0x9F` it encodes a C1 control.
+    held_c2: bool,
     pub dropped: u32,
 }
 
@@ -487,15 +497,7 @@ impl Filter {
 
     fn byte(&mut self, b: u8, out: &mut Vec<u8>) {
         match self.state {
-            State::Ground => {
-                if b == 0x1b {
-                    self.seq.clear();
-                    self.seq.push(b);
-                    self.state = State::Esc;
-                } else {
-                    out.push(b);
-                }
-            }
+            State::Ground => self.ground(b, out),
             State::Esc => {
                 self.seq.push(b);
                 match b {
@@ -607,6 +609,56 @@ impl Filter {
         }
     }
 
+    /// Text. C1 controls (CSI, OSC, DCS, ... as one byte, `0x80..=0x9F`) are dropped, both
+    /// as bytes outside a UTF-8 character (a terminal not in UTF-8 mode takes `0x9D` for
+    /// OSC) and as code points (`U+0080..=U+009F`, encoded `0xC2 0x80..=0x9F`, which some
+    /// terminals act on): the filter would not see the sequence they start. UTF-8 text
+    /// passes whole.
+    fn ground(&mut self, b: u8, out: &mut Vec<u8>) {
+        if self.held_c2 {
+            self.held_c2 = false;
+            if (0x80..=0x9f).contains(&b) {
+                self.dropped |= Dropped::Other.bit();
+                return;
+            }
+            out.push(0xc2);
+            if (0xa0..=0xbf).contains(&b) {
+                out.push(b);
+                return;
+            }
+        }
+        if self.utf8_left > 0 {
+            if (0x80..=0xbf).contains(&b) {
+                self.utf8_left -= 1;
+                out.push(b);
+                return;
+            }
+            self.utf8_left = 0;
+        }
+        match b {
+            0x1b => {
+                self.seq.clear();
+                self.seq.push(b);
+                self.state = State::Esc;
+            }
+            0x80..=0x9f => self.dropped |= Dropped::Other.bit(),
+            0xc2 => self.held_c2 = true,
+            0xc3..=0xdf => {
+                self.utf8_left = 1;
+                out.push(b);
+            }
+            0xe0..=0xef => {
+                self.utf8_left = 2;
+                out.push(b);
+            }
+            0xf0..=0xf4 => {
+                self.utf8_left = 3;
+                out.push(b);
+            }
+            _ => out.push(b),
+        }
+    }
+
     /// An OSC is complete (in `seq`, from `ESC ]` to its terminator): passed on if its
     /// number is allowed.
     fn end_osc(&mut self, out: &mut Vec<u8>) {
@@ -707,6 +759,22 @@ mod tests {
         s.extend(std::iter::repeat_n(b'x', OSC_MAX + 10));
         s.extend_from_slice(b"\x07b");
         assert_eq!(run(&s), (b"ab".to_vec(), Dropped::Osc.bit()));
+    }
+
+    #[test]
+    fn c1_controls_are_dropped_and_utf8_passes() {
+        // 0x9D is OSC to a terminal not in UTF-8 mode; U+009D (C2 9D) to some in it.
+        for s in [&b"a\x9d52;c;eA==\x07b"[..], b"a\xc2\x9d52;c;eA==\x07b"] {
+            let (out, dropped) = run(s);
+            assert_eq!(dropped, Dropped::Other.bit(), "{s:?}");
+            assert!(!out.contains(&0x9d), "{out:?}");
+            assert_eq!(run_split(s), (out.clone(), dropped));
+        }
+        // Text whose characters have 0x80-0x9F continuation bytes, and a non-breaking space
+        // (C2 A0).
+        let text = "ŝ ĝ 日本 \u{a0} é 🦀".as_bytes();
+        assert_eq!(run(text), (text.to_vec(), 0));
+        assert_eq!(run_split(text), (text.to_vec(), 0));
     }
 
     #[test]

@@ -151,7 +151,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     if let Some(dev) = pty.as_ref().and_then(|p| p.device.clone()) {
         let text = dev.display().to_string();
         policy.files.deny.push(PathRule {
-            field: "files.deny (implicit: the terminal sandbox was started from)".into(),
+            field: crate::runtime::pty::TERMINAL_RULE.into(),
             source: text.clone(),
             glob: crate::policy::expand::escape_glob(&text),
             literal: Some(dev),
