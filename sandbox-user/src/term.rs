@@ -37,14 +37,14 @@ static TERM: OnceLock<Terminal> = OnceLock::new();
 
 /// stderr is the journal: lines carry a syslog level prefix (`<4>` for warnings, ...).
 static JOURNAL: AtomicBool = AtomicBool::new(false);
-/// The terminal is in raw mode (the command's pty is being relayed, `runtime::pty`): lines
-/// end with a carriage return too.
-static RAW: AtomicBool = AtomicBool::new(false);
+/// The command's output is relayed to this terminal (`runtime::pty`): lines start with
+/// an attribute reset, so that what the command left on (concealed text) does not hide
+/// them.
+static RELAYED: AtomicBool = AtomicBool::new(false);
 
-/// Lines end with `\r\n` while `on` (the terminal does not add the carriage return in raw
-/// mode).
-pub fn raw(on: bool) {
-    RAW.store(on, Ordering::Relaxed);
+/// Lines start with `CSI 0m` while `on`.
+pub fn relayed(on: bool) {
+    RELAYED.store(on, Ordering::Relaxed);
 }
 
 /// Lines get syslog level prefixes from now on (stderr is the journal, see
@@ -139,10 +139,10 @@ pub fn line(text: &str) {
     if JOURNAL.load(Ordering::Relaxed) {
         bytes.extend_from_slice(format!("<{}>", level(text)).as_bytes());
     }
-    bytes.extend_from_slice(text.as_bytes());
-    if RAW.load(Ordering::Relaxed) {
-        bytes.push(b'\r');
+    if RELAYED.load(Ordering::Relaxed) {
+        bytes.extend_from_slice(b"\x1b[0m");
     }
+    bytes.extend_from_slice(text.as_bytes());
     bytes.push(b'\n');
     let Some(t) = TERM.get() else {
         drop(write_all(&bytes));

@@ -148,7 +148,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         }
         TerminalMode::Direct => None,
     };
-    if let Some(dev) = pty.as_ref().and_then(|p| p.device.clone()) {
+    for dev in pty.iter().flat_map(|p| p.devices.clone()) {
         let text = dev.display().to_string();
         policy.files.deny.push(PathRule {
             field: crate::runtime::pty::TERMINAL_RULE.into(),
@@ -422,9 +422,9 @@ async fn supervise(
     t.lap("spawn");
     let child_pid = child.id();
     if let Some(p) = pty.as_mut()
-        && let Err(e) = p.start()
+        && let Err(e) = p.start(child_pid)
     {
-        forward_group(child_pid, libc::SIGKILL);
+        kill_all(session.cgroup);
         bail!("relaying the command's terminal: {e}");
     }
     session.watch_child(child);
@@ -433,7 +433,13 @@ async fn supervise(
     let mut stopping = false;
     let status = loop {
         match session.next().await? {
-            Event::Exited(status) => break status,
+            Event::Exited(status) => {
+                // Keys typed from now on are the shell's.
+                if let Some(p) = pty.as_mut() {
+                    p.stop_input();
+                }
+                break status;
+            }
             // A request to stop: SIGTERM, or the terminal hung up (SIGHUP). The command
             // gets the signal; whatever still runs after the grace period is killed. A
             // second SIGTERM does not wait.

@@ -647,6 +647,27 @@ fn the_command_writes_to_a_pty_of_its_own_filtered() {
         "{:#}",
         denied[0]
     );
+    // `sudo` with `use_pty` runs sandbox on a pty of its own and keeps the user's terminal
+    // in its other process: the terminals of the processes sandbox was started from are
+    // denied too. Here a shell holding another terminal starts sandbox on this one.
+    let outer = UserTerminal::open(24, 80);
+    let b = bins();
+    let wrapped = format!(
+        "{} run --audit-log {audit_s} --policy {policy_s} -- /bin/sh -c \
+         'if printf x > {o}; then echo opened; else echo refused; fi' <{t} >{t}; exit $?",
+        b.sandbox.display(),
+        o = outer.path,
+        t = term.path,
+    );
+    let (out, shown) = term.run_wrapped(&d, &wrapped, &outer);
+    assert!(out.status.success(), "{shown:?}");
+    assert!(shown.contains("refused"), "{shown:?}");
+    assert!(
+        read_audit(&audit)
+            .iter()
+            .any(|r| r["file"]["path"] == outer.path.as_str()),
+        "no record of the outer terminal"
+    );
 }
 
 /// A pty standing for the user's terminal: its slave is the controlling terminal of the
@@ -697,6 +718,33 @@ impl UserTerminal {
     /// Runs sandbox with `args` as `sudo` from the agent user would, in a new session
     /// whose controlling terminal is this one, with stdin the terminal and stdout a pipe
     /// (`stdout_too`: the terminal as well); `typed` is typed once the command runs.
+    /// [`UserTerminal::run`] of `sh -c SCRIPT` (which starts sandbox itself on this
+    /// terminal), the shell holding `outer` as its 0, 1 and 2, as `sudo` with `use_pty`
+    /// holds the user's terminal while sandbox runs on sudo's pty.
+    fn run_wrapped(
+        &self,
+        dir: &Path,
+        script: &str,
+        outer: &UserTerminal,
+    ) -> (std::process::Output, String) {
+        let open = |p: &str| {
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open(p)
+                .unwrap()
+        };
+        let mut c = Command::new("/bin/sh");
+        c.args(["-c", script])
+            .env("SUDO_UID", "1000")
+            .env("SUDO_GID", "1000")
+            .current_dir(dir)
+            .stdin(open(&outer.path))
+            .stdout(open(&outer.path))
+            .stderr(Stdio::piped());
+        self.spawn_and_read(c, "")
+    }
+
     /// Returns sandbox's output and what the terminal showed.
     fn run(
         &self,
@@ -705,7 +753,6 @@ impl UserTerminal {
         typed: &str,
         stdout_too: bool,
     ) -> (std::process::Output, String) {
-        use std::os::fd::AsRawFd;
         let open = || {
             std::fs::File::options()
                 .read(true)
@@ -725,6 +772,13 @@ impl UserTerminal {
         } else {
             c.stdout(Stdio::piped());
         }
+        self.spawn_and_read(c, typed)
+    }
+
+    /// Spawns `c` in a new session whose controlling terminal is this one, types `typed`
+    /// once a sandbox run's command runs, and collects what the terminal showed.
+    fn spawn_and_read(&self, mut c: Command, typed: &str) -> (std::process::Output, String) {
+        use std::os::fd::AsRawFd;
         let slave_c = std::ffi::CString::new(self.path.clone()).unwrap();
         // SAFETY: between fork and exec: setsid and TIOCSCTTY make the pty the session's
         // controlling terminal, as a login shell has it.
