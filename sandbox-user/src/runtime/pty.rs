@@ -458,6 +458,9 @@ fn copy_output(master: RawFd, out: RawFd) {
     // What the command may have left on: attributes, a hidden cursor, mouse and focus
     // reports, the kitty keyboard mode, and the alternate screen or colours if it changed
     // them (a program that dies there leaves the terminal unusable for the shell).
+    if !filter.escaped {
+        return;
+    }
     let mut reset =
         b"\x1b[0m\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1004l\x1b[=0;1u"
             .to_vec();
@@ -613,6 +616,8 @@ pub struct Filter {
     pub alt_screen: bool,
     /// Colours were changed by OSC 4, 10, 11 or 12.
     pub colours_changed: bool,
+    /// The command wrote an escape sequence (the terminal gets a reset at the end).
+    pub escaped: bool,
     /// The terminal is not in UTF-8 mode (sandbox's locale names another character set):
     /// every byte `0x80..=0x9F` is a C1 control to it, inside a UTF-8 character too, and
     /// is dropped.
@@ -645,6 +650,7 @@ impl Filter {
     }
 
     fn start_esc(&mut self) {
+        self.escaped = true;
         self.reset();
         self.state = State::Esc;
     }

@@ -148,6 +148,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         }
         TerminalMode::Direct => None,
     };
+    if let Some(p) = &pty {
+        tracing::debug!("terminals denied to the command: {:?}", p.devices);
+    }
     for dev in pty.iter().flat_map(|p| p.devices.clone()) {
         let text = dev.display().to_string();
         policy.files.deny.push(PathRule {

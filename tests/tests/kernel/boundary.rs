@@ -649,18 +649,20 @@ fn the_command_writes_to_a_pty_of_its_own_filtered() {
     );
     // `sudo` with `use_pty` runs sandbox on a pty of its own and keeps the user's terminal
     // in its other process: the terminals of the processes sandbox was started from are
-    // denied too. Here a shell holding another terminal starts sandbox on this one.
+    // denied too. Here a shell holding another terminal starts sandbox on this one (and
+    // waits for it: `sh -c 'cmd'` may exec its last command in place of itself).
     let outer = UserTerminal::open(24, 80);
     let b = bins();
     let wrapped = format!(
         "{} run --audit-log {audit_s} --policy {policy_s} -- /bin/sh -c \
-         'if printf x > {o}; then echo opened; else echo refused; fi' <{t} >{t}; exit $?",
+         'if printf x > {o}; then echo opened; else echo refused; fi' <{t} >{t} & wait $!",
         b.sandbox.display(),
         o = outer.path,
         t = term.path,
     );
     let (out, shown) = term.run_wrapped(&d, &wrapped, &outer);
-    assert!(out.status.success(), "{shown:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{shown:?}\n{said}");
     assert!(shown.contains("refused"), "{shown:?}");
     assert!(
         read_audit(&audit)
@@ -787,7 +789,12 @@ impl UserTerminal {
                 libc::setsid();
                 let fd = libc::open(slave_c.as_ptr(), libc::O_RDWR);
                 libc::ioctl(fd, libc::TIOCSCTTY, 0);
-                libc::close(fd);
+                // Held open as 3 while the session's first process lives: a terminal
+                // nobody has open reads as hung up (the reader would stop at once).
+                if fd != 3 {
+                    libc::dup2(fd, 3);
+                    libc::close(fd);
+                }
                 Ok(())
             });
         }
