@@ -12,12 +12,15 @@
 //! raw mode while the command runs) to the pty, and the pty's output to the user's terminal
 //! through [`Filter`], which passes text, colours, cursor movement and the common
 //! sequences, and drops the rest. The user's terminal device is denied to the command by
-//! path (`files.deny (implicit: the terminal sandbox was started from)`).
+//! path ([`TERMINAL_RULE`]).
 //!
-//! The copying runs on two threads of their own: a terminal stopped with ctrl-S blocks the
-//! output thread (and then the command's writes, as the terminal itself would), never the
-//! event pump. The input thread reads only while the command runs: keys typed after it
-//! ended stay in the terminal for the shell.
+//! The copying runs on two threads of their own: a terminal that does not take output (its
+//! emulator paused, a `tmux` copy mode) blocks the output thread (and then the command's
+//! writes, as the terminal itself would), never the event pump. The input thread reads
+//! only while the command runs: keys typed after it ended stay in the terminal for the
+//! shell. The terminals of the processes sandbox was started from are denied too
+//! (`terminals_around`): with `sudo`'s `use_pty` sandbox's own terminal is sudo's pty and
+//! the one the user sees is held by sudo's other process.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
