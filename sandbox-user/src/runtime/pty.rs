@@ -629,9 +629,22 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
-        for &b in input {
+    pub fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) {
+        while let Some((&b, rest)) = input.split_first() {
+            // Plain ASCII text between sequences is passed on in one go.
+            if self.state == State::Ground && self.utf8_left == 0 {
+                let n = input
+                    .iter()
+                    .position(|c| !(0x20..=0x7e).contains(c))
+                    .unwrap_or(input.len());
+                if n > 0 {
+                    out.extend_from_slice(&input[..n]);
+                    input = &input[n..];
+                    continue;
+                }
+            }
             self.byte(b, out);
+            input = rest;
         }
     }
 
