@@ -527,7 +527,8 @@ pub enum Dropped {
     /// graphics).
     String,
     /// `CSI ... t` (window manipulation and reports: the title report answers text the
-    /// command chose into the input queue) and `CSI ... * y` (screen checksums).
+    /// command chose into the input queue), `CSI ... * y` (screen checksums), `CSI ... $ |`
+    /// and `* |` (resizing), `CSI ... ]` (the Linux console's settings).
     Window,
     /// C1 controls, `ESC Z`, escape sequences outside the allowed few, over-long or
     /// malformed sequences, bytes that are not UTF-8.
@@ -881,7 +882,13 @@ impl Filter {
                 }
             }
             0x40..=0x7e => {
-                let window = b == b't' || (b == b'y' && self.seq.contains(&b'*'));
+                // Window operations and reports (`t`), screen checksums (`* y`), resizing
+                // by columns or lines (`$ |`, `* |`), the Linux console's own settings
+                // (`]`: `CSI 12;N ]` switches the virtual console).
+                let window = b == b't'
+                    || b == b']'
+                    || (b == b'y' && self.seq.contains(&b'*'))
+                    || (b == b'|' && (self.seq.contains(&b'*') || self.seq.contains(&b'$')));
                 if window {
                     self.drop_as(Dropped::Window);
                 } else if self.bad {
@@ -1202,6 +1209,9 @@ mod tests {
             b"a\x1b]0;x\xe0\x80\x90+q544e\x1b\\b",
             b"a\x1b[*#yb",
             b"a\x1b[#*yb",
+            b"a\x1b[12;2]b",
+            b"a\x1b[40$|b",
+            b"a\x1b[40*|b",
         ];
         for s in cases {
             let (out, dropped) = check(s);
