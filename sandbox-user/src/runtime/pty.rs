@@ -179,6 +179,14 @@ impl Pty {
     /// in the foreground) and starts copying.
     pub fn start(&mut self, command: Option<u32>) -> io::Result<()> {
         self.slave = None;
+        // Non-blocking, so that keys for a command that does not read never hold the
+        // input thread past its stop (each thread waits in `poll` instead).
+        let m = self.master.as_raw_fd();
+        // SAFETY: plain fcntl calls on our descriptor.
+        unsafe {
+            let fl = check(libc::fcntl(m, libc::F_GETFL))?;
+            check(libc::fcntl(m, libc::F_SETFL, fl | libc::O_NONBLOCK))?;
+        }
         crate::term::relayed(is_terminal(2));
         let Some(input) = self.input_fd.as_ref().map(AsRawFd::as_raw_fd) else {
             return self.start_output();
@@ -401,10 +409,47 @@ fn copy_input(input: RawFd, stop: &OwnedFd, master: RawFd, command: Option<u32>)
                 _ => return,
             }
         }
-        if n == 0 || write_all(master, &buf[..n.cast_unsigned()]).is_err() {
+        if n == 0 || !write_unless_stopped(master, &buf[..n.cast_unsigned()], stop) {
             return;
         }
     }
+}
+
+/// Writes `bytes` to the (non-blocking) master, waiting for room unless `stop` is written
+/// to first; `false` when stopped or the write failed.
+fn write_unless_stopped(master: RawFd, mut bytes: &[u8], stop: &OwnedFd) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: writes from a live slice.
+        let n = unsafe { libc::write(master, bytes.as_ptr().cast(), bytes.len()) };
+        if n >= 0 {
+            bytes = &bytes[n.cast_unsigned()..];
+            continue;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) => {
+                let mut p = [
+                    libc::pollfd {
+                        fd: master,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: stop.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                // SAFETY: two pollfds.
+                unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+                if p[1].revents != 0 {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Whether the terminal is taken to be in UTF-8 mode: unless sandbox's locale names
@@ -434,10 +479,21 @@ fn copy_output(master: RawFd, out: RawFd) {
         // SAFETY: reads into a live buffer.
         let n = unsafe { libc::read(master, buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => {
+                    let mut p = libc::pollfd {
+                        fd: master,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one pollfd. POLLHUP (no slave left) wakes it too, and the
+                    // read then says EIO.
+                    unsafe { libc::poll(&raw mut p, 1, -1) };
+                    continue;
+                }
+                _ => break,
             }
-            break;
         }
         if n == 0 {
             break;
