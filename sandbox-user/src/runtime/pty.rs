@@ -907,15 +907,17 @@ impl Filter {
                 }
                 self.back_to_ground();
             }
-            _ => {
-                // A C1 control or a byte that is not 7-bit: the sequence ends, dropped;
-                // the byte is text (or not) on its own.
-                self.drop_as(Dropped::Other);
-                self.back_to_ground();
-                if b >= 0xa0 {
-                    self.ground(b, out);
-                }
-            }
+            _ => self.cut_short(b, out),
+        }
+    }
+
+    /// A C1 control or a byte that is not 7-bit inside an ESC or CSI sequence: the
+    /// sequence ends, dropped; the byte is text (or not) on its own.
+    fn cut_short(&mut self, b: u8, out: &mut Vec<u8>) {
+        self.drop_as(Dropped::Other);
+        self.back_to_ground();
+        if b >= 0xa0 {
+            self.ground(b, out);
         }
     }
 
@@ -965,13 +967,7 @@ impl Filter {
                 }
                 self.back_to_ground();
             }
-            _ => {
-                self.drop_as(Dropped::Other);
-                self.back_to_ground();
-                if b >= 0xa0 {
-                    self.ground(b, out);
-                }
-            }
+            _ => self.cut_short(b, out),
         }
     }
 
@@ -1021,12 +1017,7 @@ impl Filter {
             State::Str => self.drop_as(Dropped::String),
             _ => {}
         }
-        self.seq.clear();
-        self.bad = false;
-        self.esc_in_string = false;
-        self.utf8.clear();
-        self.utf8_left = 0;
-        self.state = State::Ground;
+        self.back_to_ground();
     }
 
     /// A complete OSC (its payload in `seq`): passed on, with the terminator it came with,

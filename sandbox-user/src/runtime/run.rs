@@ -148,10 +148,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
         }
         TerminalMode::Direct => None,
     };
-    if let Some(p) = &pty {
-        tracing::debug!("terminals denied to the command: {:?}", p.devices);
-    }
-    for dev in pty.iter().flat_map(|p| p.devices.clone()) {
+    let devices = pty.as_ref().map(|p| p.devices.clone()).unwrap_or_default();
+    tracing::debug!("terminals denied to the command: {devices:?}");
+    for dev in devices {
         let text = dev.display().to_string();
         policy.files.deny.push(PathRule {
             field: crate::runtime::pty::TERMINAL_RULE.into(),
