@@ -52,12 +52,27 @@ echo $! > /run/watchdog.pid
 poweroff -f
 "#;
 
-/// Run by `/init` beside the payload: past the job's deadline (`$1` seconds, short of the
-/// host's timeout) it shows what every task is doing (state, voluntary switches, kernel
-/// stack; each CPU's backtrace; the blocked tasks) and stops the test runners, so that a
-/// hang ends with the evidence on the console instead of a silent kill from outside.
-const WATCHDOG: &str = r#"sleep "$1"
-echo "VMTEST-HUNG: no verdict after $1 s; the tasks (pid/tid comm state voluntary/involuntary switches, kernel stack):"
+/// Run by `/init` beside the payload. When the kernel reports a hang (a task blocked for
+/// minutes, an RCU grace period held up by a task that never switches) or past the job's
+/// deadline (`$1` seconds, short of the host's timeout), it shows what every task is doing
+/// (state, voluntary/involuntary switches, kernel stack), the kernel's log from the first
+/// report on (at every level: `quiet` keeps the reports' stacks off the console), each
+/// CPU's backtrace and the blocked tasks, and stops the test runners: a hang ends with the
+/// evidence on the console, within minutes, instead of a silent kill from outside.
+const WATCHDOG: &str = r#"left=$1
+signs='blocked for more than|detected stalls|soft lockup|hard LOCKUP'
+while [ "$left" -gt 0 ]; do
+  sleep 5
+  left=$((left - 5))
+  if dmesg | grep -qE "$signs"; then
+    sleep 20
+    echo "VMTEST-HUNG: the kernel reports a hang; its log from the first report:"
+    dmesg | awk "/$signs/ { on = 1 } on" | tail -n 400 | sed 's/^/VMTEST-KLOG /'
+    break
+  fi
+done
+[ "$left" -gt 0 ] || echo "VMTEST-HUNG: no verdict after $1 s"
+echo "VMTEST-HUNG: the tasks (pid/tid comm state voluntary/involuntary switches, kernel stack):"
 for t in /proc/[0-9]*/task/[0-9]*; do
   st=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' $t/status 2>/dev/null)
   [ -n "$st" ] || continue
@@ -69,7 +84,7 @@ for t in /proc/[0-9]*/task/[0-9]*; do
   n=$(sed -n 's/^nonvoluntary_ctxt_switches:[[:space:]]*//p' $t/status)
   id=${t#/proc/}
   echo "VMTEST-TASK ${id%%/*}/${t##*/} $(cat $t/comm) $st $v/$n $(tr '\0' ' ' < ${t%/task/*}/cmdline | cut -c1-160)"
-  head -n 12 $t/stack 2>/dev/null | sed 's/^/VMTEST-TASK     /'
+  head -n 16 $t/stack 2>/dev/null | sed 's/^/VMTEST-TASK     /'
 done
 echo 7 > /proc/sys/kernel/printk
 echo l > /proc/sysrq-trigger
@@ -447,6 +462,12 @@ fn boot_as(
 /// and stops the test runners.
 const WATCHDOG_MARGIN: Duration = Duration::from_mins(3);
 
+/// How long an RCU Tasks grace period (what detaching a trampoline's last program waits
+/// for) may last before the guest's kernel names the tasks holding it up, with their
+/// stacks: 2 minutes at Debian's `HZ=250` (the kernel's default is 10), so that the
+/// watchdog sees it within a shard's time.
+const RCU_TASK_STALL_JIFFIES: u32 = 250 * 120;
+
 /// The qemu command line of one guest boot.
 fn qemu(vmlinuz: &Path, initrd: &Path, lsm: &str) -> Command {
     let mut cmd = Command::new("qemu-system-x86_64");
@@ -463,7 +484,8 @@ fn qemu(vmlinuz: &Path, initrd: &Path, lsm: &str) -> Command {
         // so decisions in flight on one CPU each hold working memory of their own.
         .arg("-append")
         .arg(format!(
-            "console=ttyS0 lsm={lsm} preempt=full panic=-1 oops=panic quiet"
+            "console=ttyS0 lsm={lsm} preempt=full panic=-1 oops=panic quiet \
+             rcupdate.rcu_task_stall_timeout={RCU_TASK_STALL_JIFFIES}"
         ))
         .args([
             "-display",
