@@ -172,6 +172,7 @@ pub fn exec(flags: u32, privileged: bool, m: &FileMatch) -> Option<Deny> {
 pub mod imode {
     pub const S_IFMT: u16 = 0o170_000;
     pub const S_IFDIR: u16 = 0o040_000;
+    pub const S_IFCHR: u16 = 0o020_000;
     pub const S_ISUID: u16 = 0o4000;
     pub const S_ISGID: u16 = 0o2000;
     pub const S_IXGRP: u16 = 0o0010;
@@ -179,6 +180,11 @@ pub mod imode {
     #[inline(always)]
     pub const fn is_dir(mode: u16) -> bool {
         mode & S_IFMT == S_IFDIR
+    }
+
+    #[inline(always)]
+    pub const fn is_chr(mode: u16) -> bool {
+        mode & S_IFMT == S_IFCHR
     }
 
     /// setuid, or setgid and group-executable (setgid without group-x is mandatory locking).

@@ -31,6 +31,7 @@ pub mod map_names {
     pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
     pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
     pub const LOOKUP_FILTER: &str = "LOOKUP_FILTER";
+    pub const TERMINALS: &str = "TERMINALS";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -596,6 +597,9 @@ pub mod reason {
     /// keyring are shared with every process of the user (Kerberos tickets of a
     /// `KEYRING:` credential cache, cached passphrases), and none is the sandbox's.
     pub const KERNEL_KEYS: u32 = 20;
+    /// A terminal (a pty's slave) that was neither made in the sandbox nor is sandbox's
+    /// own: another shell's keyboard and screen (`terminal.rs` in the programs).
+    pub const FOREIGN_TERMINAL: u32 = 21;
 }
 
 /// `EventHeader::flags`.

@@ -22,6 +22,7 @@ mod maps;
 mod namecache;
 mod path;
 mod scope;
+mod terminal;
 mod work;
 
 #[cfg(not(test))]

@@ -1,7 +1,8 @@
 //! The maps. Sizes marked "sized by the loader" are placeholders: the loader sets
 //! `max_entries` from the compiled policy before the maps are created.
 
-use aya_ebpf::macros::map;
+use aya_ebpf::btf_maps::InodeStorage;
+use aya_ebpf::macros::{btf_map, map};
 use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf};
 use sandbox_common::{
     BPF_F_MMAPABLE, ByteClasses, DfaAccept, EventHeader, InodeKey, LiteralKey, MAX_POLICIES,
@@ -13,6 +14,12 @@ use sandbox_common::{
 /// hook.
 #[map]
 pub static SCOPE: Array<ScopeCtl> = Array::with_max_entries(1, 0);
+
+/// Terminals a confined process may open: ptys made in the sandbox (marked by the
+/// `d_instantiate` program) and sandbox's own (marked by the loader through its
+/// descriptor). Inode storage: a mark goes with its inode (`terminal.rs`).
+#[btf_map]
+pub static TERMINALS: InodeStorage<u32> = InodeStorage::new();
 
 /// Policy id -> header (flags, DFA geometry). Written by the loader, read by every hook.
 #[map]

@@ -57,6 +57,12 @@ fn binding() -> Option<(u64, u32)> {
     (id == bound).then_some((bound, ctl.policy_id))
 }
 
+/// The current task is in this set's scope (whatever its policy's state).
+#[inline(always)]
+pub fn confined() -> bool {
+    binding().is_some()
+}
+
 /// `decide(scope)` for an in-scope task, `outside` for the rest. The slot of working memory
 /// the decision takes, if it needs one ([`Scope::mem`]), is given back once it has decided:
 /// every program decides through here.

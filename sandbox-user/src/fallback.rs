@@ -714,6 +714,12 @@ fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
         );
     }
     cov.implicit(
+        "other terminals",
+        "the user's other terminals (/dev/pts/N of another shell) can be opened by path and \
+         written to: the BPF-LSM backend tells ptys made in the sandbox from the rest, \
+         Landlock cannot",
+    );
+    cov.implicit(
         "kernel keys",
         "the user's kernel keyrings (keyctl, add_key, request_key, /proc/keys; Kerberos \
          tickets of a KEYRING: credential cache) are usable: neither Landlock nor the cgroup \

@@ -35,6 +35,11 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
     }
     let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);
+    // Another shell's terminal (`terminal.rs`): by the inode, whatever the path.
+    let foreign_terminal = imode::is_chr(facts.mode) && {
+        let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
+        crate::terminal::is_slave(facts.dentry, inode, off) && !crate::terminal::ours(inode)
+    };
     check_with::<true>(
         hook::FILE_OPEN,
         scope,
@@ -46,7 +51,9 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
             if escape {
                 return Some(Deny::because(reason::SELF_PROTECTION));
             }
+            // A rule that names the file says more (the user's own terminal has one).
             decide::file(scope.flags(), f_mode, imode::is_dir(facts.mode), m)
+                .or(foreign_terminal.then_some(Deny::because(reason::FOREIGN_TERMINAL)))
         },
     )
 }
@@ -197,12 +204,20 @@ pub fn inode_free_security(ctx: aya_ebpf::programs::LsmContext) -> i32 {
 /// confined process and freed by anyone.
 #[aya_ebpf::macros::lsm(hook = "d_instantiate")]
 pub fn d_instantiate(ctx: aya_ebpf::programs::LsmContext) -> i32 {
-    if !crate::dircache::enabled() {
-        return 0;
-    }
     let dentry: *const u8 = ctx.arg(0);
     let inode: *const u8 = ctx.arg(1);
     let off = kread::offsets();
+    // A pty made by a confined process (`terminal.rs`).
+    if off.valid != 0
+        && !inode.is_null()
+        && crate::terminal::is_slave(dentry, inode, off)
+        && crate::scope::confined()
+    {
+        crate::terminal::mark(inode);
+    }
+    if !crate::dircache::enabled() {
+        return 0;
+    }
     let sb: *const u8 = kread::field(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
     crate::filecache::forget(&crate::filecache::Key {
         dentry,

@@ -224,6 +224,7 @@ impl Formatter<'_> {
             reason::SUBVOLUME => "(btrfs subvolume or snapshot made or removed by ioctl)",
             reason::BUSY => "(no working memory free on this CPU, fail closed)",
             reason::KERNEL_KEYS => "(kernel keys: shared by every process of the user)",
+            reason::FOREIGN_TERMINAL => "(a terminal not made in the sandbox: another shell's)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -251,6 +252,7 @@ impl Formatter<'_> {
             reason::MOVES_PROTECTED => "moves_protected_files",
             reason::SUBVOLUME => "btrfs_subvolume",
             reason::KERNEL_KEYS => "kernel_keys",
+            reason::FOREIGN_TERMINAL => "foreign_terminal",
             _ => "unknown",
         }
     }

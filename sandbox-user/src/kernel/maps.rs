@@ -103,6 +103,16 @@ impl Maps<'_> {
         }
     }
 
+    /// Lets the confined processes open the terminal `slave` (sandbox's pty for the
+    /// command) by path too; every terminal not made in the sandbox is refused to them
+    /// (`terminal.rs` in the programs). The mark goes with the pty.
+    pub fn own_terminal(&mut self, slave: &impl std::os::fd::AsRawFd) -> Result<(), LoadError> {
+        let name = m::TERMINALS;
+        let mut t: aya::maps::InodeStorage<&mut MapData, u32> =
+            aya::maps::InodeStorage::try_from(self.map(name)?).map_err(map_err(name))?;
+        t.insert(slave, 1, 0).map_err(map_err(name))
+    }
+
     /// The event ring buffer, taken out of the object (it can be taken once).
     pub fn take_events(&mut self) -> Result<RingBuf<MapData>, LoadError> {
         let map = self.0.take_map(m::EVENTS).ok_or(LoadError::Map {

@@ -166,6 +166,11 @@ impl Pty {
         }))
     }
 
+    /// The slave, until the command is spawned ([`Pty::start`]).
+    pub fn slave(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.slave.as_ref().map(std::os::fd::AsFd::as_fd)
+    }
+
     /// What the command's side needs between fork and exec: the slave and where it goes.
     pub fn for_child(&self) -> Option<ChildTerminal> {
         self.slave.as_ref().map(|s| ChildTerminal {

@@ -178,6 +178,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let name = format!("run-{}", std::process::id());
     let mut armed = arm(compiled, Bind::NewRun(&name), &host)?;
     t.lap("arm (total)");
+    // The command may open its own terminal by path (`tty`, `GPG_TTY`); every other one
+    // is refused to it.
+    if let Some(slave) = pty.as_ref().and_then(Pty::slave) {
+        armed
+            .enforcer
+            .maps()
+            .own_terminal(&slave)
+            .context("marking the command's terminal as its own")?;
+    }
     let privileges = Privileges {
         drop_to: target
             .drop

@@ -1168,6 +1168,7 @@ fn run_op(words: &[String]) -> String {
             boundary::process(a(0), a(1), a(2))
         }
         "tiocsti" | "tiocsti-own" => boundary::tiocsti(a(0), a(1)),
+        "pty-made" | "pty-peer" => boundary::pty_made(a(0)),
         "socket" => boundary::socket(a(1), a(2), a(3)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
         "clone-into-cgroup" | "umount" | "finit-module" | "ioperm" | "prlimit" | "sigio-parent" => {
@@ -1328,6 +1329,43 @@ mod boundary {
                     10,
                 ))),
                 _ => "BADOP".into(),
+            }
+        }
+    }
+
+    /// A pty made here (`/dev/ptmx`), its slave opened by path (`pty-made`) or from the
+    /// master (`pty-peer`, `TIOCGPTPEER`), a byte written to the slave and read back from
+    /// the master: what tmux or `script` does.
+    pub fn pty_made(op: &str) -> String {
+        // SAFETY: plain syscalls on descriptors opened here.
+        unsafe {
+            let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+            if m < 0 || libc::grantpt(m) != 0 || libc::unlockpt(m) != 0 {
+                return format!("PTMX {}", errno_name(last_errno()));
+            }
+            let s = if op == "pty-peer" {
+                libc::ioctl(m, libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY)
+            } else {
+                libc::open(libc::ptsname(m), libc::O_RDWR | libc::O_NOCTTY)
+            };
+            if s < 0 {
+                let e = last_errno();
+                libc::close(m);
+                return format!("OPEN {}", errno_name(e));
+            }
+            let mut t: libc::termios = std::mem::zeroed();
+            libc::tcgetattr(s, &raw mut t);
+            libc::cfmakeraw(&raw mut t);
+            libc::tcsetattr(s, libc::TCSANOW, &raw const t);
+            let w = libc::write(s, b"x".as_ptr().cast(), 1);
+            let mut b = [0u8; 1];
+            let r = libc::read(m, b.as_mut_ptr().cast(), 1);
+            libc::close(s);
+            libc::close(m);
+            if w == 1 && r == 1 && b[0] == b'x' {
+                "OK".into()
+            } else {
+                "NOT_RELAYED".into()
             }
         }
     }

@@ -572,6 +572,46 @@ fn terminal_input_cannot_be_injected() {
     );
 }
 
+/// Terminals of the host that were not made in the sandbox (another shell of the same
+/// user) are refused to the command, by identity; ptys it makes itself are its own.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn terminals_not_made_in_the_sandbox_are_refused() {
+    let d = agent_dir("pts");
+    // Another terminal of the same user, which sandbox knows nothing of: another tab's
+    // shell, the terminal a tmux runs in.
+    let other = UserTerminal::open(24, 80);
+    let write_other = ["open", other.path.as_str(), "w"];
+    let read_other = ["open", other.path.as_str(), "r"];
+    let ops: &[&[&str]] = &[&write_other, &read_other, &["pty-made"], &["pty-peer"]];
+    assert_eq!(
+        probe_outside_as_agent(ops),
+        vec!["OK"; 4],
+        "outside the sandbox"
+    );
+    let r = probe_as_agent(&d, Some("version: 1\n"), ops);
+    r.expect(&write_other.join(" "), "EACCES");
+    r.expect(&read_other.join(" "), "EACCES");
+    // Terminals made in the sandbox (what tmux, `script` and editors do) are its own.
+    r.expect("pty-made", "OK");
+    r.expect("pty-peer", "OK");
+    let recs = r.records("/file/path", &other.path);
+    assert_eq!(recs.len(), 2, "{:#?}", r.audit);
+    for rec in recs {
+        assert_eq!(rec["unmapped"]["reason"], "foreign_terminal", "{rec:#}");
+        assert_eq!(
+            rec["unmapped"]["rule"], "(a terminal not made in the sandbox: another shell's)",
+            "{rec:#}"
+        );
+    }
+    // By identity, not by name: a link to it elsewhere is the same terminal.
+    let link = d.join("other-tty");
+    std::os::unix::fs::symlink(&other.path, &link).unwrap();
+    let link = link.display().to_string();
+    let r = probe_as_agent(&d, Some("version: 1\n"), &[&["open", &link, "w"]]);
+    r.expect(&format!("open {link} w"), "EACCES");
+}
+
 /// The command's terminal is a pty of sandbox's own: what the command writes reaches the
 /// user's terminal filtered (no clipboard write), keys typed reach the command, the window
 /// size is the terminal's, and the user's terminal itself cannot be opened by path. With
