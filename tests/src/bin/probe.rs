@@ -1339,30 +1339,30 @@ mod boundary {
     pub fn pty_made(op: &str) -> String {
         // SAFETY: plain syscalls on descriptors opened here.
         unsafe {
-            let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-            if m < 0 || libc::grantpt(m) != 0 || libc::unlockpt(m) != 0 {
+            let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+            if master < 0 || libc::grantpt(master) != 0 || libc::unlockpt(master) != 0 {
                 return format!("PTMX {}", errno_name(last_errno()));
             }
-            let s = if op == "pty-peer" {
-                libc::ioctl(m, libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY)
+            let slave = if op == "pty-peer" {
+                libc::ioctl(master, libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY)
             } else {
-                libc::open(libc::ptsname(m), libc::O_RDWR | libc::O_NOCTTY)
+                libc::open(libc::ptsname(master), libc::O_RDWR | libc::O_NOCTTY)
             };
-            if s < 0 {
+            if slave < 0 {
                 let e = last_errno();
-                libc::close(m);
+                libc::close(master);
                 return format!("OPEN {}", errno_name(e));
             }
-            let mut t: libc::termios = std::mem::zeroed();
-            libc::tcgetattr(s, &raw mut t);
-            libc::cfmakeraw(&raw mut t);
-            libc::tcsetattr(s, libc::TCSANOW, &raw const t);
-            let w = libc::write(s, b"x".as_ptr().cast(), 1);
-            let mut b = [0u8; 1];
-            let r = libc::read(m, b.as_mut_ptr().cast(), 1);
-            libc::close(s);
-            libc::close(m);
-            if w == 1 && r == 1 && b[0] == b'x' {
+            let mut mode: libc::termios = std::mem::zeroed();
+            libc::tcgetattr(slave, &raw mut mode);
+            libc::cfmakeraw(&raw mut mode);
+            libc::tcsetattr(slave, libc::TCSANOW, &raw const mode);
+            let wrote = libc::write(slave, b"x".as_ptr().cast(), 1);
+            let mut byte = [0u8; 1];
+            let read = libc::read(master, byte.as_mut_ptr().cast(), 1);
+            libc::close(slave);
+            libc::close(master);
+            if wrote == 1 && read == 1 && byte[0] == b'x' {
                 "OK".into()
             } else {
                 "NOT_RELAYED".into()
