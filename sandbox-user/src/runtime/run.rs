@@ -179,8 +179,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let mut armed = arm(compiled, Bind::NewRun(&name), &host)?;
     t.lap("arm (total)");
     // The command may open its own terminal by path (`tty`, `GPG_TTY`); every other one
-    // is refused to it.
-    if let Some(slave) = pty.as_ref().and_then(Pty::slave) {
+    // is refused to it. Only with BPF LSM on: inode storage lives in its part of the
+    // inode's security blob (the fallback lists other terminals as not enforced).
+    if let Some(slave) = pty
+        .as_ref()
+        .and_then(Pty::slave)
+        .filter(|_| !host.backend.is_fallback())
+    {
         armed
             .enforcer
             .maps()
