@@ -178,19 +178,27 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     let name = format!("run-{}", std::process::id());
     let mut armed = arm(compiled, Bind::NewRun(&name), &host)?;
     t.lap("arm (total)");
-    // The command may open its own terminal by path (`tty`, `GPG_TTY`); every other one
-    // is refused to it. Only with BPF LSM on: inode storage lives in its part of the
-    // inode's security blob (the fallback lists other terminals as not enforced).
-    if let Some(slave) = pty
-        .as_ref()
-        .and_then(Pty::slave)
-        .filter(|_| !host.backend.is_fallback())
-    {
-        armed
-            .enforcer
-            .maps()
-            .own_terminal(&slave)
-            .context("marking the command's terminal as its own")?;
+    // The command may open its own terminal by path (`tty`, `GPG_TTY`): the pty, or with
+    // `--terminal direct` the terminal it is given as 0, 1, 2; every other one is refused
+    // to it. Only with BPF LSM on: inode storage lives in its part of the inode's security
+    // blob (the fallback lists other terminals as not enforced).
+    if !host.backend.is_fallback() {
+        let own: Vec<std::os::fd::BorrowedFd<'_>> = match pty.as_ref() {
+            Some(p) => p.slave().into_iter().collect(),
+            None => [0, 1, 2]
+                .into_iter()
+                // SAFETY: 0, 1 and 2 stay open for the whole run.
+                .map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+                .filter(|fd| nix::unistd::isatty(fd).unwrap_or(false))
+                .collect(),
+        };
+        for fd in own {
+            armed
+                .enforcer
+                .maps()
+                .own_terminal(&fd)
+                .context("marking the command's terminal as its own")?;
+        }
     }
     let privileges = Privileges {
         drop_to: target
