@@ -504,6 +504,9 @@ fn every_record_is_valid_ocsf() {
         "undecodable kernel record: unknown hook 99".into(),
         None,
     ));
+    records.push(Record::terminal_filtered(
+        "an escape sequence that sets the clipboard (OSC 52)",
+    ));
     let mut bad = Vec::new();
     for r in &records {
         let v = serde_json::to_value(r).unwrap();
@@ -610,6 +613,7 @@ fn records_are_written_as_serde_json_writes_them() {
     }
     records.push(Record::loss(3, "ring buffer full", None));
     records.push(Record::error("undecodable \"x\"\n".into(), Some("run-1")));
+    records.push(Record::terminal_filtered("a sequence (OSC 52)"));
     for r in &records {
         let mut ours = Vec::new();
         crate::audit::json::fast(&mut ours, r).unwrap();

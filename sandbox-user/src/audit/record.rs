@@ -573,6 +573,26 @@ impl Record {
         r
     }
 
+    /// A kind of escape sequence the command wrote to its terminal and the pty's filter
+    /// did not pass on (`what`, e.g. a clipboard write), once per kind and run: the
+    /// terminal is the user's, and such a write is the command acting on it.
+    pub fn terminal_filtered(what: &str) -> Self {
+        let mut r = Self::base(
+            Class::Base,
+            (99, "Terminal Output Filtered"),
+            "terminal_output",
+            now_ms(),
+            format!("the command wrote {what} to the terminal: not passed on"),
+        );
+        r.action_id = Some(2);
+        r.action = Some("Denied");
+        r.disposition_id = Some(2);
+        r.disposition = Some("Blocked");
+        r.status_id = 2;
+        r.status = "Failure";
+        r
+    }
+
     /// Bytes the audit pipeline could not turn into a record (their record is lost).
     pub fn error(message: String, orphaned: Option<&str>) -> Self {
         let mut r = Self::base(

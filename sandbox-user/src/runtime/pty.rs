@@ -68,6 +68,9 @@ pub struct Pty {
     input: Option<std::thread::JoinHandle<()>>,
     /// Says when the output thread has copied everything (the slave's last holder closed).
     output_done: Option<mpsc::Receiver<()>>,
+    /// Where the output thread says each kind of sequence it dropped, once (the audit
+    /// log's record; [`Pty::report_to`]).
+    report: Option<mpsc::Sender<&'static str>>,
 }
 
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -163,6 +166,7 @@ impl Pty {
             stop: None,
             input: None,
             output_done: None,
+            report: None,
         }))
     }
 
@@ -224,13 +228,20 @@ impl Pty {
         self.start_output()
     }
 
+    /// Each kind of sequence the filter drops is said on `tx` too, once (before
+    /// [`Pty::start`]).
+    pub fn report_to(&mut self, tx: mpsc::Sender<&'static str>) {
+        self.report = Some(tx);
+    }
+
     fn start_output(&mut self) -> io::Result<()> {
         let (tx, rx) = mpsc::channel();
         let (master, out) = (self.master.as_raw_fd(), self.out);
+        let report = self.report.take();
         std::thread::Builder::new()
             .name("sandbox-pty-out".into())
             .spawn(move || {
-                copy_output(master, out);
+                copy_output(master, out, report.as_ref());
                 let _ = tx.send(());
             })?;
         self.output_done = Some(rx);
@@ -472,7 +483,7 @@ fn utf8_locale() -> bool {
 
 /// The pty's output to the user's terminal through [`Filter`], until every holder of the
 /// slave has closed it (`EIO`).
-fn copy_output(master: RawFd, out: RawFd) {
+fn copy_output(master: RawFd, out: RawFd, report: Option<&mpsc::Sender<&'static str>>) {
     let mut buf = [0u8; 8192];
     let mut filter = Filter {
         strict_8bit: !utf8_locale(),
@@ -516,6 +527,9 @@ fn copy_output(master: RawFd, out: RawFd) {
                     "sandbox: the command wrote {} to the terminal: not passed on",
                     kind.what()
                 ));
+                if let Some(tx) = report {
+                    let _ = tx.send(kind.what());
+                }
             }
         }
     }

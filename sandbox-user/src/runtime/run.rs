@@ -432,6 +432,11 @@ async fn supervise(
         libc::SIGWINCH,
     ])?;
     let mut session = Session::new(armed, &mut ring, audit, sinks, &mut signals)?;
+    if let Some(p) = pty.as_mut() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.report_to(tx);
+        session.terminal_reports(rx);
+    }
     let spawned = cmd.spawn();
     drop(procs);
     let child = match spawned {

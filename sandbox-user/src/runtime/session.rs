@@ -91,6 +91,8 @@ pub struct Session<'a> {
     expiry: Pin<Box<Sleep>>,
     resolving: Option<JoinHandle<Round>>,
     deadline: Option<Pin<Box<Sleep>>>,
+    /// What the terminal filter dropped ([`Session::terminal_reports`]).
+    terminal: Option<std::sync::mpsc::Receiver<&'static str>>,
 }
 
 impl<'a> Session<'a> {
@@ -148,6 +150,7 @@ impl<'a> Session<'a> {
             expiry,
             resolving: None,
             deadline: None,
+            terminal: None,
         })
     }
 
@@ -234,6 +237,7 @@ impl<'a> Session<'a> {
             Event::Records { more: true } => tokio::task::yield_now().await,
             Event::Records { more: false } => {}
             Event::Tick => {
+                self.own_records()?;
                 self.enforcer.flush_kernel_log();
                 self.pump
                     .check_drops(self.enforcer, self.reported_map.as_deref_mut())?;
@@ -316,12 +320,30 @@ impl<'a> Session<'a> {
     /// The last drain, once the programs have nothing more to judge (see
     /// [`Pump::last_drain`]).
     pub fn last_drain(&mut self) -> anyhow::Result<()> {
+        self.own_records()?;
         self.enforcer.flush_kernel_log();
         self.pump.last_drain(
             self.ring.get_mut(),
             self.enforcer,
             self.reported_map.as_deref_mut(),
         )
+    }
+
+    /// Records of sandbox's own making from its other threads: the terminal filter's
+    /// (`Pty::report_to`), written at each tick and at the end.
+    pub fn terminal_reports(&mut self, rx: std::sync::mpsc::Receiver<&'static str>) {
+        self.terminal = Some(rx);
+    }
+
+    fn own_records(&mut self) -> std::io::Result<()> {
+        let Some(rx) = &self.terminal else {
+            return Ok(());
+        };
+        let what: Vec<&'static str> = rx.try_iter().collect();
+        for w in what {
+            self.pump.write(Record::terminal_filtered(w))?;
+        }
+        Ok(())
     }
 
     /// Ends the session with the armed set still enforcing: drops written, the log

@@ -612,6 +612,37 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
     r.expect(&format!("open {link} w"), "EACCES");
 }
 
+/// The audit log of [`the_command_writes_to_a_pty_of_its_own_filtered`]'s pty run: the
+/// clipboard write recorded once, the user's terminal refused by its implicit rule.
+fn pty_run_audited(audit: &Path, terminal: &str) {
+    let log = read_audit(audit);
+    // The clipboard write is in the audit log too, once.
+    let filtered: Vec<&Value> = log
+        .iter()
+        .filter(|r| r["unmapped"]["activity"] == "terminal_output")
+        .collect();
+    assert_eq!(filtered.len(), 1, "{log:#?}");
+    assert!(
+        filtered[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("clipboard (OSC 52)")),
+        "{:#}",
+        filtered[0]
+    );
+    assert_eq!(filtered[0]["action"], "Denied", "{:#}", filtered[0]);
+    let denied: Vec<Value> = log
+        .into_iter()
+        .filter(|r| r["file"]["path"] == terminal)
+        .collect();
+    assert_eq!(denied.len(), 1, "{denied:#?}");
+    assert_eq!(
+        denied[0]["unmapped"]["rule"],
+        "files.deny (implicit: the terminal sandbox was started from)",
+        "{:#}",
+        denied[0]
+    );
+}
+
 /// The command's terminal is a pty of sandbox's own: what the command writes reaches the
 /// user's terminal filtered (no clipboard write), keys typed reach the command, the window
 /// size is the terminal's, and the user's terminal itself cannot be opened by path. With
@@ -682,17 +713,7 @@ fn the_command_writes_to_a_pty_of_its_own_filtered() {
     );
     // The terminal has its mode back.
     assert_eq!(term.local_flags(), mode);
-    let denied: Vec<Value> = read_audit(&audit)
-        .into_iter()
-        .filter(|r| r["file"]["path"] == term.path.as_str())
-        .collect();
-    assert_eq!(denied.len(), 1, "{denied:#?}");
-    assert_eq!(
-        denied[0]["unmapped"]["rule"],
-        "files.deny (implicit: the terminal sandbox was started from)",
-        "{:#}",
-        denied[0]
-    );
+    pty_run_audited(&audit, &term.path);
     // `sudo` with `use_pty` runs sandbox on a pty of its own and keeps the user's terminal
     // in its other process: the terminals of the processes sandbox was started from are
     // denied too. Here a shell holding another terminal starts sandbox on this one (and
