@@ -458,11 +458,13 @@ pub struct KernelOffsets {
     pub key_serial: u32,
     /// `path.dentry`.
     pub path_dentry: u32,
+    /// `inode.i_rdev`: a device file's number (terminals by major).
+    pub inode_i_rdev: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 200);
+const _: () = assert!(size_of::<KernelOffsets>() == 204);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -784,6 +786,7 @@ impl KernelOffsets {
         key_uid: 0,
         key_serial: 0,
         path_dentry: 0,
+        inode_i_rdev: 0,
         valid: 0,
     };
 }

@@ -163,6 +163,19 @@ pub fn wait_for(p: &Path, secs: u64) -> bool {
     true
 }
 
+/// Waits up to `secs` for `p` to hold a whole line: a shell's `> FILE` makes the file before
+/// the command it redirects writes to it.
+pub fn wait_for_line(p: &Path, secs: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !std::fs::read_to_string(p).is_ok_and(|t| t.contains('\n')) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
 /// Sends `sig` to `pid` (a child of the test).
 pub fn signal(pid: u32, sig: i32) {
     let pid = i32::try_from(pid).expect("pid fits in pid_t");

@@ -86,7 +86,10 @@ fn run_makes_its_cgroup_in_a_delegated_scope() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    assert!(wait_for(&d.join("probe.out"), 120), "the command never ran");
+    assert!(
+        wait_for_line(&d.join("probe.out"), 120),
+        "the command never ran"
+    );
     let unit = format!("sandbox-run-{pid}.scope");
     let cg = std::fs::read_to_string(&cg_file).unwrap();
     assert_eq!(
@@ -195,7 +198,7 @@ fn the_attach_unit_confines_a_slice_from_its_first_process() {
     let attach = "sandbox-attach@agent.slice.service";
     let (_, state) = systemctl(&["is-active", attach]);
     assert_eq!(state, "active");
-    assert!(wait_for(&out, 60), "the service never ran");
+    assert!(wait_for_line(&out, 60), "the service never ran");
     let first = std::fs::read_to_string(&out).unwrap();
     assert!(
         first.trim().ends_with(EACCES),

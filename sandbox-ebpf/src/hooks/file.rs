@@ -38,7 +38,7 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
     // Another shell's terminal (`terminal.rs`): by the inode, whatever the path.
     let foreign_terminal = imode::is_chr(facts.mode) && {
         let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-        crate::terminal::is_slave(facts.dentry, inode, off) && !crate::terminal::ours(inode)
+        crate::terminal::is_terminal(facts.dentry, inode, off) && !crate::terminal::ours(inode)
     };
     check_with::<true>(
         hook::FILE_OPEN,

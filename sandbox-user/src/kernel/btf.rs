@@ -85,6 +85,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         key_uid: f("key", &["uid"], Some(4))?,
         key_serial: f("key", &["serial"], Some(4))?,
         path_dentry: f("path", &["dentry"], Some(8))?,
+        inode_i_rdev: f("inode", &["i_rdev"], Some(4))?,
         valid: 1,
     })
 }
@@ -537,6 +538,7 @@ mod arity_tests {
             ("key", &["uid"], off.key_uid),
             ("key", &["serial"], off.key_serial),
             ("path", &["dentry"], off.path_dentry),
+            ("inode", &["i_rdev"], off.inode_i_rdev),
             ("socket", &["sk"], off.socket_sk),
             ("sock", &["__sk_common", "skc_family"], off.sock_family),
             ("sock", &["sk_cgrp_data", "cgroup"], off.sock_cgroup),

@@ -604,6 +604,22 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
             "{rec:#}"
         );
     }
+    // A console login's terminal (login makes its virtual console the user's) and what it
+    // shows: read, its keys; written, its screen.
+    for dev in ["/dev/tty2", "/dev/vcs1"] {
+        std::os::unix::fs::chown(dev, Some(User::Agent.uid()), None).unwrap();
+    }
+    let console: &[&[&str]] = &[&["open", "/dev/tty2", "rw"], &["open", "/dev/vcs1", "r"]];
+    assert_eq!(probe_outside_as_agent(console), vec!["OK"; 2], "outside");
+    let r = probe_as_agent(&d, Some("version: 1\n"), console);
+    r.expect("open /dev/tty2 rw", "EACCES");
+    r.expect("open /dev/vcs1 r", "EACCES");
+    assert_eq!(
+        r.records("/unmapped/reason", "foreign_terminal").len(),
+        2,
+        "{:#?}",
+        r.audit
+    );
     // By identity, not by name: a link to it elsewhere is the same terminal.
     let link = d.join("other-tty");
     std::os::unix::fs::symlink(&other.path, &link).unwrap();
