@@ -224,7 +224,7 @@ impl Formatter<'_> {
             reason::SUBVOLUME => "(btrfs subvolume or snapshot made or removed by ioctl)",
             reason::BUSY => "(no working memory free on this CPU, fail closed)",
             reason::KERNEL_KEYS => "(kernel keys: shared by every process of the user)",
-            reason::FOREIGN_TERMINAL => "(a terminal not made in the sandbox: another shell's)",
+            reason::FOREIGN_TERMINAL => "(a terminal that is not the command's own)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())

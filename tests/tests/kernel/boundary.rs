@@ -600,7 +600,7 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
     for rec in recs {
         assert_eq!(rec["unmapped"]["reason"], "foreign_terminal", "{rec:#}");
         assert_eq!(
-            rec["unmapped"]["rule"], "(a terminal not made in the sandbox: another shell's)",
+            rec["unmapped"]["rule"], "(a terminal that is not the command's own)",
             "{rec:#}"
         );
     }
