@@ -161,6 +161,9 @@ pub struct Outcome {
     /// sometimes shows a vCPU the breakpoint of a kernel text patch (static keys, BPF
     /// trampolines) without the patching state that explains it. Not a test result.
     pub tcg_text_poke: bool,
+    /// The watchdog caught a hang whose stuck task was in the `int3` handler: the same
+    /// emulator fault (a CPU sent back to a breakpoint already replaced), not a test result.
+    pub int3_stall: bool,
     pub seconds: f64,
 }
 
@@ -182,6 +185,7 @@ impl Outcome {
             killed: None,
             panicked: false,
             tcg_text_poke: false,
+            int3_stall: false,
             seconds: 0.0,
         }
     }
@@ -392,9 +396,18 @@ fn accel() -> Vec<String> {
         // the features the guest then uses all cost emulation), and the 6.1 suite 0.82x.
         // `SANDBOX_VM_CPU` picks another.
         let model = std::env::var("SANDBOX_VM_CPU").unwrap_or_else(|_| "qemu64".to_owned());
+        // One host thread for all of a guest's CPUs. With one thread per CPU (`multi`),
+        // a CPU kept running the `int3` that another CPU's `text_poke` had already
+        // replaced (attaching or detaching a BPF trampoline patches the hook's first
+        // instruction): `kprobe_int3_handler` finds the instruction restored and sends
+        // the CPU back to it, forever (caught by the watchdog in the 6.1 guest: two
+        // loader threads verifying programs, spinning at `bpf_lsm_locked_down+0`, an
+        // RCU Tasks grace period held up for minutes, every later detach waiting), or
+        // the `int3` oopses. Guests run two at a time on this machine's two cores, so a
+        // guest had no core per CPU anyway.
         vec![
             "-accel".into(),
-            "tcg,thread=multi".into(),
+            "tcg,thread=single".into(),
             "-cpu".into(),
             model,
         ]
@@ -454,6 +467,7 @@ fn boot_as(
         killed: seen.killed,
         panicked: seen.panicked,
         tcg_text_poke: seen.tcg_text_poke,
+        int3_stall: seen.int3_stall,
         seconds: start.elapsed().as_secs_f64(),
     })
 }
@@ -511,6 +525,7 @@ struct Seen {
     verdict: Option<bool>,
     panicked: bool,
     tcg_text_poke: bool,
+    int3_stall: bool,
     killed: Option<Killed>,
 }
 
@@ -560,6 +575,13 @@ fn watch(
                 }
                 if line.contains("Oops: int3") {
                     seen.tcg_text_poke = true;
+                }
+                // The watchdog's copy of a hang report whose stuck task is in the `int3`
+                // handler: the same emulator fault, caught as a hang instead of an oops.
+                if line.starts_with("VMTEST-KLOG ")
+                    && (line.contains("kprobe_int3_handler") || line.contains("exc_int3"))
+                {
+                    seen.int3_stall = true;
                 }
                 if line.starts_with("VMTEST-RESULT: ") {
                     seen.verdict = Some(line.ends_with("PASS"));
@@ -683,7 +705,9 @@ impl Job<'_> {
     }
 
     /// Boots the guest and runs the job; an `int3` oops under TCG (an emulator fault, see
-    /// [`Outcome::tcg_text_poke`]) or a boot that never reached init
+    /// [`Outcome::tcg_text_poke`]), a hang whose stuck task is in the `int3` handler
+    /// ([`Outcome::int3_stall`]; any other hang may be ours and is not run again) or a
+    /// boot that never reached init
     /// ([`Killed::BootHung`]) gets another boot (at most four more), whose result counts;
     /// a kernel job's runs only the tests that had not passed.
     pub fn run(&self, arts: &Artifacts) -> anyhow::Result<Outcome> {
@@ -717,7 +741,9 @@ impl Job<'_> {
             .join("vmtest")
             .join(format!("{tag}-{}.log", self.kernel.version));
         for retry in 1..=4 {
-            let fault = (o.panicked && o.tcg_text_poke) || o.killed == Some(Killed::BootHung);
+            let fault = (o.panicked && o.tcg_text_poke)
+                || o.int3_stall
+                || o.killed == Some(Killed::BootHung);
             if fault {
                 // The next boot writes the same log: the fault's is kept beside it (the
                 // oops's test and instruction, for whoever looks into the emulator).
@@ -753,6 +779,11 @@ impl Job<'_> {
             if o.panicked && o.tcg_text_poke {
                 println!(
                     "==> {}: {o} (int3 oops under TCG); running again",
+                    self.name
+                );
+            } else if o.int3_stall {
+                println!(
+                    "==> {}: {o} (a CPU stuck at a replaced int3 under TCG); running again",
                     self.name
                 );
             } else if o.killed == Some(Killed::BootHung) {
