@@ -584,13 +584,18 @@ impl Record {
             now_ms(),
             format!("the command wrote {what} to the terminal: not passed on"),
         );
-        r.action_id = Some(2);
-        r.action = Some("Denied");
-        r.disposition_id = Some(2);
-        r.disposition = Some("Blocked");
-        r.status_id = 2;
-        r.status = "Failure";
+        r.blocked();
         r
+    }
+
+    /// The operation did not happen: denied, blocked, failed.
+    fn blocked(&mut self) {
+        self.action_id = Some(2);
+        self.action = Some("Denied");
+        self.disposition_id = Some(2);
+        self.disposition = Some("Blocked");
+        self.status_id = 2;
+        self.status = "Failure";
     }
 
     /// Bytes the audit pipeline could not turn into a record (their record is lost).
@@ -668,12 +673,7 @@ impl Formatter<'_> {
             Self::message(e, n),
         );
         if blocked {
-            r.action_id = Some(2);
-            r.action = Some("Denied");
-            r.disposition_id = Some(2);
-            r.disposition = Some("Blocked");
-            r.status_id = 2;
-            r.status = "Failure";
+            r.blocked();
             // Which errno (EACCES or EPERM) the hook returned is not in the event: a flag
             // for it made 6.1's path_truncate program return 0 on a deny (see ARCHITECTURE).
             r.status_detail = Some("denied by the policy");
