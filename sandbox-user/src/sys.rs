@@ -211,6 +211,27 @@ pub fn cloexec_all_but(keep: &[u32]) -> Result<(), SysError> {
     mark(first, u32::MAX)
 }
 
+/// A copy of process `pid`'s descriptor `fd`: the same open file (`pidfd_open`, then
+/// `pidfd_getfd`, 5.6+), not a new open of what its path names.
+pub fn fd_of_process(pid: u32, fd: i32) -> Result<std::os::fd::OwnedFd, SysError> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system calls; a descriptor they return is ours to own.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0u32);
+        if pidfd < 0 {
+            return Err(SysError::last("pidfd_open"));
+        }
+        let pidfd = std::os::fd::OwnedFd::from_raw_fd(i32::try_from(pidfd).unwrap_or(-1));
+        let copy = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0u32);
+        if copy < 0 {
+            return Err(SysError::last("pidfd_getfd"));
+        }
+        Ok(std::os::fd::OwnedFd::from_raw_fd(
+            i32::try_from(copy).unwrap_or(-1),
+        ))
+    }
+}
+
 /// Whether descriptor `fd` is open in this process.
 pub fn fd_is_open(fd: u32) -> bool {
     let Ok(fd) = i32::try_from(fd) else {

@@ -131,6 +131,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     fallback_check(&policy, &host, opts.allow_degraded)?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
     let mut armed = arm::arm(compiled, Bind::Existing(&opts.cgroup), &host)?;
+    held_terminals_are_theirs(&mut armed, &host);
     let mut ring = session::events(&mut armed)?;
     armed
         .orphans
@@ -168,6 +169,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
             fallback_check(&p, &host, opts.allow_degraded)?;
             let c = compile_policy(p, &audit, opts.policy.as_deref())?;
             let mut new = arm::arm(c, Bind::Existing(&armed.cgroup.path), &host)?;
+            held_terminals_are_theirs(&mut new, &host);
             let new_ring = session::events(&mut new)?;
             Ok((new, new_ring))
         });
@@ -225,6 +227,45 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
 
 /// Streams events of `armed` and keeps its maps current until a signal: `true` for a
 /// reload (SIGHUP), `false` to stop.
+/// The terminals the confined processes hold (a service on a console, an agent started in
+/// a terminal and bound later) stay theirs to open by name: each is marked in the set's
+/// map through a copy of the holder's descriptor (the same open file). Terminals they
+/// neither hold nor made are refused to them (`terminal.rs` in the programs). Only with
+/// BPF LSM on, as for `run`.
+fn held_terminals_are_theirs(armed: &mut Armed, host: &Host) {
+    if host.backend.is_fallback() {
+        return;
+    }
+    let mut marked = 0;
+    for pid in armed.cgroup.pids() {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for entry in fds.flatten() {
+            // The magic link's target: the open file's inode (a character device?).
+            let is_chr = std::fs::metadata(entry.path())
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
+            let Some(fd) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+                .filter(|_| is_chr)
+            else {
+                continue;
+            };
+            let Ok(copy) = crate::sys::fd_of_process(pid, fd) else {
+                continue;
+            };
+            if nix::unistd::isatty(&copy).unwrap_or(false)
+                && armed.enforcer.maps().own_terminal(&copy).is_ok()
+            {
+                marked += 1;
+            }
+        }
+    }
+    tracing::debug!("terminals held by the confined processes, theirs: {marked}");
+}
+
 async fn serve(
     armed: &mut Armed,
     ring: &mut Ring,

@@ -628,6 +628,52 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
     r.expect(&format!("open {link} w"), "EACCES");
 }
 
+/// `sandbox attach` binds processes that already run: the terminals they hold (a service
+/// on a console, an agent started in a terminal) stay theirs to open by name, also after a
+/// reload; the other terminals are refused to them.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn attach_keeps_the_terminals_its_processes_hold() {
+    let d = workdir("attach-tty");
+    let held = UserTerminal::open(24, 80);
+    let other = UserTerminal::open(24, 80);
+    let cg = Path::new("/sys/fs/cgroup/svc-tty");
+    let _ = std::fs::create_dir(cg);
+    let policy = d.join("policy.yaml");
+    write(&policy, "name: tty\n");
+    // The service's process: its input is the held terminal.
+    let mut holder = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec sleep 1000",
+            cg.display()
+        ))
+        .stdin(std::fs::File::open(&held.path).unwrap())
+        .spawn()
+        .unwrap();
+    while std::fs::read_to_string(cg.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty()) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let in_service = |t: &UserTerminal| probe_in_cgroup(cg, &["open", &t.path, "w"]);
+    // The route: both open before the cgroup is bound.
+    assert_eq!(in_service(&held), OK);
+    assert_eq!(in_service(&other), OK);
+    let mut attach = Attached::start("svc-tty", &policy, &d.join("audit.jsonl"));
+    attach.wait_line("enforcing policy 'tty'");
+    assert_eq!(in_service(&held), OK, "the terminal the service holds");
+    assert_eq!(in_service(&other), EACCES);
+    attach.signal(libc::SIGHUP);
+    attach.wait_line("reloaded");
+    assert_eq!(in_service(&held), OK, "after a reload");
+    assert_eq!(in_service(&other), EACCES);
+    attach.signal(libc::SIGTERM);
+    attach.wait_line("no longer confined");
+    assert!(attach.child.wait().unwrap().success());
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = std::fs::remove_dir(cg);
+}
+
 /// The audit log of [`the_command_writes_to_a_pty_of_its_own_filtered`]'s pty run: the
 /// clipboard write recorded once, the user's terminal refused by its implicit rule.
 fn pty_run_audited(audit: &Path, terminal: &str) {
