@@ -12,7 +12,9 @@ use std::ops::{Deref, DerefMut};
 
 use aya::Ebpf;
 use aya::maps::lpm_trie::Key;
-use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, MapError, MapType, PerCpuArray, RingBuf};
+use aya::maps::{
+    Array, HashMap, InodeStorage, LpmTrie, Map, MapData, MapError, MapType, PerCpuArray, RingBuf,
+};
 use sandbox_common::{
     AggSlot, ByteClasses, DfaAccept, DirCacheCtl, InodeKey, LiteralKey, LpmKey, NetKeyV4, NetKeyV6,
     NetRules, PolicyInfo, SbKey, SbRootKey, ScanStart, ScopeCtl, map_names as m,
@@ -107,10 +109,8 @@ impl Maps<'_> {
     /// command) by path too; every terminal not made in the sandbox is refused to them
     /// (`terminal.rs` in the programs). The mark goes with the pty.
     pub fn own_terminal(&mut self, slave: &impl std::os::fd::AsRawFd) -> Result<(), LoadError> {
-        let name = m::TERMINALS;
-        let mut t: aya::maps::InodeStorage<&mut MapData, u32> =
-            aya::maps::InodeStorage::try_from(self.map(name)?).map_err(map_err(name))?;
-        t.insert(slave, 1, 0).map_err(map_err(name))
+        let mut t = self.terminals()?;
+        t.insert(slave, 1, 0).map_err(t.err())
     }
 
     /// The event ring buffer, taken out of the object (it can be taken once).
@@ -284,6 +284,12 @@ macro_rules! maps {
             self.bulk(m::$name)
         }
     };
+    (@handle $(#[$doc:meta])* $f:ident, $name:ident, inode, $k:ty, $v:ty) => {
+        $(#[$doc])*
+        pub fn $f(&mut self) -> Result<Handle<InodeStorage<&mut MapData, $v>>, LoadError> {
+            self.typed(m::$name)
+        }
+    };
     (@handle $(#[$doc:meta])* $f:ident, $name:ident, ring, $k:ty, $v:ty) => {};
     (@type array) => { MapType::Array };
     (@type mmap) => { MapType::Array };
@@ -292,6 +298,7 @@ macro_rules! maps {
     (@type batch) => { MapType::Hash };
     (@type lpm) => { MapType::LpmTrie };
     (@type ring) => { MapType::RingBuf };
+    (@type inode) => { MapType::InodeStorage };
     (@key lpm, $k:ty) => { size_of::<LpmKey<$k>>() };
     (@key $kind:ident, $k:ty) => { size_of::<$k>() };
 }
@@ -323,6 +330,8 @@ maps! {
     net_v6 -> NET_V6: lpm [NetKeyV6 => NetRules];
     /// Processes in-scope tasks may not signal or trace (sandbox itself).
     protected -> PROTECTED: hash [u32 => u32];
+    /// Terminals the command may open (keyed by a descriptor of the file).
+    terminals -> TERMINALS: inode [i32 => u32];
     /// Records for userspace.
     _events -> EVENTS: ring [() => ()];
     /// Records dropped because the ring was full, per CPU.
