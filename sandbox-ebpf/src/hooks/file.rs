@@ -35,7 +35,8 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
     }
     let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);
-    // Another shell's terminal (`terminal.rs`): by the inode, whatever the path.
+    // A terminal that is not the command's own (`terminal.rs`): by the inode, whatever
+    // the path.
     let foreign_terminal = imode::is_chr(facts.mode) && {
         let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
         crate::terminal::is_terminal(facts.dentry, inode, off) && !crate::terminal::ours(inode)
