@@ -215,21 +215,20 @@ pub fn cloexec_all_but(keep: &[u32]) -> Result<(), SysError> {
 /// `pidfd_getfd`, 5.6+), not a new open of what its path names.
 pub fn fd_of_process(pid: u32, fd: i32) -> Result<std::os::fd::OwnedFd, SysError> {
     use std::os::fd::FromRawFd;
-    // SAFETY: plain system calls; a descriptor they return is ours to own.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0u32);
-        if pidfd < 0 {
-            return Err(SysError::last("pidfd_open"));
-        }
-        let pidfd = std::os::fd::OwnedFd::from_raw_fd(i32::try_from(pidfd).unwrap_or(-1));
-        let copy = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0u32);
-        if copy < 0 {
-            return Err(SysError::last("pidfd_getfd"));
-        }
-        Ok(std::os::fd::OwnedFd::from_raw_fd(
-            i32::try_from(copy).unwrap_or(-1),
-        ))
-    }
+    // A system call's descriptor, owned; a negative return is its error.
+    let owned = |r: libc::c_long, call: &'static str| match i32::try_from(r) {
+        // SAFETY: a descriptor the kernel just returned to this process.
+        Ok(d) if d >= 0 => Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(d) }),
+        _ => Err(SysError::last(call)),
+    };
+    // SAFETY: plain system calls.
+    let pidfd = owned(
+        unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) },
+        "pidfd_open",
+    )?;
+    // SAFETY: as above, on our own pidfd.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0u32) };
+    owned(copy, "pidfd_getfd")
 }
 
 /// Whether descriptor `fd` is open in this process.
