@@ -124,7 +124,7 @@ fn open(file: *const u8) {
     crate::scope::decide(
         0,
         #[inline(always)]
-        |scope| crate::hooks::file::open(file, scope),
+        |scope| crate::hooks::file::open::<false>(file, scope),
     );
 }
 

@@ -11,9 +11,11 @@ use crate::path::{self, FileFacts, Resolved};
 use crate::scope::Scope;
 
 /// The `file_open` decision after the prologue (also run by the native benchmark's
-/// iterators, `bench.rs`).
+/// iterators, `bench.rs`). `TERMINALS`: whether the program may look terminals up (BPF
+/// inode storage is for BPF-LSM programs: the benchmark's iterators may not use it, and
+/// do without the check).
 #[inline(always)]
-pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
+pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 {
     let audit = scope.audits(policy_flags::AUDIT_FILES);
     let off = match offsets_or_deny(hook::FILE_OPEN, scope, audit) {
         Ok(off) => off,
@@ -37,7 +39,7 @@ pub(crate) fn open(file: *const u8, scope: Scope) -> i32 {
     let facts = path::typed_file_facts(file, &off);
     // A terminal that is not the command's own (`terminal.rs`): by the inode, whatever
     // the path.
-    let foreign_terminal = imode::is_chr(facts.mode) && {
+    let foreign_terminal = TERMINALS && imode::is_chr(facts.mode) && {
         let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
         crate::terminal::is_terminal(facts.dentry, inode, off) && !crate::terminal::ours(inode)
     };
@@ -153,7 +155,7 @@ pub fn offsets_or_deny(
     Ok(off)
 }
 
-hook!(file_open, "file_open", |ctx, scope| open(ctx.arg(0), scope));
+hook!(file_open, "file_open", |ctx, scope| open::<true>(ctx.arg(0), scope));
 
 /// A watch on a path (`inotify_add_watch`, `fanotify_mark`; dnotify needs the directory
 /// open, which `file_open` judged): what happens to the file and the names below it, when
