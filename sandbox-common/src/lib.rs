@@ -460,11 +460,18 @@ pub struct KernelOffsets {
     pub path_dentry: u32,
     /// `inode.i_rdev`: a device file's number (terminals by major).
     pub inode_i_rdev: u32,
+    /// `task_struct.files`, `files_struct.fdt`, `files_struct.fd_array`, `fdtable.fd`: the
+    /// native benchmark's programs find the file a syscall opened by its descriptor
+    /// (`bench.rs`); no hook reads them.
+    pub task_struct_files: u32,
+    pub files_struct_fdt: u32,
+    pub files_struct_fd_array: u32,
+    pub fdtable_fd: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 204);
+const _: () = assert!(size_of::<KernelOffsets>() == 220);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -787,6 +794,10 @@ impl KernelOffsets {
         key_serial: 0,
         path_dentry: 0,
         inode_i_rdev: 0,
+        task_struct_files: 0,
+        files_struct_fdt: 0,
+        files_struct_fd_array: 0,
+        fdtable_fd: 0,
         valid: 0,
     };
 }

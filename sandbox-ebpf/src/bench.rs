@@ -209,6 +209,86 @@ bench!(bench_open_cold, |file| {
     open(file);
 });
 
+/// `openat`'s number on x86-64, and where `struct pt_regs` keeps the number of the syscall
+/// (`orig_ax`, the architecture's ABI): what `tp_btf/sys_exit` tells the syscall by.
+const SYS_OPENAT: u64 = 257;
+const PT_REGS_ORIG_AX: u32 = 120;
+/// Descriptors below this are found (in `files_struct.fd_array`, the table a process starts
+/// with: the harness's loops run in a process of few descriptors).
+const FD_LIMIT: u32 = 16;
+
+/// The file the current task's `openat` has just opened, at the syscall's exit, typed by the
+/// verifier as an iterator's is (a member of `files_struct.fd_array`); NULL for any other
+/// syscall, a failed one, or a descriptor past [`FD_LIMIT`].
+#[inline(always)]
+fn opened_file(ctx: *mut c_void) -> *const u8 {
+    // SAFETY: `sys_exit`'s context is (struct pt_regs *regs, long ret).
+    let (regs, ret) = unsafe { (*ctx.cast::<*const u8>(), *ctx.cast::<i64>().add(1)) };
+    let nr: u64 = kread::field(regs, PT_REGS_ORIG_AX).unwrap_or(0);
+    if nr != SYS_OPENAT || !(0..i64::from(FD_LIMIT)).contains(&ret) {
+        return core::ptr::null();
+    }
+    let off = kread::offsets();
+    // SAFETY: plain helper call; the task is the current one.
+    let task = unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() }
+        .cast_const()
+        .cast::<u8>();
+    let files: *const u8 = kread::field(task, off.task_struct_files).unwrap_or(core::ptr::null());
+    // Only while the table is the one a process starts with: once it grew, its array is
+    // elsewhere and `fd_array` is stale.
+    let fdt: *const u8 = kread::field(files, off.files_struct_fdt).unwrap_or(core::ptr::null());
+    let array = kread::untyped(files) + u64::from(off.files_struct_fd_array);
+    if kread::read::<u64>(fdt, off.fdtable_fd) != Ok(array) {
+        return core::ptr::null();
+    }
+    let mut file = core::ptr::null();
+    // One load at a constant offset per descriptor: the verifier types a member only at an
+    // offset it knows.
+    for fd in 0..FD_LIMIT {
+        if ret == i64::from(fd) {
+            file = kread::field(files, off.files_struct_fd_array + 8 * fd)
+                .unwrap_or(core::ptr::null());
+        }
+    }
+    file
+}
+
+/// A program on `tp_btf/sys_exit` that runs `$body` with the file an `openat` opened: the
+/// decision in the very syscall it judges, its data as hot as the open left it (an
+/// iterator visits them cold). Nothing calls `sys_exit` programs but syscalls.
+macro_rules! at_exit {
+    ($name:ident, |$file:ident| $body:expr) => {
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = "tp_btf/sys_exit")]
+        pub extern "C" fn $name(ctx: *mut c_void) -> i32 {
+            let $file = opened_file(ctx);
+            if !$file.is_null() {
+                $body;
+            }
+            0
+        }
+    };
+}
+
+at_exit!(bench_sys_empty, |file| core::hint::black_box(file));
+
+at_exit!(bench_sys_scope, |file| core::hint::black_box(
+    crate::scope::decide(0, |s| s.policy_id)
+));
+
+at_exit!(bench_sys_facts, |file| core::hint::black_box(
+    crate::scope::decide(0, |_| facts(file).flags)
+));
+
+at_exit!(bench_sys_lookup, |file| core::hint::black_box(
+    crate::scope::decide(0, |s| {
+        let f = facts(file);
+        filecache::lookup(s.policy_id, f.dentry, f.ino, f.dev)
+    })
+));
+
+at_exit!(bench_sys_open, |file| open(file));
+
 /// A BPF-LSM program on `$hook` that decides nothing: it passes an earlier program's
 /// verdict on (as every program must: one that returned 0 would undo sandbox's denies if
 /// it were ever loaded beside them) and allows the rest. The verdict's place is the hook's

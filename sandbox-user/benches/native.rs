@@ -35,12 +35,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use aya::maps::Array;
-use aya::programs::Iter;
+use aya::programs::{BtfTracePoint, Iter};
 use sandbox_common::DirCacheCtl;
 use sandbox_user::audit::{AuditFile, Event, Formatter};
 use sandbox_user::compile::{CompiledPolicy, compile};
 use sandbox_user::host::cgroup::{self, Cgroup};
 use sandbox_user::host::{mounts, safepath};
+use sandbox_user::kernel::dircache;
 use sandbox_user::kernel::loader::{self, Enforcer, KernelFit};
 use sandbox_user::policy::{Context, load_str};
 use sandbox_user::runtime::session::Pump;
@@ -83,20 +84,80 @@ fn main() -> anyhow::Result<()> {
         hold();
         return Ok(());
     }
+    if args.get(1).map(String::as_str) == Some("loop") {
+        return looper();
+    }
     // SAFETY: plain syscall.
     if unsafe { libc::geteuid() } != 0 {
         println!("the native benchmark needs root (BPF programs and statistics): not run");
         return Ok(());
     }
     let kernel = loader::kernel_fit()?;
-    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
-        .map_err(|e| anyhow::anyhow!("BPF_ENABLE_STATS: {e}"))?;
+    let ticks = dircache::Ticks::now(true);
     make_tree();
     let files = tree_files();
     let mut holder = Holder::start()?;
     let own = OwnCgroup::enter()?;
+    // Started before any BPF object is loaded: a process of few descriptors (its table the
+    // one it starts with, which `bench_sys_*` read).
+    let mut looper = Looper::start()?;
     let rename_lock = rename_count(&kernel, &own.cgroup, holder.pid())?;
+    // Results kept as long as a run keeps them (the tree and the first loads took well
+    // over the 100 ms the tick rate needs).
+    let _ = MAX_AGE.set(dircache::max_age(ticks, dircache::Ticks::now(false)));
     let native = Native::measure(&files);
+    // In the syscall, before the run statistics are on (they would add their clock reads
+    // to every run of the programs timed here by the wall clock).
+    let in_syscall = {
+        let compiled = compiled(&policy(1_000, false))?;
+        let inside = {
+            let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
+            h.in_syscall(&kernel, &mut looper)?
+        };
+        let elsewhere = own.sibling("native-bench-elsewhere")?;
+        let outside = {
+            let mut h = Harness::new(&kernel, &compiled, &elsewhere, rename_lock, holder.pid())?;
+            h.in_syscall(&kernel, &mut looper)?
+        };
+        let _ = std::fs::remove_dir(&elsewhere.path);
+        // The body decides there: with the tree denied, each file opened is a record.
+        let mut h = Harness::new(
+            &kernel,
+            &compiled_deny(1_000)?,
+            &own.cgroup,
+            rename_lock,
+            holder.pid(),
+        )?;
+        h.in_syscall_records(&kernel, &mut looper, files.len())?;
+        [inside, outside]
+    };
+    if std::env::var_os("SANDBOX_BENCH_SYSCALL_PHASES").is_some() {
+        // The decision's phases in the syscall (1,000 rules, in scope): for work on the
+        // hot path.
+        let compiled = compiled(&policy(1_000, false))?;
+        let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
+        let names = [
+            "bench_sys_empty",
+            "bench_sys_scope",
+            "bench_sys_facts",
+            "bench_sys_lookup",
+            "bench_sys_open",
+        ];
+        let m = h.at_exit_loops(&kernel, &mut looper, &names)?;
+        println!("{:<18} {:>8} {:>8}", "ns per open+close", "tree", "one");
+        for (name, [t, o]) in ["(none)"].iter().chain(&names).zip(m) {
+            println!("{name:<18} {t:>8.0} {o:>8.0}");
+        }
+        return Ok(());
+    }
+    if std::env::var_os("SANDBOX_BENCH_SYSCALL").is_some() {
+        // The in-syscall figures alone: for work on the hot path.
+        native.print();
+        InSyscall::print(&in_syscall, &native);
+        return Ok(());
+    }
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .map_err(|e| anyhow::anyhow!("BPF_ENABLE_STATS: {e}"))?;
 
     println!(
         "native harness: {} files held by pid {} ({} dirs deep at most), {PASSES} passes x \
@@ -261,6 +322,8 @@ fn main() -> anyhow::Result<()> {
     native.print();
     println!();
     estimates(&table, &native, &pump_ns, outside);
+    println!();
+    InSyscall::print(&in_syscall, &native);
     holder.stop();
     drop(own);
     Ok(())
@@ -286,6 +349,10 @@ fn scope_outside(
     let _ = std::fs::remove_dir(&elsewhere.path);
     out
 }
+
+/// How long kept results live, in jiffies: a run's 30 s (`dircache::max_age`), or the
+/// programs' 2,000 jiffies (0) until it is measured or when it cannot be.
+static MAX_AGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
 
 /// Whether the directory cache is on while a program runs.
 #[derive(Clone, Copy)]
@@ -380,8 +447,7 @@ impl Harness {
                 }
             },
             rename_lock: self.rename_lock,
-            // The programs' default age.
-            max_age: 0,
+            max_age: MAX_AGE.get().copied().unwrap_or(0),
         };
         let mut maps = self.enforcer.maps();
         let mut a = maps.dir_cache_ctl()?;
@@ -423,6 +489,106 @@ impl Harness {
             xs.push((t1 - t0) as f64 / (r1 - r0).max(1) as f64);
         }
         Ok(median(xs))
+    }
+
+    /// `open`+`close` of the tree's files in turn and of one file, by the wall clock, with
+    /// no program on `sys_exit`, with `bench_sys_empty` and with `bench_sys_open`, in turns
+    /// ([`SYSCALL_ROUNDS`] rounds, medians). The calling thread is the one measured: in
+    /// scope when this harness bound the caller's cgroup.
+    fn in_syscall(&mut self, kernel: &KernelFit, looper: &mut Looper) -> anyhow::Result<InSyscall> {
+        let [none, empty, open] = self
+            .at_exit_loops(kernel, looper, &SYSCALL_PROGRAMS)?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("three configurations"))?;
+        Ok(InSyscall { none, empty, open })
+    }
+
+    /// Medians of ns per open+close (the tree's files in turn, one file) with no program
+    /// on `sys_exit`, then with each of `names` alone; [`SYSCALL_ROUNDS`] rounds, each
+    /// taking the configurations in another order (a round's first after an attach or
+    /// detach is not always the same one).
+    fn at_exit_loops(
+        &mut self,
+        kernel: &KernelFit,
+        looper: &mut Looper,
+        names: &[&'static str],
+    ) -> anyhow::Result<Vec<[f64; 2]>> {
+        for name in names {
+            self.load_at_exit(kernel, name)?;
+        }
+        let configs: Vec<Option<&str>> = [None]
+            .into_iter()
+            .chain(names.iter().map(|n| Some(*n)))
+            .collect();
+        let mut xs = vec![[Vec::new(), Vec::new()]; configs.len()];
+        // Round 0 is not counted: the first open of each file under the program fills the
+        // caches, as the iterators' first passes do.
+        for round in 0..=SYSCALL_ROUNDS {
+            for k in 0..configs.len() {
+                let c = (k + round) % configs.len();
+                let link = match configs[c] {
+                    Some(name) => Some((name, self.at_exit(name)?.attach()?)),
+                    None => None,
+                };
+                let (tree, single) = (looper.run(Loop::Tree)?, looper.run(Loop::One)?);
+                if round > 0 {
+                    xs[c][0].push(tree);
+                    xs[c][1].push(single);
+                }
+                if let Some((name, id)) = link {
+                    self.at_exit(name)?.detach(id)?;
+                }
+            }
+        }
+        Ok(xs
+            .into_iter()
+            .map(|[t, o]| [median(t), median(o)])
+            .collect())
+    }
+
+    /// The `sys_exit` program `name`, loaded.
+    fn load_at_exit(&mut self, kernel: &KernelFit, name: &str) -> anyhow::Result<()> {
+        self.at_exit(name)?
+            .load("sys_exit", &kernel.btf)
+            .map_err(|e| anyhow::anyhow!("loading {name}: {}", loader::error_chain(&e)))
+    }
+
+    fn at_exit(&mut self, name: &str) -> anyhow::Result<&mut BtfTracePoint> {
+        Ok(self
+            .enforcer
+            .ebpf_mut()
+            .program_mut(name)
+            .ok_or_else(|| anyhow::anyhow!("{name} is not in the BPF object"))?
+            .try_into()?)
+    }
+
+    /// Checks that `bench_sys_open` decides in the syscall: every file of the tree opened
+    /// once under a policy that denies the tree is a record in the ring.
+    fn in_syscall_records(
+        &mut self,
+        kernel: &KernelFit,
+        looper: &mut Looper,
+        files: usize,
+    ) -> anyhow::Result<()> {
+        let name = SYSCALL_PROGRAMS[1];
+        let mut ring = self.enforcer.take_events()?;
+        self.load_at_exit(kernel, name)?;
+        let id = self.at_exit(name)?.attach()?;
+        looper.run(Loop::TreeOnce)?;
+        self.at_exit(name)?.detach(id)?;
+        let mut records = 0;
+        while let Some(item) = ring.next() {
+            // The path is relative to its file system's root: the tree's own part.
+            if let Ok(e) = Event::decode(&item) {
+                records += usize::from(e.sb_path.windows(14).any(|w| w == b"/work/project/"));
+            }
+        }
+        anyhow::ensure!(
+            records == files,
+            "bench_sys_open sent {records} records of the tree's {files} files: it does not \
+             decide in the syscall"
+        );
+        Ok(())
     }
 
     /// The denial path: ns per file of the `file_open` body that denies and sends a
@@ -560,6 +726,137 @@ fn rename_count(kernel: &KernelFit, own: &Cgroup, tid: u32) -> anyhow::Result<u6
         }
     }
     anyhow::bail!("no stand-in for rename_lock lets the directory cache fill ({why})")
+}
+
+/// The loops timed in the syscall, run by [`Looper`].
+#[derive(Clone, Copy)]
+enum Loop {
+    /// open+close of each file of the tree in turn, 5 times over.
+    Tree,
+    /// open+close of one file as many times.
+    One,
+    /// open+close of each file once.
+    TreeOnce,
+}
+
+/// A process of this benchmark (`native loop`) that runs the open+close loops when told
+/// (a line with the loop's number on its stdin) and answers with ns per open+close. In the
+/// benchmark's cgroup, with few descriptors: the `sys_exit` programs find the file in the
+/// table a process starts with.
+struct Looper {
+    child: Child,
+    to: std::process::ChildStdin,
+    from: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Looper {
+    fn start() -> anyhow::Result<Self> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("loop")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let to = child.stdin.take().expect("piped");
+        let from = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        Ok(Self { child, to, from })
+    }
+
+    /// ns per open+close of `which`.
+    fn run(&mut self, which: Loop) -> anyhow::Result<f64> {
+        use std::io::Write as _;
+        writeln!(self.to, "{}", which as u8)?;
+        let mut line = String::new();
+        self.from.read_line(&mut line)?;
+        line.trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("the loop process said {line:?}: {e}"))
+    }
+}
+
+impl Drop for Looper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The loop process ([`Looper`]).
+fn looper() -> anyhow::Result<()> {
+    if std::env::var_os("SANDBOX_BENCH_LOOPER").is_none() {
+        // A process's table of descriptors is as large as its parent's highest one at the
+        // fork (cargo's are high): the loops run in a child of this process once it holds
+        // only its standard ones.
+        // SAFETY: plain syscall; descriptors from 3 on are not used again here.
+        unsafe { libc::close_range(3, u32::MAX, 0) };
+        let status = Command::new(std::env::current_exe()?)
+            .arg("loop")
+            .env("SANDBOX_BENCH_LOOPER", "1")
+            .status()?;
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    let files = tree_files();
+    let all: Vec<&CString> = files.iter().collect();
+    let n = 5 * files.len();
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let ns = match line?.trim() {
+            "0" => open_close(&all, n),
+            "1" => open_close(&all[..1], n),
+            _ => open_close(&all, all.len()),
+        };
+        println!("{ns}");
+    }
+    Ok(())
+}
+
+/// The programs on `sys_exit` (see sandbox-ebpf/src/bench.rs): finding the file an
+/// `openat` opened, and that with the whole `file_open` body.
+const SYSCALL_PROGRAMS: [&str; 2] = ["bench_sys_empty", "bench_sys_open"];
+/// Rounds of the in-syscall loops (one more first, not counted).
+const SYSCALL_ROUNDS: usize = 11;
+
+/// ns per `open`+`close` (each file of the tree in turn, one file) by the wall clock, in
+/// one thread: no program, `bench_sys_empty`, `bench_sys_open`.
+struct InSyscall {
+    none: [f64; 2],
+    empty: [f64; 2],
+    open: [f64; 2],
+}
+
+impl InSyscall {
+    /// `[in scope, out of scope]`.
+    fn print(m: &[Self; 2], native: &Native) {
+        println!(
+            "in the syscall (1,000 rules; `file_open`'s body on sys_exit of each openat, the \
+             file found by its descriptor; wall clock, ns per open+close, median of \
+             {SYSCALL_ROUNDS} rounds; statistics off):"
+        );
+        println!(
+            "  {:<34} {:>10} {:>10} {:>10} {:>8} {:>10}",
+            "", "none", "tracepoint", "+ body", "body", "estimate"
+        );
+        for (scope, s) in ["in scope", "out of scope"].iter().zip(m) {
+            for (i, what) in ["each file of the tree", "one file"].iter().enumerate() {
+                let body = s.open[i] - s.empty[i];
+                println!(
+                    "  {:<34} {:>10.0} {:>10.0} {:>10.0} {:>8.0} {:>9.3}x",
+                    format!("{scope}, {what}"),
+                    s.none[i],
+                    s.empty[i],
+                    s.open[i],
+                    body,
+                    (s.none[i] + body.max(0.0) + TRAMPOLINE_NS) / s.none[i]
+                );
+            }
+        }
+        println!(
+            "  (tracepoint: sys_exit's program finding the file, with the syscall's slow \
+             path it turns on; body = + body - tracepoint: the decision in the syscall it \
+             judges; estimate = (none + body + trampoline ~{TRAMPOLINE_NS:.0} ns) / none; \
+             the open+close measured without a program: {:.0} ns each file, {:.0} one)",
+            native.open_tree, native.open_one
+        );
+    }
 }
 
 /// What the denial path costs (ns per record).
@@ -869,24 +1166,25 @@ struct Native {
     tree_read: f64,
 }
 
+/// ns per `open`+`close` of `paths` in turn, `n` of them: one sample.
+fn open_close(paths: &[&CString], n: usize) -> f64 {
+    let t = Instant::now();
+    for i in 0..n {
+        let p = paths[i % paths.len()];
+        // SAFETY: plain syscalls on a valid path.
+        unsafe {
+            let fd = libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            assert!(fd >= 0, "open {p:?}");
+            libc::close(fd);
+        }
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
 impl Native {
     fn measure(files: &[CString]) -> Self {
         let open_close = |paths: &[&CString], n: usize| {
-            let mut xs = Vec::new();
-            for _ in 0..SAMPLES {
-                let t = Instant::now();
-                for i in 0..n {
-                    let p = paths[i % paths.len()];
-                    // SAFETY: plain syscalls on a valid path.
-                    unsafe {
-                        let fd = libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-                        assert!(fd >= 0, "open {p:?}");
-                        libc::close(fd);
-                    }
-                }
-                xs.push(t.elapsed().as_nanos() as f64 / n as f64);
-            }
-            median(xs)
+            median((0..SAMPLES).map(|_| open_close(paths, n)).collect())
         };
         let all: Vec<&CString> = files.iter().collect();
         let open_tree = open_close(&all, 10 * files.len());

@@ -155,7 +155,10 @@ pub fn offsets_or_deny(
     Ok(off)
 }
 
-hook!(file_open, "file_open", |ctx, scope| open::<true>(ctx.arg(0), scope));
+hook!(file_open, "file_open", |ctx, scope| open::<true>(
+    ctx.arg(0),
+    scope
+));
 
 /// A watch on a path (`inotify_add_watch`, `fanotify_mark`; dnotify needs the directory
 /// open, which `file_open` judged): what happens to the file and the names below it, when

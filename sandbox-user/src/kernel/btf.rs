@@ -86,6 +86,10 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         key_serial: f("key", &["serial"], Some(4))?,
         path_dentry: f("path", &["dentry"], Some(8))?,
         inode_i_rdev: f("inode", &["i_rdev"], Some(4))?,
+        task_struct_files: f("task_struct", &["files"], Some(8))?,
+        files_struct_fdt: f("files_struct", &["fdt"], Some(8))?,
+        files_struct_fd_array: f("files_struct", &["fd_array"], None)?,
+        fdtable_fd: f("fdtable", &["fd"], Some(8))?,
         valid: 1,
     })
 }
@@ -539,6 +543,7 @@ mod arity_tests {
             ("key", &["serial"], off.key_serial),
             ("path", &["dentry"], off.path_dentry),
             ("inode", &["i_rdev"], off.inode_i_rdev),
+            ("task_struct", &["files"], off.task_struct_files),
             ("socket", &["sk"], off.socket_sk),
             ("sock", &["__sk_common", "skc_family"], off.sock_family),
             ("sock", &["sk_cgrp_data", "cgroup"], off.sock_cgroup),
