@@ -112,12 +112,12 @@ fn main() -> anyhow::Result<()> {
         let compiled = compiled(&policy(1_000, false))?;
         let inside = {
             let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
-            h.in_syscall(&kernel, &mut looper)?
+            h.at_exit_loops(&kernel, &mut looper, &SYSCALL_PHASES)?
         };
         let elsewhere = own.sibling("native-bench-elsewhere")?;
         let outside = {
             let mut h = Harness::new(&kernel, &compiled, &elsewhere, rename_lock, holder.pid())?;
-            h.in_syscall(&kernel, &mut looper)?
+            h.at_exit_loops(&kernel, &mut looper, &SYSCALL_OUTSIDE)?
         };
         let _ = std::fs::remove_dir(&elsewhere.path);
         // The body decides there: with the tree denied, each file opened is a record.
@@ -129,31 +129,12 @@ fn main() -> anyhow::Result<()> {
             holder.pid(),
         )?;
         h.in_syscall_records(&kernel, &mut looper, files.len())?;
-        [inside, outside]
+        InSyscall { inside, outside }
     };
-    if std::env::var_os("SANDBOX_BENCH_SYSCALL_PHASES").is_some() {
-        // The decision's phases in the syscall (1,000 rules, in scope): for work on the
-        // hot path.
-        let compiled = compiled(&policy(1_000, false))?;
-        let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
-        let names = [
-            "bench_sys_empty",
-            "bench_sys_scope",
-            "bench_sys_facts",
-            "bench_sys_lookup",
-            "bench_sys_open",
-        ];
-        let m = h.at_exit_loops(&kernel, &mut looper, &names)?;
-        println!("{:<18} {:>8} {:>8}", "ns per open+close", "tree", "one");
-        for (name, [t, o]) in ["(none)"].iter().chain(&names).zip(m) {
-            println!("{name:<18} {t:>8.0} {o:>8.0}");
-        }
-        return Ok(());
-    }
     if std::env::var_os("SANDBOX_BENCH_SYSCALL").is_some() {
         // The in-syscall figures alone: for work on the hot path.
         native.print();
-        InSyscall::print(&in_syscall, &native);
+        in_syscall.print();
         return Ok(());
     }
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
@@ -323,7 +304,7 @@ fn main() -> anyhow::Result<()> {
     println!();
     estimates(&table, &native, &pump_ns, outside);
     println!();
-    InSyscall::print(&in_syscall, &native);
+    in_syscall.print();
     holder.stop();
     drop(own);
     Ok(())
@@ -495,14 +476,6 @@ impl Harness {
     /// no program on `sys_exit`, with `bench_sys_empty` and with `bench_sys_open`, in turns
     /// ([`SYSCALL_ROUNDS`] rounds, medians). The calling thread is the one measured: in
     /// scope when this harness bound the caller's cgroup.
-    fn in_syscall(&mut self, kernel: &KernelFit, looper: &mut Looper) -> anyhow::Result<InSyscall> {
-        let [none, empty, open] = self
-            .at_exit_loops(kernel, looper, &SYSCALL_PROGRAMS)?
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("three configurations"))?;
-        Ok(InSyscall { none, empty, open })
-    }
-
     /// Medians of ns per open+close (the tree's files in turn, one file) with no program
     /// on `sys_exit`, then with each of `names` alone; [`SYSCALL_ROUNDS`] rounds, each
     /// taking the configurations in another order (a round's first after an attach or
@@ -570,7 +543,7 @@ impl Harness {
         looper: &mut Looper,
         files: usize,
     ) -> anyhow::Result<()> {
-        let name = SYSCALL_PROGRAMS[1];
+        let name = "bench_sys_open";
         let mut ring = self.enforcer.take_events()?;
         self.load_at_exit(kernel, name)?;
         let id = self.at_exit(name)?.attach()?;
@@ -809,52 +782,85 @@ fn looper() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The programs on `sys_exit` (see sandbox-ebpf/src/bench.rs): finding the file an
-/// `openat` opened, and that with the whole `file_open` body.
-const SYSCALL_PROGRAMS: [&str; 2] = ["bench_sys_empty", "bench_sys_open"];
+/// The programs on `sys_exit` (see sandbox-ebpf/src/bench.rs), each doing what the one
+/// before it does and more: finding the file an `openat` opened, then the scope lookup,
+/// `file_open`'s reads, the file cache's lookup, the whole `file_open` body.
+const SYSCALL_PHASES: [&str; 5] = [
+    "bench_sys_empty",
+    "bench_sys_scope",
+    "bench_sys_facts",
+    "bench_sys_lookup",
+    "bench_sys_open",
+];
+/// Out of scope: the file found, and the body (which stops at the scope lookup).
+const SYSCALL_OUTSIDE: [&str; 2] = ["bench_sys_empty", "bench_sys_open"];
 /// Rounds of the in-syscall loops (one more first, not counted).
 const SYSCALL_ROUNDS: usize = 11;
 
-/// ns per `open`+`close` (each file of the tree in turn, one file) by the wall clock, in
-/// one thread: no program, `bench_sys_empty`, `bench_sys_open`.
+/// Medians of ns per `open`+`close` [each file of the tree in turn, one file] by the wall
+/// clock, in the loop process: with no program, then with each program of
+/// [`SYSCALL_PHASES`] (in scope) and of [`SYSCALL_OUTSIDE`] (out of scope) alone.
 struct InSyscall {
-    none: [f64; 2],
-    empty: [f64; 2],
-    open: [f64; 2],
+    inside: Vec<[f64; 2]>,
+    outside: Vec<[f64; 2]>,
 }
 
 impl InSyscall {
-    /// `[in scope, out of scope]`.
-    fn print(m: &[Self; 2], native: &Native) {
+    fn print(&self) {
         println!(
-            "in the syscall (1,000 rules; `file_open`'s body on sys_exit of each openat, the \
-             file found by its descriptor; wall clock, ns per open+close, median of \
-             {SYSCALL_ROUNDS} rounds; statistics off):"
+            "in the syscall (1,000 rules; programs on sys_exit of each openat, which find the \
+             file by its descriptor; wall clock, ns per open+close, median of \
+             {SYSCALL_ROUNDS} rounds taken in turns; statistics off):"
         );
-        println!(
-            "  {:<34} {:>10} {:>10} {:>10} {:>8} {:>10}",
-            "", "none", "tracepoint", "+ body", "body", "estimate"
-        );
-        for (scope, s) in ["in scope", "out of scope"].iter().zip(m) {
-            for (i, what) in ["each file of the tree", "one file"].iter().enumerate() {
-                let body = s.open[i] - s.empty[i];
+        println!("  {:<44} {:>14} {:>10}", "", "each file of", "one file");
+        println!("  {:<44} {:>14} {:>10}", "", "the tree", "");
+        let labels = [
+            "the file found (sys_exit's program)",
+            "+ the scope lookup",
+            "+ file_open's reads",
+            "+ the file cache's lookup",
+            "the whole file_open body",
+        ];
+        for (scope, rows, labels) in [
+            ("in scope", &self.inside, &labels[..]),
+            ("out of scope", &self.outside, &[labels[0], labels[4]][..]),
+        ] {
+            let [none, found] = [rows[0], rows[1]];
+            println!(
+                "  {:<44} {:>14.0} {:>10.0}",
+                format!("{scope}: no program"),
+                none[0],
+                none[1]
+            );
+            println!(
+                "  {:<44} {:>+14.0} {:>+10.0}",
+                format!("  {}", labels[0]),
+                found[0] - none[0],
+                found[1] - none[1]
+            );
+            for (label, v) in labels.iter().zip(&rows[1..]).skip(1) {
                 println!(
-                    "  {:<34} {:>10.0} {:>10.0} {:>10.0} {:>8.0} {:>9.3}x",
-                    format!("{scope}, {what}"),
-                    s.none[i],
-                    s.empty[i],
-                    s.open[i],
-                    body,
-                    (s.none[i] + body.max(0.0) + TRAMPOLINE_NS) / s.none[i]
+                    "  {:<44} {:>+14.0} {:>+10.0}",
+                    format!("    {label}"),
+                    v[0] - found[0],
+                    v[1] - found[1]
                 );
             }
+            let body = rows[rows.len() - 1];
+            let est =
+                |i: usize| (none[i] + (body[i] - found[i]).max(0.0) + TRAMPOLINE_NS) / none[i];
+            println!(
+                "  {:<44} {:>13.3}x {:>9.3}x",
+                "    estimated, (none + body + trampoline) / none",
+                est(0),
+                est(1)
+            );
         }
         println!(
-            "  (tracepoint: sys_exit's program finding the file, with the syscall's slow \
-             path it turns on; body = + body - tracepoint: the decision in the syscall it \
-             judges; estimate = (none + body + trampoline ~{TRAMPOLINE_NS:.0} ns) / none; \
-             the open+close measured without a program: {:.0} ns each file, {:.0} one)",
-            native.open_tree, native.open_one
+            "  (\"the file found\" is the tracepoint's own cost, with the syscalls' slow path \
+             it turns on, against no program; the rows below it are over it: what the \
+             decision costs in the very syscall it judges, its data as the open left them. \
+             The trampoline of a BPF-LSM hook, ~{TRAMPOLINE_NS:.0} ns, is estimated.)"
         );
     }
 }
