@@ -31,7 +31,7 @@ pub mod map_names {
     pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
     pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
     pub const LOOKUP_FILTER: &str = "LOOKUP_FILTER";
-    pub const TERMINALS: &str = "TERMINALS";
+    pub const OWN_INODES: &str = "OWN_INODES";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -140,8 +140,12 @@ pub struct PolicyInfo {
     pub seed: u64,
     /// Address families (bit `1 << AF_*`) in-scope tasks may create sockets of.
     pub sock_families: u64,
+    /// `s_dev` of the tmpfs mounted at `/dev/shm` (POSIX shared memory and semaphores)
+    /// when the policy was applied; 0: none, nothing is checked there.
+    pub shm_dev: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<PolicyInfo>() == 64);
+const _: () = assert!(size_of::<PolicyInfo>() == 72);
 
 /// The listen rules of policy `p` sit in the network tries under policy id
 /// `p + LISTEN_ID_BASE` (an allowlist: what matches no rule may not listen).
@@ -467,11 +471,13 @@ pub struct KernelOffsets {
     pub files_struct_fdt: u32,
     pub files_struct_fd_array: u32,
     pub fdtable_fd: u32,
+    /// `inode.i_nlink`: a file made anew has one link (or none: `O_TMPFILE`).
+    pub inode_i_nlink: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 220);
+const _: () = assert!(size_of::<KernelOffsets>() == 224);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -609,6 +615,9 @@ pub mod reason {
     /// A terminal (a pty's slave) that was neither made in the sandbox nor is sandbox's
     /// own: another shell's keyboard and screen (`terminal.rs` in the programs).
     pub const FOREIGN_TERMINAL: u32 = 21;
+    /// A file in `/dev/shm` (POSIX shared memory, semaphores) that no confined process
+    /// made: another program's segment (`shm.rs` in the programs).
+    pub const FOREIGN_SHARED_MEMORY: u32 = 22;
 }
 
 /// `EventHeader::flags`.
@@ -798,6 +807,7 @@ impl KernelOffsets {
         files_struct_fdt: 0,
         files_struct_fd_array: 0,
         fdtable_fd: 0,
+        inode_i_nlink: 0,
         valid: 0,
     };
 }

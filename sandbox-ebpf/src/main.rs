@@ -20,8 +20,10 @@ mod hooks;
 mod kread;
 mod maps;
 mod namecache;
+mod own;
 mod path;
 mod scope;
+mod shm;
 mod terminal;
 mod work;
 

@@ -15,11 +15,12 @@ use sandbox_common::{
 #[map]
 pub static SCOPE: Array<ScopeCtl> = Array::with_max_entries(1, 0);
 
-/// Terminals a confined process may open: ptys made in the sandbox (marked by the
-/// `d_instantiate` program) and sandbox's own (marked by the loader through its
-/// descriptor). Inode storage: a mark goes with its inode (`terminal.rs`).
+/// Inodes that are the sandbox's own (`own.rs`): ptys made in the sandbox and sandbox's
+/// own terminal (`terminal.rs`), files made in `/dev/shm` by confined processes
+/// (`shm.rs`). Marked by the `d_instantiate` program and by the loader through its
+/// descriptors. Inode storage: a mark goes with its inode.
 #[btf_map]
-pub static TERMINALS: InodeStorage<u32> = InodeStorage::new();
+pub static OWN_INODES: InodeStorage<u32> = InodeStorage::new();
 
 /// Policy id -> header (flags, DFA geometry). Written by the loader, read by every hook.
 #[map]

@@ -12,17 +12,14 @@
 //! Invariants:
 //! - A pty's slave inode is bound to its dentry by `devpts_pty_new`, in the task that opened
 //!   `/dev/ptmx`, through `security_d_instantiate`: the `d_instantiate` program marks it
-//!   there when that task is in scope. A mark is inode storage: it lives and dies with the
-//!   inode, so a pty number used again (a new inode) starts unmarked.
-//! - The mark is per set of programs (each run's own map): a run's confined processes never
-//!   open another run's ptys either.
+//!   there when that task is in scope (`own.rs`: the mark lives and dies with the inode, so
+//!   a pty number used again, a new inode, starts unmarked; each set of programs has its
+//!   own marks, so a run's confined processes never open another run's ptys either).
 
-use aya_ebpf::bindings::inode;
 use sandbox_common::KernelOffsets;
 use sandbox_common::decide::imode;
 
 use crate::kread;
-use crate::maps::TERMINALS;
 
 /// `DEVPTS_SUPER_MAGIC` (include/uapi/linux/magic.h).
 const DEVPTS_SUPER_MAGIC: u64 = 0x1cd1;
@@ -65,20 +62,4 @@ pub fn is_slave(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> boo
     let magic: u64 = kread::field(sb, off.super_block_s_magic).unwrap_or(0);
     let ino: u64 = kread::field(inode, off.inode_i_ino).unwrap_or(0);
     magic == DEVPTS_SUPER_MAGIC && ino >= FIRST_SLAVE_INO
-}
-
-/// Marks a slave made by a confined process (`d_instantiate`).
-#[inline(always)]
-pub fn mark(inode: *const u8) {
-    // SAFETY: `inode` is the hook's typed argument; the helper creates the storage.
-    unsafe {
-        TERMINALS.get_or_insert_ptr_mut(inode.cast_mut().cast::<inode>(), None);
-    }
-}
-
-/// The slave `inode` (typed by the verifier) was made in the sandbox or is sandbox's own.
-#[inline(always)]
-pub fn ours(inode: *const u8) -> bool {
-    // SAFETY: `inode` is typed by the verifier; a lookup only.
-    !unsafe { TERMINALS.get_ptr_mut(inode.cast_mut().cast::<inode>()) }.is_null()
 }

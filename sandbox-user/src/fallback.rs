@@ -720,6 +720,13 @@ fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
          Landlock cannot",
     );
     cov.implicit(
+        "other programs' shared memory",
+        "files in /dev/shm made outside the sandbox (other programs' POSIX shared memory and \
+         semaphores) can be read, changed and removed where the policy lets the command \
+         write there: the BPF-LSM backend tells files made in the sandbox from the rest, \
+         Landlock cannot",
+    );
+    cov.implicit(
         "kernel keys",
         "the user's kernel keyrings (keyctl, add_key, request_key, /proc/keys; Kerberos \
          tickets of a KEYRING: credential cache) are usable: neither Landlock nor the cgroup \

@@ -32,6 +32,8 @@ mount -t securityfs securityfs /sys/kernel/security
 mount -t bpf bpf /sys/fs/bpf
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
 mount -t tmpfs -o mode=1777 tmpfs /tmp
+# POSIX shared memory on a tmpfs of its own, as on every distribution's host.
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 for m in $(cat /lib/sandbox-modules/order 2>/dev/null); do
   insmod /lib/sandbox-modules/$m.ko || echo "VMTEST: insmod $m failed"
 done

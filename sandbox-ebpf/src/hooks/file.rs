@@ -41,7 +41,14 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
     // the path.
     let foreign_terminal = TERMINALS && imode::is_chr(facts.mode) && {
         let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-        crate::terminal::is_terminal(facts.dentry, inode, off) && !crate::terminal::ours(inode)
+        crate::terminal::is_terminal(facts.dentry, inode, off) && !crate::own::ours(inode)
+    };
+    // Shared memory that no confined process made (`shm.rs`): one compare of the device
+    // for every other file.
+    let shm_dev = scope.info.shm_dev;
+    let foreign_shm = TERMINALS && shm_dev != 0 && facts.dev == shm_dev && {
+        let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
+        crate::shm::foreign(shm_dev, facts.dev, facts.mode, inode)
     };
     check_with::<true>(
         hook::FILE_OPEN,
@@ -57,6 +64,7 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
             // A rule that names the file says more (the user's own terminal has one).
             decide::file(scope.flags(), f_mode, imode::is_dir(facts.mode), m)
                 .or(foreign_terminal.then_some(Deny::because(reason::FOREIGN_TERMINAL)))
+                .or(foreign_shm.then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY)))
         },
     )
 }
@@ -206,20 +214,24 @@ pub fn inode_free_security(ctx: aya_ebpf::programs::LsmContext) -> i32 {
 
 /// Every dentry bound to an inode on the host (a new one, or one made positive again): a
 /// file cache slot holding its address is cleared before a file can be opened through it
-/// (`filecache.rs`). No scope: the old dentry at that address may have been opened by a
+/// (`filecache.rs`); a pty or a shared-memory file a confined process made is marked as
+/// the sandbox's own (`own.rs`). No scope: the old dentry at that address may have been opened by a
 /// confined process and freed by anyone.
 #[aya_ebpf::macros::lsm(hook = "d_instantiate")]
 pub fn d_instantiate(ctx: aya_ebpf::programs::LsmContext) -> i32 {
     let dentry: *const u8 = ctx.arg(0);
     let inode: *const u8 = ctx.arg(1);
     let off = kread::offsets();
-    // A pty made by a confined process (`terminal.rs`).
-    if off.valid != 0
-        && !inode.is_null()
-        && crate::terminal::is_slave(dentry, inode, off)
-        && crate::scope::confined()
-    {
-        crate::terminal::mark(inode);
+    // A pty made by a confined process (`terminal.rs`); a file made by one in the shared
+    // memory (`shm.rs`). The scope is looked up only for those.
+    if off.valid != 0 && !inode.is_null() {
+        if crate::terminal::is_slave(dentry, inode, off) {
+            if crate::scope::confined() {
+                crate::own::mark(inode);
+            }
+        } else if crate::shm::made_on_tmpfs(dentry, inode, off) {
+            crate::shm::mark_if_made_inside(dentry, inode, off);
+        }
     }
     if !crate::dircache::enabled() {
         return 0;

@@ -4,8 +4,8 @@
 //! hooks each (the source at one, the destination at the other), which keeps every program
 //! within the verifier's budget.
 
-use sandbox_common::decide::{self, FileMatch, fmode, guard, imode};
-use sandbox_common::{accept, hook, policy_flags};
+use sandbox_common::decide::{self, Deny, FileMatch, fmode, guard, imode};
+use sandbox_common::{accept, hook, policy_flags, reason};
 
 use super::file::{check, offsets_or_deny};
 use super::hook;
@@ -35,6 +35,14 @@ fn check_name_noting(
         Err(v) => return v,
     };
     let facts = path::dentry_facts(dentry, &off);
+    // A name of shared memory that no confined process made (`shm.rs`): removed, renamed,
+    // replaced, linked or changed, it is another program's segment.
+    let shm_dev = scope.info.shm_dev;
+    let foreign_shm = shm_dev != 0 && facts.dev == shm_dev && {
+        let inode: *const u8 =
+            kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
+        crate::shm::foreign(shm_dev, facts.dev, facts.mode, inode)
+    };
     check(
         hook_id,
         scope,
@@ -45,6 +53,7 @@ fn check_name_noting(
         |m, facts| {
             note(m);
             decide::name_change(scope.flags(), imode::is_dir(facts.mode), guard, m)
+                .or(foreign_shm.then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY)))
         },
     )
 }

@@ -225,6 +225,9 @@ impl Formatter<'_> {
             reason::BUSY => "(no working memory free on this CPU, fail closed)",
             reason::KERNEL_KEYS => "(kernel keys: shared by every process of the user)",
             reason::FOREIGN_TERMINAL => "(a terminal that is not the command's own)",
+            reason::FOREIGN_SHARED_MEMORY => {
+                "(shared memory that is not the command's own: /dev/shm)"
+            }
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -253,6 +256,7 @@ impl Formatter<'_> {
             reason::SUBVOLUME => "btrfs_subvolume",
             reason::KERNEL_KEYS => "kernel_keys",
             reason::FOREIGN_TERMINAL => "foreign_terminal",
+            reason::FOREIGN_SHARED_MEMORY => "foreign_shared_memory",
             _ => "unknown",
         }
     }

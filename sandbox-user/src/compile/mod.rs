@@ -384,6 +384,8 @@ impl CompiledPolicy {
             ],
             seed: self.matcher.seed,
             sock_families: self.sock_families,
+            shm_dev: 0,
+            _pad: 0,
         }
     }
 

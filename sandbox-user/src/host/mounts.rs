@@ -118,6 +118,47 @@ pub fn read() -> std::io::Result<Vec<Superblock>> {
     Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
 }
 
+/// The kernel's device number of the tmpfs mounted at `/dev/shm` (POSIX shared memory,
+/// whose files the programs keep to their makers: `shm.rs` there), 0 when there is none:
+/// only a tmpfs whose root is mounted at that very directory (wherever `/dev/shm` leads),
+/// so that no other file system's files are judged as shared memory.
+pub fn shm_dev() -> u32 {
+    let Ok(at) = std::fs::canonicalize("/dev/shm") else {
+        return 0;
+    };
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return 0;
+    };
+    shm_dev_in(&text, &at.to_string_lossy())
+}
+
+/// [`shm_dev`] of a mountinfo text, the shared memory directory being `at`. The last mount
+/// there is the one in view.
+fn shm_dev_in(text: &str, at: &str) -> u32 {
+    let mut dev = 0;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        if f.len() < 5 || unescape(f[4]) != at {
+            continue;
+        }
+        let Some((maj, min)) = f[2].split_once(':') else {
+            continue;
+        };
+        let (Ok(maj), Ok(min)) = (maj.parse(), min.parse()) else {
+            continue;
+        };
+        dev = if f.get(sep + 1) == Some(&"tmpfs") && f[3] == "/" {
+            kernel_dev(maj, min)
+        } else {
+            0
+        };
+    }
+    dev
+}
+
 /// One entry per superblock. Where its root (`root == "/"`) is mounted several times, the
 /// shortest mount point wins, and bind mounts of subdirectories are aliases, except btrfs
 /// subvolume mounts (`subvol=` is the mount's root), which place their own paths. Where the
@@ -243,6 +284,28 @@ pub fn prefix(mount_point: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_memory_is_a_tmpfs_mounted_at_its_directory() {
+        let text = "\
+22 1 0:21 / / rw - ext4 /dev/vda rw
+24 22 0:5 / /dev rw - devtmpfs udev rw
+25 24 0:26 / /dev/shm rw,nosuid,nodev - tmpfs tmpfs rw
+26 22 0:27 / /run rw - tmpfs tmpfs rw
+";
+        assert_eq!(shm_dev_in(text, "/dev/shm"), kernel_dev(0, 26));
+        // A directory of another file system, or a subdirectory of a tmpfs mounted there
+        // (its other files are not shared memory), or a mount over it that is not a tmpfs:
+        // nothing.
+        assert_eq!(shm_dev_in(text, "/run/shm"), 0);
+        let sub = format!("{text}27 24 0:27 /shm /dev/shm rw - tmpfs tmpfs rw\n");
+        assert_eq!(shm_dev_in(&sub, "/dev/shm"), 0);
+        let over = format!("{text}28 25 0:40 / /dev/shm rw - fuse.x x rw\n");
+        assert_eq!(shm_dev_in(&over, "/dev/shm"), 0);
+        // The last mount is the one in view.
+        let again = format!("{text}29 25 0:41 / /dev/shm rw - tmpfs tmpfs rw\n");
+        assert_eq!(shm_dev_in(&again, "/dev/shm"), kernel_dev(0, 41));
+    }
 
     #[test]
     fn picks_root_mounts_and_unescapes() {

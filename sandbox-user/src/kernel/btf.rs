@@ -90,6 +90,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         files_struct_fdt: f("files_struct", &["fdt"], Some(8))?,
         files_struct_fd_array: f("files_struct", &["fd_array"], None)?,
         fdtable_fd: f("fdtable", &["fd"], Some(8))?,
+        inode_i_nlink: f("inode", &["i_nlink"], Some(4))?,
         valid: 1,
     })
 }

@@ -105,12 +105,13 @@ impl Maps<'_> {
         }
     }
 
-    /// Lets the confined processes open the terminal `slave` (sandbox's pty for the
-    /// command) by path too; every terminal not made in the sandbox is refused to them
-    /// (`terminal.rs` in the programs). The mark goes with the pty.
-    pub fn own_terminal(&mut self, slave: &impl std::os::fd::AsRawFd) -> Result<(), LoadError> {
-        let mut t = self.terminals()?;
-        t.insert(slave, 1, 0).map_err(t.err())
+    /// Makes the file open at `fd` the sandbox's own (`own.rs` in the programs): a terminal
+    /// (sandbox's pty for the command, one a bound process holds) or a shared-memory file a
+    /// bound process holds, which the confined processes may then open by path too; every
+    /// one not made in the sandbox is refused to them. The mark goes with the inode.
+    pub fn own_file(&mut self, fd: &impl std::os::fd::AsRawFd) -> Result<(), LoadError> {
+        let mut t = self.own_inodes()?;
+        t.insert(fd, 1, 0).map_err(t.err())
     }
 
     /// The event ring buffer, taken out of the object (it can be taken once).
@@ -331,7 +332,7 @@ maps! {
     /// Processes in-scope tasks may not signal or trace (sandbox itself).
     protected -> PROTECTED: hash [u32 => u32];
     /// Terminals the command may open (keyed by a descriptor of the file).
-    terminals -> TERMINALS: inode [i32 => u32];
+    own_inodes -> OWN_INODES: inode [i32 => u32];
     /// Records for userspace.
     _events -> EVENTS: ring [() => ()];
     /// Records dropped because the ring was full, per CPU.

@@ -131,7 +131,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     fallback_check(&policy, &host, opts.allow_degraded)?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
     let mut armed = arm::arm(compiled, Bind::Existing(&opts.cgroup), &host)?;
-    held_terminals_are_theirs(&mut armed, &host);
+    held_files_are_theirs(&mut armed, &host);
     let mut ring = session::events(&mut armed)?;
     armed
         .orphans
@@ -169,7 +169,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
             fallback_check(&p, &host, opts.allow_degraded)?;
             let c = compile_policy(p, &audit, opts.policy.as_deref())?;
             let mut new = arm::arm(c, Bind::Existing(&armed.cgroup.path), &host)?;
-            held_terminals_are_theirs(&mut new, &host);
+            held_files_are_theirs(&mut new, &host);
             let new_ring = session::events(&mut new)?;
             Ok((new, new_ring))
         });
@@ -227,43 +227,76 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
 
 /// Streams events of `armed` and keeps its maps current until a signal: `true` for a
 /// reload (SIGHUP), `false` to stop.
-/// The terminals the confined processes hold (a service on a console, an agent started in
-/// a terminal and bound later) stay theirs to open by name: each is marked in the set's
-/// map through a copy of the holder's descriptor (the same open file). Terminals they
-/// neither hold nor made are refused to them (`terminal.rs` in the programs). Only with
-/// BPF LSM on, as for `run`.
-fn held_terminals_are_theirs(armed: &mut Armed, host: &Host) {
+/// The terminals and shared-memory files the confined processes hold (a service on a
+/// console, an agent started in a terminal and bound later, the segments a program made
+/// before it was bound or under the set before a reload) stay theirs to open by name:
+/// each is marked in the set's map through a copy of the holder's descriptor (the same
+/// open file), or for a segment only mapped, through its mapping
+/// (`/proc/PID/map_files`). Terminals and segments they neither hold nor made are refused
+/// to them (`terminal.rs`, `shm.rs` in the programs). Only with BPF LSM on, as for `run`.
+fn held_files_are_theirs(armed: &mut Armed, host: &Host) {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     if host.backend.is_fallback() {
         return;
     }
-    let mut marked = 0;
+    let shm = std::fs::metadata("/dev/shm")
+        .ok()
+        .filter(|_| crate::host::mounts::shm_dev() != 0)
+        .map(|m| m.dev());
+    let on_shm = |m: &std::fs::Metadata| m.is_file() && Some(m.dev()) == shm;
+    let (mut terminals, mut segments) = (0, 0);
     for pid in armed.cgroup.pids() {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            for entry in fds.flatten() {
+                // The magic link's target: the open file's inode.
+                let Ok(m) = std::fs::metadata(entry.path()) else {
+                    continue;
+                };
+                let (tty, seg) = (m.file_type().is_char_device(), on_shm(&m));
+                let Some(fd) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<i32>().ok())
+                    .filter(|_| tty || seg)
+                else {
+                    continue;
+                };
+                let Ok(copy) = crate::sys::fd_of_process(pid, fd) else {
+                    continue;
+                };
+                if tty
+                    && nix::unistd::isatty(&copy).unwrap_or(false)
+                    && armed.enforcer.maps().own_file(&copy).is_ok()
+                {
+                    terminals += 1;
+                }
+                if seg && armed.enforcer.maps().own_file(&copy).is_ok() {
+                    segments += 1;
+                }
+            }
+        }
+        // Segments mapped and no longer open (`shm_open`, `mmap`, `close`).
+        if shm.is_none() {
+            continue;
+        }
+        let Ok(maps) = std::fs::read_dir(format!("/proc/{pid}/map_files")) else {
             continue;
         };
-        for entry in fds.flatten() {
-            // The magic link's target: the open file's inode (a character device?).
-            let is_chr = std::fs::metadata(entry.path())
-                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
-            let Some(fd) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-                .filter(|_| is_chr)
-            else {
+        for entry in maps.flatten() {
+            if !std::fs::metadata(entry.path()).is_ok_and(|m| on_shm(&m)) {
                 continue;
-            };
-            let Ok(copy) = crate::sys::fd_of_process(pid, fd) else {
-                continue;
-            };
-            if nix::unistd::isatty(&copy).unwrap_or(false)
-                && armed.enforcer.maps().own_terminal(&copy).is_ok()
+            }
+            if let Ok(f) = std::fs::File::open(entry.path())
+                && armed.enforcer.maps().own_file(&f).is_ok()
             {
-                marked += 1;
+                segments += 1;
             }
         }
     }
-    tracing::debug!("terminals held by the confined processes, theirs: {marked}");
+    tracing::debug!(
+        "held by the confined processes, theirs: {terminals} terminals, {segments} shared \
+         memory files"
+    );
 }
 
 async fn serve(

@@ -196,7 +196,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
             armed
                 .enforcer
                 .maps()
-                .own_terminal(&fd)
+                .own_file(&fd)
                 .context("marking the command's terminal as its own")?;
         }
     }

@@ -1208,8 +1208,42 @@ fn run_op(words: &[String]) -> String {
             }
         }
         "shm-make" | "shm-read" | "shm-rm" => op_shm(a(0), a(1)),
+        "map-hold" => op_map_hold(a(1)),
         "mq-make" | "mq-take" | "mq-take-path" => op_mq(a(0), a(1)),
         _ => "BADOP".into(),
+    }
+}
+
+/// Maps `path` shared, closes its descriptor, says `mapped` and waits to be killed: a
+/// process that holds a segment by its mapping only.
+fn op_map_hold(path: &str) -> String {
+    use std::io::Write as _;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    else {
+        return errno_name(last_errno());
+    };
+    // SAFETY: a fresh shared mapping of an open file; the descriptor is closed after.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return errno_name(last_errno());
+    }
+    drop(f);
+    println!("mapped");
+    let _ = std::io::stdout().flush();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
     }
 }
 

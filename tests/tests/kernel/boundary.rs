@@ -628,6 +628,103 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
     r.expect(&format!("open {link} w"), "EACCES");
 }
 
+/// POSIX shared memory and semaphores (`/dev/shm`, writable under the built-in policy):
+/// a segment another program of the same user made is refused to the command, opened in
+/// any mode or as a name to remove, rename, replace or link; what the command makes there
+/// is its own (made, reopened, renamed, linked as `sem_open` does, removed).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn shared_memory_not_made_in_the_sandbox_is_refused() {
+    let d = agent_dir("shm");
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(
+        mounts
+            .lines()
+            .any(|l| l.starts_with("tmpfs /dev/shm tmpfs ")),
+        "the guest mounts a tmpfs at /dev/shm: {mounts}"
+    );
+    let other = "/dev/shm/kt-other-seg";
+    let _ = std::fs::remove_file(other);
+    // Another program of the agent's user makes a segment; the routes work outside.
+    assert_eq!(
+        probe_outside_as_agent(&[
+            &["open", other, "creat"],
+            &["open", other, "r"],
+            &["open", other, "rw"],
+            &["link", other, "/dev/shm/kt-other-2"],
+            &["unlink", "/dev/shm/kt-other-2"],
+            &["rename", other, "/dev/shm/kt-other-3"],
+            &["rename", "/dev/shm/kt-other-3", other],
+        ]),
+        vec!["OK"; 7],
+        "outside the sandbox"
+    );
+    let mine = "/dev/shm/kt-mine";
+    let r = probe_as_agent(
+        &d,
+        None,
+        &[
+            &["open", other, "r"],
+            &["open", other, "w"],
+            &["open", other, "rtrunc"],
+            &["unlink", other],
+            &["rename", other, "/dev/shm/kt-moved"],
+            &["link", other, "/dev/shm/kt-linked"],
+            // The command's own: made, reopened, renamed, linked (what `sem_open` does
+            // with its temporary name), removed.
+            &["open", mine, "creat"],
+            &["open", mine, "rw"],
+            &["rename", mine, "/dev/shm/kt-mine-2"],
+            &["link", "/dev/shm/kt-mine-2", "/dev/shm/kt-mine-3"],
+            &["open", "/dev/shm/kt-mine-3", "r"],
+            &["unlink", "/dev/shm/kt-mine-3"],
+            // Its own put in the other's place would remove the other's.
+            &["rename", "/dev/shm/kt-mine-2", other],
+            &["unlink", "/dev/shm/kt-mine-2"],
+        ],
+    );
+    for op in [
+        format!("open {other} r"),
+        format!("open {other} w"),
+        format!("open {other} rtrunc"),
+        format!("unlink {other}"),
+        format!("rename {other} /dev/shm/kt-moved"),
+        format!("link {other} /dev/shm/kt-linked"),
+        format!("rename /dev/shm/kt-mine-2 {other}"),
+    ] {
+        r.expect(&op, "EACCES");
+    }
+    for op in [
+        format!("open {mine} creat"),
+        format!("open {mine} rw"),
+        format!("rename {mine} /dev/shm/kt-mine-2"),
+        "link /dev/shm/kt-mine-2 /dev/shm/kt-mine-3".to_owned(),
+        "open /dev/shm/kt-mine-3 r".to_owned(),
+        "unlink /dev/shm/kt-mine-3".to_owned(),
+        "unlink /dev/shm/kt-mine-2".to_owned(),
+    ] {
+        r.expect(&op, "OK");
+    }
+    // One denial each, in records or counts of identical ones (the opens of one name by
+    // one process aggregate), every one of the other's name.
+    let recs = r.records("/unmapped/reason", "foreign_shared_memory");
+    let denials: u64 = recs.iter().map(|v| v["count"].as_u64().unwrap_or(1)).sum();
+    assert_eq!(denials, 7, "{:#?}", r.audit);
+    for rec in &recs {
+        assert_eq!(
+            rec["unmapped"]["rule"], "(shared memory that is not the command's own: /dev/shm)",
+            "{rec:#}"
+        );
+        assert_eq!(rec["file"]["path"], other, "{rec:#}");
+    }
+    // Untouched: still there, under its name, for its program.
+    assert_eq!(
+        probe_outside_as_agent(&[&["open", other, "r"], &["unlink", other]]),
+        vec!["OK"; 2],
+        "outside the sandbox, after"
+    );
+}
+
 /// `sandbox attach` binds processes that already run: the terminals they hold (a service
 /// on a console, an agent started in a terminal) stay theirs to open by name, also after a
 /// reload; the other terminals are refused to them.
@@ -672,6 +769,71 @@ fn attach_keeps_the_terminals_its_processes_hold() {
     let _ = holder.kill();
     let _ = holder.wait();
     let _ = std::fs::remove_dir(cg);
+}
+
+/// `sandbox attach` binds processes that already run: the shared-memory segments they hold
+/// (open, or only mapped) stay theirs to open by name, also after a reload; another
+/// program's segment is refused to them.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn attach_keeps_the_shared_memory_its_processes_hold() {
+    let d = workdir("attach-shm");
+    let (held, mapped, other) = (
+        "/dev/shm/kt-svc-held",
+        "/dev/shm/kt-svc-mapped",
+        "/dev/shm/kt-svc-other",
+    );
+    for f in [held, mapped, other] {
+        std::fs::write(f, vec![0u8; 4096]).unwrap();
+    }
+    let cg = Path::new("/sys/fs/cgroup/svc-shm");
+    let _ = std::fs::create_dir(cg);
+    let policy = d.join("policy.yaml");
+    write(&policy, "name: shm\n");
+    // The service's process: `held` open on its stdin, `mapped` mapped and its descriptor
+    // closed (the probe's `map-hold`, which then waits).
+    let mut holder = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {} map-hold {mapped}",
+            cg.display(),
+            bins().probe.display()
+        ))
+        .stdin(std::fs::File::open(held).unwrap())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("mapped"), "the holder: {line}");
+    let in_service = |f: &str| probe_in_cgroup(cg, &["open", f, "r"]);
+    // The route: all open before the cgroup is bound.
+    for f in [held, mapped, other] {
+        assert_eq!(in_service(f), OK, "{f} before");
+    }
+    let mut attach = Attached::start("svc-shm", &policy, &d.join("audit.jsonl"));
+    attach.wait_line("enforcing policy 'shm'");
+    assert_eq!(in_service(held), OK, "the segment the service holds open");
+    assert_eq!(in_service(mapped), OK, "the segment the service has mapped");
+    assert_eq!(in_service(other), EACCES);
+    attach.signal(libc::SIGHUP);
+    attach.wait_line("reloaded");
+    assert_eq!(in_service(held), OK, "after a reload");
+    assert_eq!(in_service(mapped), OK, "after a reload");
+    assert_eq!(in_service(other), EACCES);
+    attach.signal(libc::SIGTERM);
+    attach.wait_line("no longer confined");
+    assert!(attach.child.wait().unwrap().success());
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = std::fs::remove_dir(cg);
+    for f in [held, mapped, other] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 /// The audit log of [`the_command_writes_to_a_pty_of_its_own_filtered`]'s pty run: the
