@@ -1243,7 +1243,7 @@ fn op_map_hold(path: &str) -> String {
     println!("mapped");
     let _ = std::io::stdout().flush();
     loop {
-        std::thread::sleep(std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_mins(1));
     }
 }
 
