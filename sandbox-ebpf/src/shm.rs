@@ -2,23 +2,26 @@
 //! (`shm_open`, `sem_open`, Python's `multiprocessing`). No namespace separates them, and
 //! the built-in policy lets the command write there, so without this a confined process
 //! could read, change, replace or remove the segments of every other program of the user
-//! (an audio server's buffers, a browser's, another tool's semaphores). A regular file
-//! there is the command's only when a confined process made it; every other one is
-//! refused to confined processes: opened in any mode, and as a name to remove, rename,
-//! replace, link or change the attributes of.
+//! (an audio server's buffers, a browser's, another tool's semaphores). A file there (of
+//! any type: a directory of segments, a FIFO, a symlink) is the command's only when a
+//! confined process made it; every other one is refused to confined processes: opened in
+//! any mode, and as a name to remove, rename, replace, link or change the attributes of;
+//! and no name is made, removed or moved in a directory there that is not the command's
+//! (the file system's root is everyone's).
 //!
 //! Invariants:
 //! - The file system is the one mounted at `/dev/shm` when the policy was applied
 //!   (`PolicyInfo::shm_dev`, by the loader from the mount table; only a tmpfs whose mount
 //!   point is `/dev/shm` itself, so that no other file system's files are ever judged as
 //!   shared memory). 0: none, nothing is checked.
-//! - A new regular file there is bound to its dentry (`shmem_mknod`, `d_tmpfile`) through
+//! - A new inode there is bound to its dentry (`shmem_mknod`, `d_tmpfile`) through
 //!   `security_d_instantiate`, in the task that made it: the `d_instantiate` program marks
-//!   it (`own.rs`) when that task is in scope and the inode has at most one link. A hard
-//!   link binds an existing inode, with two links or more, and is never a mark (linking a
-//!   file that is not the sandbox's is refused anyway). A tmpfs keeps its dentries pinned
-//!   while the files exist, so a lookup never binds an existing file anew.
-//! - Directories, and files of other types, are not judged here (the policy's rules are).
+//!   it (`own.rs`) when that task is in scope and it is a directory or has at most one
+//!   link. A hard link binds an existing inode, with two links or more, and is never a mark
+//!   (linking a file that is not the sandbox's is refused anyway); directories cannot be
+//!   hard-linked. A tmpfs keeps its dentries pinned while the files exist, so a lookup
+//!   never binds an existing file anew.
+//! - The root is the file system's (`/dev/shm` itself): decided by the policy's rules.
 
 use sandbox_common::KernelOffsets;
 use sandbox_common::decide::imode;
@@ -28,33 +31,62 @@ use crate::kread;
 /// `TMPFS_MAGIC` (include/uapi/linux/magic.h).
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
-/// A regular file (`mode`) on the file system `dev`, which is the policy's shared memory
-/// (`shm_dev`), that is not the sandbox's own. `inode` is the file's, typed by the
-/// verifier; looked up only when the rest holds.
+/// `dentry`, on the file system `dev`, names an inode of the policy's shared memory
+/// (`shm_dev`) that is not the sandbox's own: any type but the file system's root (a
+/// directory another program made, its FIFOs and symlinks too). `inode` is the dentry's,
+/// typed by the verifier (NULL for a name not yet made: not foreign); looked up only when
+/// the rest holds.
 #[inline(always)]
-pub fn foreign(shm_dev: u32, dev: u32, mode: u16, inode: *const u8) -> bool {
+pub fn foreign(
+    shm_dev: u32,
+    dev: u32,
+    dentry: *const u8,
+    inode: *const u8,
+    off: &KernelOffsets,
+) -> bool {
     shm_dev != 0
         && dev == shm_dev
-        && imode::is_reg(mode)
         && !inode.is_null()
+        && !is_root(dentry, off)
         && !crate::own::ours(inode)
 }
 
-/// `inode` (typed by the verifier), bound to `dentry`, is a regular file on a tmpfs made
-/// just now: at most one link.
+/// The directory `dentry` is in, on the file system `dev`, is one of the policy's shared
+/// memory that is not the sandbox's own (its root is everyone's): a name made, removed or
+/// moved there changes another program's directory.
+#[inline(always)]
+pub fn foreign_parent(shm_dev: u32, dev: u32, dentry: *const u8, off: &KernelOffsets) -> bool {
+    if shm_dev == 0 || dev != shm_dev {
+        return false;
+    }
+    let parent: *const u8 = kread::field(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
+    let inode: *const u8 = kread::field(parent, off.dentry_d_inode).unwrap_or(core::ptr::null());
+    !parent.is_null() && foreign(shm_dev, dev, parent, inode, off)
+}
+
+/// `dentry` is the root of its file system (its own parent).
+#[inline(always)]
+fn is_root(dentry: *const u8, off: &KernelOffsets) -> bool {
+    let parent: *const u8 = kread::field(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
+    parent == dentry
+}
+
+/// `inode` (typed by the verifier), bound to `dentry`, is on a tmpfs and made just now: a
+/// directory (never hard-linked: every binding of one is its making), or any other type
+/// with at most one link (a hard link binds an existing inode with two or more).
 #[inline(always)]
 pub fn made_on_tmpfs(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> bool {
     let mode: u16 = kread::field(inode, off.inode_i_mode).unwrap_or(0);
-    if !imode::is_reg(mode) {
-        return false;
-    }
     let sb: *const u8 = kread::field(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
     let magic: u64 = kread::field(sb, off.super_block_s_magic).unwrap_or(0);
+    if magic != TMPFS_MAGIC {
+        return false;
+    }
     let links: u32 = kread::field(inode, off.inode_i_nlink).unwrap_or(u32::MAX);
-    magic == TMPFS_MAGIC && links <= 1
+    imode::is_dir(mode) || links <= 1
 }
 
-/// Marks the new file `inode` (on `dentry`, see [`made_on_tmpfs`]) when a confined task
+/// Marks the new inode `inode` (on `dentry`, see [`made_on_tmpfs`]) when a confined task
 /// made it on its policy's shared memory.
 #[inline(always)]
 pub fn mark_if_made_inside(dentry: *const u8, inode: *const u8, off: &KernelOffsets) {

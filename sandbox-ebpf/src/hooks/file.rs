@@ -48,7 +48,7 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
     let shm_dev = scope.info.shm_dev;
     let foreign_shm = TERMINALS && shm_dev != 0 && facts.dev == shm_dev && {
         let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-        crate::shm::foreign(shm_dev, facts.dev, facts.mode, inode)
+        crate::shm::foreign(shm_dev, facts.dev, facts.dentry, inode, off)
     };
     check_with::<true>(
         hook::FILE_OPEN,

@@ -36,12 +36,15 @@ fn check_name_noting(
     };
     let facts = path::dentry_facts(dentry, &off);
     // A name of shared memory that no confined process made (`shm.rs`): removed, renamed,
-    // replaced, linked or changed, it is another program's segment.
+    // replaced, linked or changed, it is another program's segment; a name made or
+    // changed in a directory there that no confined process made changes another
+    // program's directory.
     let shm_dev = scope.info.shm_dev;
     let foreign_shm = shm_dev != 0 && facts.dev == shm_dev && {
         let inode: *const u8 =
             kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
-        crate::shm::foreign(shm_dev, facts.dev, facts.mode, inode)
+        crate::shm::foreign(shm_dev, facts.dev, dentry, inode, off)
+            || crate::shm::foreign_parent(shm_dev, facts.dev, dentry, off)
     };
     check(
         hook_id,

@@ -548,9 +548,6 @@ impl Enforcer {
         // The header last: until `live` is set the hooks treat the policy as absent.
         let mut info = policy.info(bases);
         info.shm_dev = crate::host::mounts::shm_dev();
-        if info.shm_dev == 0 {
-            tracing::debug!("no tmpfs mounted at /dev/shm: shared memory is not checked");
-        }
         let mut maps = self.maps();
         let mut p = maps.policies()?;
         p.set(pid, info, 0).map_err(p.err())?;

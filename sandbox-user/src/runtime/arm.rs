@@ -355,6 +355,13 @@ fn arm_loaded(
     let mount_watch = mounts::MountWatch::new().context("watching /proc/self/mountinfo")?;
     let mounts = mounts::read().context("reading /proc/self/mountinfo")?;
     enforcer.apply(compiled, &mounts, ids)?;
+    if !fallback && mounts::shm_dev() == 0 && std::path::Path::new("/dev/shm").is_dir() {
+        tracing::warn!(
+            "/dev/shm is not a tmpfs mounted there, so other programs' shared memory in it is \
+             not kept from the command. Fix: mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs \
+             /dev/shm"
+        );
+    }
     // This host's addresses first: no name is allowed one of them.
     let host_addrs = HostAddrs::start(enforcer, compiled)?;
     let mut hosts = HostState::default();

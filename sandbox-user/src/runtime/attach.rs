@@ -131,7 +131,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     fallback_check(&policy, &host, opts.allow_degraded)?;
     drop(std::fs::write("/proc/self/oom_score_adj", b"-1000"));
     let mut armed = arm::arm(compiled, Bind::Existing(&opts.cgroup), &host)?;
-    held_files_are_theirs(&mut armed, &host);
+    held_files_are_theirs(&mut armed, None, &host);
     let mut ring = session::events(&mut armed)?;
     armed
         .orphans
@@ -169,7 +169,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
             fallback_check(&p, &host, opts.allow_degraded)?;
             let c = compile_policy(p, &audit, opts.policy.as_deref())?;
             let mut new = arm::arm(c, Bind::Existing(&armed.cgroup.path), &host)?;
-            held_files_are_theirs(&mut new, &host);
+            held_files_are_theirs(&mut new, Some(&mut armed), &host);
             let new_ring = session::events(&mut new)?;
             Ok((new, new_ring))
         });
@@ -229,12 +229,14 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
 /// reload (SIGHUP), `false` to stop.
 /// The terminals and shared-memory files the confined processes hold (a service on a
 /// console, an agent started in a terminal and bound later, the segments a program made
-/// before it was bound or under the set before a reload) stay theirs to open by name:
-/// each is marked in the set's map through a copy of the holder's descriptor (the same
-/// open file), or for a segment only mapped, through its mapping
-/// (`/proc/PID/map_files`). Terminals and segments they neither hold nor made are refused
-/// to them (`terminal.rs`, `shm.rs` in the programs). Only with BPF LSM on, as for `run`.
-fn held_files_are_theirs(armed: &mut Armed, host: &Host) {
+/// before it was bound) stay theirs to open by name: each is marked in the set's map
+/// through a copy of the holder's descriptor (the same open file), or for a segment only
+/// mapped, through its mapping (`/proc/PID/map_files`). Terminals and segments they
+/// neither hold nor made are refused to them (`terminal.rs`, `shm.rs` in the programs).
+/// At a reload (`old`: the set in force), only what the old set had marked is marked
+/// again: a descriptor a bound process was sent meanwhile gives the cgroup no name. Only
+/// with BPF LSM on, as for `run`.
+fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &Host) {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     if host.backend.is_fallback() {
         return;
@@ -243,35 +245,57 @@ fn held_files_are_theirs(armed: &mut Armed, host: &Host) {
         .ok()
         .filter(|_| crate::host::mounts::shm_dev() != 0)
         .map(|m| m.dev());
-    let on_shm = |m: &std::fs::Metadata| m.is_file() && Some(m.dev()) == shm;
+    let on_shm = |m: &std::fs::Metadata| Some(m.dev()) == shm && !m.is_dir();
+    // What the open file is, read from the file itself (the magic link's target may have
+    // changed since): a terminal, or a file of the shared memory.
+    let kind = |f: &std::fs::File| {
+        f.metadata().ok().and_then(|m| {
+            if m.file_type().is_char_device() && nix::unistd::isatty(f).unwrap_or(false) {
+                Some(true)
+            } else if on_shm(&m) {
+                Some(false)
+            } else {
+                None
+            }
+        })
+    };
     let (mut terminals, mut segments) = (0, 0);
+    let mut mark = |armed: &mut Armed, f: &std::fs::File| {
+        let Some(tty) = kind(f) else {
+            return;
+        };
+        if let Some(old) = old.as_deref_mut()
+            && !old
+                .enforcer
+                .maps()
+                .own_inodes()
+                .is_ok_and(|t| t.get(f, 0).is_ok())
+        {
+            return;
+        }
+        if armed.enforcer.maps().own_file(f).is_ok() {
+            if tty {
+                terminals += 1;
+            } else {
+                segments += 1;
+            }
+        }
+    };
     for pid in armed.cgroup.pids() {
         if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for entry in fds.flatten() {
-                // The magic link's target: the open file's inode.
-                let Ok(m) = std::fs::metadata(entry.path()) else {
-                    continue;
-                };
-                let (tty, seg) = (m.file_type().is_char_device(), on_shm(&m));
+                let wanted = std::fs::metadata(entry.path())
+                    .is_ok_and(|m| m.file_type().is_char_device() || on_shm(&m));
                 let Some(fd) = entry
                     .file_name()
                     .to_str()
                     .and_then(|n| n.parse::<i32>().ok())
-                    .filter(|_| tty || seg)
+                    .filter(|_| wanted)
                 else {
                     continue;
                 };
-                let Ok(copy) = crate::sys::fd_of_process(pid, fd) else {
-                    continue;
-                };
-                if tty
-                    && nix::unistd::isatty(&copy).unwrap_or(false)
-                    && armed.enforcer.maps().own_file(&copy).is_ok()
-                {
-                    terminals += 1;
-                }
-                if seg && armed.enforcer.maps().own_file(&copy).is_ok() {
-                    segments += 1;
+                if let Ok(copy) = crate::sys::fd_of_process(pid, fd) {
+                    mark(armed, &std::fs::File::from(copy));
                 }
             }
         }
@@ -283,13 +307,10 @@ fn held_files_are_theirs(armed: &mut Armed, host: &Host) {
             continue;
         };
         for entry in maps.flatten() {
-            if !std::fs::metadata(entry.path()).is_ok_and(|m| on_shm(&m)) {
-                continue;
-            }
-            if let Ok(f) = std::fs::File::open(entry.path())
-                && armed.enforcer.maps().own_file(&f).is_ok()
+            if std::fs::metadata(entry.path()).is_ok_and(|m| on_shm(&m))
+                && let Ok(f) = std::fs::File::open(entry.path())
             {
-                segments += 1;
+                mark(armed, &f);
             }
         }
     }

@@ -630,8 +630,9 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
 
 /// POSIX shared memory and semaphores (`/dev/shm`, writable under the built-in policy):
 /// a segment another program of the same user made is refused to the command, opened in
-/// any mode or as a name to remove, rename, replace or link; what the command makes there
-/// is its own (made, reopened, renamed, linked as `sem_open` does, removed).
+/// any mode or as a name to remove, rename, replace or link; so are its directory (and a
+/// name made there) and its symlink; what the command makes there is its own (made,
+/// reopened, renamed, linked as `sem_open` does, removed; a directory and its contents).
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn shared_memory_not_made_in_the_sandbox_is_refused() {
@@ -644,8 +645,16 @@ fn shared_memory_not_made_in_the_sandbox_is_refused() {
         "the guest mounts a tmpfs at /dev/shm: {mounts}"
     );
     let other = "/dev/shm/kt-other-seg";
+    let (dir, in_dir, link) = (
+        "/dev/shm/kt-other-dir",
+        "/dev/shm/kt-other-dir/seg",
+        "/dev/shm/kt-other-link",
+    );
     let _ = std::fs::remove_file(other);
-    // Another program of the agent's user makes a segment; the routes work outside.
+    let _ = std::fs::remove_file(link);
+    let _ = std::fs::remove_dir_all(dir);
+    // Another program of the agent's user makes a segment, a directory of segments and a
+    // symlink; the routes work outside.
     assert_eq!(
         probe_outside_as_agent(&[
             &["open", other, "creat"],
@@ -655,8 +664,18 @@ fn shared_memory_not_made_in_the_sandbox_is_refused() {
             &["unlink", "/dev/shm/kt-other-2"],
             &["rename", other, "/dev/shm/kt-other-3"],
             &["rename", "/dev/shm/kt-other-3", other],
+            &["mkdir", dir],
+            &["open", in_dir, "creat"],
+            &["open", in_dir, "r"],
+            &["open", "/dev/shm/kt-other-dir/new", "creat"],
+            &["unlink", "/dev/shm/kt-other-dir/new"],
+            &["rename", dir, "/dev/shm/kt-other-dir-2"],
+            &["rename", "/dev/shm/kt-other-dir-2", dir],
+            &["symlink", other, link],
+            &["unlink", link],
+            &["symlink", other, link],
         ]),
-        vec!["OK"; 7],
+        vec!["OK"; 17],
         "outside the sandbox"
     );
     let mine = "/dev/shm/kt-mine";
@@ -681,6 +700,18 @@ fn shared_memory_not_made_in_the_sandbox_is_refused() {
             // Its own put in the other's place would remove the other's.
             &["rename", "/dev/shm/kt-mine-2", other],
             &["unlink", "/dev/shm/kt-mine-2"],
+            // Another program's directory: its segments, a name made or moved there, the
+            // directory itself moved; its symlink removed.
+            &["open", in_dir, "r"],
+            &["open", "/dev/shm/kt-other-dir/new", "creat"],
+            &["rename", dir, "/dev/shm/kt-other-dir-2"],
+            &["unlink", link],
+            // A directory of its own, and what it makes there.
+            &["mkdir", "/dev/shm/kt-my-dir"],
+            &["open", "/dev/shm/kt-my-dir/seg", "creat"],
+            &["open", "/dev/shm/kt-my-dir/seg", "r"],
+            &["unlink", "/dev/shm/kt-my-dir/seg"],
+            &["rmdir", "/dev/shm/kt-my-dir"],
         ],
     );
     for op in [
@@ -691,6 +722,10 @@ fn shared_memory_not_made_in_the_sandbox_is_refused() {
         format!("rename {other} /dev/shm/kt-moved"),
         format!("link {other} /dev/shm/kt-linked"),
         format!("rename /dev/shm/kt-mine-2 {other}"),
+        format!("open {in_dir} r"),
+        "open /dev/shm/kt-other-dir/new creat".to_owned(),
+        format!("rename {dir} /dev/shm/kt-other-dir-2"),
+        format!("unlink {link}"),
     ] {
         r.expect(&op, "EACCES");
     }
@@ -702,25 +737,38 @@ fn shared_memory_not_made_in_the_sandbox_is_refused() {
         "open /dev/shm/kt-mine-3 r".to_owned(),
         "unlink /dev/shm/kt-mine-3".to_owned(),
         "unlink /dev/shm/kt-mine-2".to_owned(),
+        "mkdir /dev/shm/kt-my-dir".to_owned(),
+        "open /dev/shm/kt-my-dir/seg creat".to_owned(),
+        "open /dev/shm/kt-my-dir/seg r".to_owned(),
+        "unlink /dev/shm/kt-my-dir/seg".to_owned(),
+        "rmdir /dev/shm/kt-my-dir".to_owned(),
     ] {
         r.expect(&op, "OK");
     }
     // One denial each, in records or counts of identical ones (the opens of one name by
-    // one process aggregate), every one of the other's name.
+    // one process aggregate), every one of the other program's names.
     let recs = r.records("/unmapped/reason", "foreign_shared_memory");
     let denials: u64 = recs.iter().map(|v| v["count"].as_u64().unwrap_or(1)).sum();
-    assert_eq!(denials, 7, "{:#?}", r.audit);
+    assert_eq!(denials, 11, "{:#?}", r.audit);
     for rec in &recs {
         assert_eq!(
             rec["unmapped"]["rule"], "(shared memory that is not the command's own: /dev/shm)",
             "{rec:#}"
         );
-        assert_eq!(rec["file"]["path"], other, "{rec:#}");
+        let path = rec["file"]["path"].as_str().unwrap_or_default();
+        assert!(path.starts_with("/dev/shm/kt-other"), "{rec:#}");
     }
-    // Untouched: still there, under its name, for its program.
+    // Untouched: still there, under their names, for their program.
     assert_eq!(
-        probe_outside_as_agent(&[&["open", other, "r"], &["unlink", other]]),
-        vec!["OK"; 2],
+        probe_outside_as_agent(&[
+            &["open", other, "r"],
+            &["open", in_dir, "r"],
+            &["unlink", link],
+            &["unlink", in_dir],
+            &["rmdir", dir],
+            &["unlink", other],
+        ]),
+        vec!["OK"; 6],
         "outside the sandbox, after"
     );
 }
