@@ -628,33 +628,13 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
     r.expect(&format!("open {link} w"), "EACCES");
 }
 
-/// POSIX shared memory and semaphores (`/dev/shm`, writable under the built-in policy):
-/// a segment another program of the same user made is refused to the command, opened in
-/// any mode or as a name to remove, rename, replace or link; so are its directory (and a
-/// name made there) and its symlink; what the command makes there is its own (made,
-/// reopened, renamed, linked as `sem_open` does, removed; a directory and its contents).
-#[test]
-#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
-fn shared_memory_not_made_in_the_sandbox_is_refused() {
-    let d = agent_dir("shm");
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    assert!(
-        mounts
-            .lines()
-            .any(|l| l.starts_with("tmpfs /dev/shm tmpfs ")),
-        "the guest mounts a tmpfs at /dev/shm: {mounts}"
-    );
-    let other = "/dev/shm/kt-other-seg";
-    let (dir, in_dir, link) = (
-        "/dev/shm/kt-other-dir",
-        "/dev/shm/kt-other-dir/seg",
-        "/dev/shm/kt-other-link",
-    );
+/// Another program of the agent's user makes a segment (`other`), a directory of segments
+/// (`dir`, with `in_dir` in it) and a symlink (`link`) in `/dev/shm`; every route the
+/// sandbox test then tries works outside the sandbox.
+fn other_programs_shared_memory(other: &str, dir: &str, in_dir: &str, link: &str) {
     let _ = std::fs::remove_file(other);
     let _ = std::fs::remove_file(link);
     let _ = std::fs::remove_dir_all(dir);
-    // Another program of the agent's user makes a segment, a directory of segments and a
-    // symlink; the routes work outside.
     assert_eq!(
         probe_outside_as_agent(&[
             &["open", other, "creat"],
@@ -678,6 +658,31 @@ fn shared_memory_not_made_in_the_sandbox_is_refused() {
         vec!["OK"; 17],
         "outside the sandbox"
     );
+}
+
+/// POSIX shared memory and semaphores (`/dev/shm`, writable under the built-in policy):
+/// a segment another program of the same user made is refused to the command, opened in
+/// any mode or as a name to remove, rename, replace or link; so are its directory (and a
+/// name made there) and its symlink; what the command makes there is its own (made,
+/// reopened, renamed, linked as `sem_open` does, removed; a directory and its contents).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn shared_memory_not_made_in_the_sandbox_is_refused() {
+    let d = agent_dir("shm");
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(
+        mounts
+            .lines()
+            .any(|l| l.starts_with("tmpfs /dev/shm tmpfs ")),
+        "the guest mounts a tmpfs at /dev/shm: {mounts}"
+    );
+    let other = "/dev/shm/kt-other-seg";
+    let (dir, in_dir, link) = (
+        "/dev/shm/kt-other-dir",
+        "/dev/shm/kt-other-dir/seg",
+        "/dev/shm/kt-other-link",
+    );
+    other_programs_shared_memory(other, dir, in_dir, link);
     let mine = "/dev/shm/kt-mine";
     let r = probe_as_agent(
         &d,
@@ -868,11 +873,24 @@ fn attach_keeps_the_shared_memory_its_processes_hold() {
     assert_eq!(in_service(held), OK, "the segment the service holds open");
     assert_eq!(in_service(mapped), OK, "the segment the service has mapped");
     assert_eq!(in_service(other), EACCES);
+    // A process moved in later holding the other segment (or sent its descriptor): it
+    // keeps its descriptor, and the cgroup gets no name for it at the reload.
+    let mut late = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec sleep 1000",
+            cg.display()
+        ))
+        .stdin(std::fs::File::open(other).unwrap())
+        .spawn()
+        .unwrap();
     attach.signal(libc::SIGHUP);
     attach.wait_line("reloaded");
     assert_eq!(in_service(held), OK, "after a reload");
     assert_eq!(in_service(mapped), OK, "after a reload");
-    assert_eq!(in_service(other), EACCES);
+    assert_eq!(in_service(other), EACCES, "held only since after the bind");
+    let _ = late.kill();
+    let _ = late.wait();
     attach.signal(libc::SIGTERM);
     attach.wait_line("no longer confined");
     assert!(attach.child.wait().unwrap().success());
