@@ -37,19 +37,6 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
     }
     let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);
-    // A terminal that is not the command's own (`terminal.rs`): by the inode, whatever
-    // the path.
-    let foreign_terminal = TERMINALS && imode::is_chr(facts.mode) && {
-        let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-        crate::terminal::is_terminal(facts.dentry, inode, off) && !crate::own::ours(inode)
-    };
-    // Shared memory that no confined process made (`shm.rs`): one compare of the device
-    // for every other file.
-    let shm_dev = scope.info.shm_dev;
-    let foreign_shm = TERMINALS && shm_dev != 0 && facts.dev == shm_dev && {
-        let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-        crate::shm::foreign(shm_dev, facts.dev, facts.dentry, inode, off)
-    };
     check_with::<true>(
         hook::FILE_OPEN,
         scope,
@@ -61,12 +48,39 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
             if escape {
                 return Some(Deny::because(reason::SELF_PROTECTION));
             }
-            // A rule that names the file says more (the user's own terminal has one).
+            // A rule that names the file says more (the user's own terminal has one). Then
+            // what is refused by the inode, whatever the path, decided here after the
+            // resolve: values known before it kept a state each through it (on 6.1, 64,485
+            // instructions verified against 30,600 without).
             decide::file(scope.flags(), f_mode, imode::is_dir(facts.mode), m)
-                .or(foreign_terminal.then_some(Deny::because(reason::FOREIGN_TERMINAL)))
-                .or(foreign_shm.then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY)))
+                .or_else(|| TERMINALS.then(|| refused_by_inode(file, facts, scope, off))?)
         },
     )
+}
+
+/// What `file_open` refuses by the inode, whatever the path: a terminal that is not the
+/// command's own (`terminal.rs`); shared memory that no confined process made (`shm.rs`;
+/// one compare of the device for every other file).
+#[inline(always)]
+fn refused_by_inode(
+    file: *const u8,
+    facts: &FileFacts,
+    scope: Scope,
+    off: &KernelOffsets,
+) -> Option<Deny> {
+    let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
+    let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
+    if imode::is_chr(facts.mode)
+        && crate::terminal::is_terminal(dentry, inode, off)
+        && !crate::own::ours(inode)
+    {
+        return Some(Deny::because(reason::FOREIGN_TERMINAL));
+    }
+    let shm_dev = scope.info.shm_dev;
+    (shm_dev != 0
+        && facts.dev == shm_dev
+        && crate::shm::foreign(shm_dev, facts.dev, dentry, inode, off))
+    .then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY))
 }
 
 /// Resolves the file of `facts`, lets `decide` judge what matched, reports a deny (with
