@@ -229,6 +229,9 @@ fn opened_file(ctx: *mut c_void) -> *const u8 {
         return core::ptr::null();
     }
     let off = kread::offsets();
+    if off.task_struct_files == 0 {
+        return core::ptr::null();
+    }
     // SAFETY: plain helper call; the task is the current one.
     let task = unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() }
         .cast_const()

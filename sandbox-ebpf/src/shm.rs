@@ -31,37 +31,23 @@ use crate::kread;
 /// `TMPFS_MAGIC` (include/uapi/linux/magic.h).
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
-/// `dentry`, on the file system `dev`, names an inode of the policy's shared memory
-/// (`shm_dev`) that is not the sandbox's own: any type but the file system's root (a
+/// `dentry`, a name on the policy's shared memory (the caller compared the device), names
+/// an inode that is not the sandbox's own: any type but the file system's root (a
 /// directory another program made, its FIFOs and symlinks too). `inode` is the dentry's,
-/// typed by the verifier (NULL for a name not yet made: not foreign); looked up only when
-/// the rest holds.
+/// typed by the verifier (NULL for a name not yet made: not foreign).
 #[inline(always)]
-pub fn foreign(
-    shm_dev: u32,
-    dev: u32,
-    dentry: *const u8,
-    inode: *const u8,
-    off: &KernelOffsets,
-) -> bool {
-    shm_dev != 0
-        && dev == shm_dev
-        && !inode.is_null()
-        && !is_root(dentry, off)
-        && !crate::own::ours(inode)
+pub fn foreign(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> bool {
+    !inode.is_null() && !is_root(dentry, off) && !crate::own::ours(inode)
 }
 
-/// The directory `dentry` is in, on the file system `dev`, is one of the policy's shared
-/// memory that is not the sandbox's own (its root is everyone's): a name made, removed or
-/// moved there changes another program's directory.
+/// The directory `dentry` (a name on the policy's shared memory) is in is not the
+/// sandbox's own (the root is everyone's): a name made, removed or moved there changes
+/// another program's directory.
 #[inline(always)]
-pub fn foreign_parent(shm_dev: u32, dev: u32, dentry: *const u8, off: &KernelOffsets) -> bool {
-    if shm_dev == 0 || dev != shm_dev {
-        return false;
-    }
+pub fn foreign_parent(dentry: *const u8, off: &KernelOffsets) -> bool {
     let parent: *const u8 = kread::field(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
     let inode: *const u8 = kread::field(parent, off.dentry_d_inode).unwrap_or(core::ptr::null());
-    !parent.is_null() && foreign(shm_dev, dev, parent, inode, off)
+    !parent.is_null() && foreign(parent, inode, off)
 }
 
 /// `dentry` is the root of its file system (its own parent).

@@ -68,19 +68,18 @@ fn refused_by_inode(
     scope: Scope,
     off: &KernelOffsets,
 ) -> Option<Deny> {
-    let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
-    let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-    if imode::is_chr(facts.mode)
-        && crate::terminal::is_terminal(dentry, inode, off)
-        && !crate::own::ours(inode)
-    {
-        return Some(Deny::because(reason::FOREIGN_TERMINAL));
+    // The file's own pointers, typed by the verifier, read from it only when asked.
+    let dentry = || kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
+    let inode = || kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
+    if imode::is_chr(facts.mode) {
+        let inode: *const u8 = inode();
+        if crate::terminal::is_terminal(dentry(), inode, off) && !crate::own::ours(inode) {
+            return Some(Deny::because(reason::FOREIGN_TERMINAL));
+        }
     }
     let shm_dev = scope.info.shm_dev;
-    (shm_dev != 0
-        && facts.dev == shm_dev
-        && crate::shm::foreign(shm_dev, facts.dev, dentry, inode, off))
-    .then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY))
+    (shm_dev != 0 && facts.dev == shm_dev && crate::shm::foreign(dentry(), inode(), off))
+        .then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY))
 }
 
 /// Resolves the file of `facts`, lets `decide` judge what matched, reports a deny (with

@@ -43,8 +43,7 @@ fn check_name_noting(
     let foreign_shm = shm_dev != 0 && facts.dev == shm_dev && {
         let inode: *const u8 =
             kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
-        crate::shm::foreign(shm_dev, facts.dev, dentry, inode, off)
-            || crate::shm::foreign_parent(shm_dev, facts.dev, dentry, off)
+        crate::shm::foreign(dentry, inode, off) || crate::shm::foreign_parent(dentry, off)
     };
     check(
         hook_id,

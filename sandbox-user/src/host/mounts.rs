@@ -135,28 +135,40 @@ pub fn shm_dev() -> u32 {
 /// [`shm_dev`] of a mountinfo text, the shared memory directory being `at`. The last mount
 /// there is the one in view.
 fn shm_dev_in(text: &str, at: &str) -> u32 {
-    let mut dev = 0;
-    for line in text.lines() {
+    text.lines()
+        .filter_map(MountInfo::of)
+        .rfind(|m| m.mount_point == at)
+        .filter(|m| m.fstype == "tmpfs" && m.root == "/")
+        .map_or(0, |m| m.dev)
+}
+
+/// One line of mountinfo: the fields sandbox uses.
+struct MountInfo<'a> {
+    dev: u32,
+    /// The mounted directory within its superblock, escapes undone.
+    root: String,
+    mount_point: String,
+    fstype: &'a str,
+    /// The superblock's options (btrfs's `subvol=`).
+    options: Option<&'a str>,
+}
+
+impl<'a> MountInfo<'a> {
+    fn of(line: &'a str) -> Option<Self> {
         let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        if f.len() < 5 || unescape(f[4]) != at {
-            continue;
+        let sep = f.iter().position(|x| *x == "-")?;
+        if f.len() < 5 || sep + 1 >= f.len() {
+            return None;
         }
-        let Some((maj, min)) = f[2].split_once(':') else {
-            continue;
-        };
-        let (Ok(maj), Ok(min)) = (maj.parse(), min.parse()) else {
-            continue;
-        };
-        dev = if f.get(sep + 1) == Some(&"tmpfs") && f[3] == "/" {
-            kernel_dev(maj, min)
-        } else {
-            0
-        };
+        let (maj, min) = f[2].split_once(':')?;
+        Some(MountInfo {
+            dev: kernel_dev(maj.parse().ok()?, min.parse().ok()?),
+            root: unescape(f[3]),
+            mount_point: unescape(f[4]),
+            fstype: f[sep + 1],
+            options: f.get(sep + 3).copied(),
+        })
     }
-    dev
 }
 
 /// One entry per superblock. Where its root (`root == "/"`) is mounted several times, the
@@ -170,31 +182,16 @@ pub fn parse(text: &str) -> Vec<Superblock> {
     let mut by_dev: BTreeMap<u32, Mounts> = BTreeMap::new();
     // A file bind-mounted and then replaced shows as `...//deleted`.
     let live_root = |r: String| r.strip_suffix("//deleted").map_or(r.clone(), str::to_owned);
-    for line in text.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        if f.len() < 5 || sep + 1 >= f.len() {
-            continue;
-        }
-        let Some((maj, min)) = f[2].split_once(':') else {
-            continue;
-        };
-        let (Ok(maj), Ok(min)) = (maj.parse(), min.parse()) else {
-            continue;
-        };
-        let dev = kernel_dev(maj, min);
-        let fstype = f[sep + 1];
-        let (root, mount_point) = (live_root(unescape(f[3])), unescape(f[4]));
+    for m in text.lines().filter_map(MountInfo::of) {
+        let (root, mount_point) = (live_root(m.root), m.mount_point);
         let e = by_dev
-            .entry(dev)
-            .or_insert_with(|| (fstype.to_owned(), Vec::new(), Vec::new()));
+            .entry(m.dev)
+            .or_insert_with(|| (m.fstype.to_owned(), Vec::new(), Vec::new()));
         if root == "/" {
             e.1.push(mount_point);
         } else {
-            let subvol = fstype == "btrfs"
-                && f.get(sep + 3).is_some_and(|o| {
+            let subvol = m.fstype == "btrfs"
+                && m.options.is_some_and(|o| {
                     o.split(',').any(|o| {
                         o.strip_prefix("subvol=")
                             .is_some_and(|v| unescape(v) == root)
