@@ -92,7 +92,13 @@ fn main() -> anyhow::Result<()> {
         println!("the native benchmark needs root (BPF programs and statistics): not run");
         return Ok(());
     }
+    let t = Instant::now();
     let kernel = loader::kernel_fit()?;
+    let btf_read = t.elapsed();
+    if std::env::var_os("SANDBOX_BENCH_START").is_some() {
+        // A start's parts alone.
+        return start_parts(&kernel, btf_read);
+    }
     let ticks = dircache::Ticks::now(true);
     make_tree();
     let files = tree_files();
@@ -305,6 +311,8 @@ fn main() -> anyhow::Result<()> {
     estimates(&table, &native, &pump_ns, outside);
     println!();
     in_syscall.print();
+    println!();
+    start_parts(&kernel, btf_read)?;
     holder.stop();
     drop(own);
     Ok(())
@@ -1268,6 +1276,89 @@ fn per_unit(table: &[(String, [f64; 3])], files: &[CString]) {
             (whole[col] - walk[col]) / bytes
         );
     }
+}
+
+/// What a start of `sandbox run` costs on this machine, in the parts that run here (the
+/// kernel refuses BPF-LSM programs, so neither their load nor their attach): the kernel's
+/// BTF read, the built-in policy's compile, its maps made and applied, and the verifier's
+/// pace, fitted over the loads of the benchmark programs (built from the same code as
+/// the hooks: time = a fixed part per program + a part per instruction verified). A run
+/// counts its programs' instructions with `SANDBOX_LOG=sandbox_user=debug`.
+fn start_parts(kernel: &KernelFit, btf_read: std::time::Duration) -> anyhow::Result<()> {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut t = Instant::now();
+    let mut lap = || {
+        let d = t.elapsed();
+        t = Instant::now();
+        ms(d)
+    };
+    let compiled = compiled(sandbox_user::policy::DEFAULT_POLICY)?;
+    let compile = lap();
+    let ids = loader::identities(&compiled, 0);
+    let identities = lap();
+    let mut enforcer =
+        Enforcer::create_maps(&compiled, &kernel.offsets, ids.entries.len(), &kernel.btf)?;
+    let maps = lap();
+    enforcer.apply(&compiled, &mounts::read()?, &ids)?;
+    let apply = lap();
+    // (instructions verified, ms) of each load, three loads of each program.
+    let mut loads: Vec<(f64, f64)> = Vec::new();
+    for _ in 0..3 {
+        for name in PROGRAMS {
+            let prog: &mut Iter = enforcer
+                .ebpf_mut()
+                .program_mut(name)
+                .ok_or_else(|| anyhow::anyhow!("{name} is not in the BPF object"))?
+                .try_into()?;
+            let t = Instant::now();
+            prog.load("task_file", &kernel.btf)
+                .map_err(|e| anyhow::anyhow!("loading {name}: {}", loader::error_chain(&e)))?;
+            let took = ms(t.elapsed());
+            let insns = prog
+                .info()
+                .ok()
+                .and_then(|i| i.verified_instruction_count())
+                .unwrap_or(0);
+            loads.push((f64::from(insns), took));
+            prog.unload()?;
+        }
+    }
+    // Least squares: ms = fixed + per_insn * insns.
+    let n = loads.len() as f64;
+    let (sx, sy) = loads
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (sxy, sxx) = loads.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
+    let per_insn = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let fixed = my - per_insn * mx;
+    println!("a start's parts on this machine (ms; BPF-LSM programs cannot be loaded here):");
+    println!(
+        "  kernel BTF read {:.0}, built-in policy compiled {compile:.1}, identities {identities:.1}, \
+         maps made {maps:.1}, policy applied {apply:.1}",
+        ms(btf_read)
+    );
+    println!(
+        "  verifier: {fixed:.2} ms per program + {:.0} ns per instruction verified (fitted \
+         over {} loads of the benchmark programs, {:.0}-{:.0} instructions)",
+        per_insn * 1e6,
+        loads.len(),
+        loads.iter().map(|l| l.0).fold(f64::MAX, f64::min),
+        loads.iter().map(|l| l.0).fold(0.0, f64::max),
+    );
+    for (what, programs, insns) in [
+        ("6.1's 45 programs", 45.0, 269_562.0),
+        ("7.3's 44 programs", 44.0, 183_000.0),
+    ] {
+        println!(
+            "    at that pace, {what} ({insns:.0} instructions, as counted in the guests): \
+             {:.0} ms on one CPU",
+            fixed * programs + per_insn * insns
+        );
+    }
+    Ok(())
 }
 
 /// The BPF trampoline of an LSM hook (entry, `__bpf_prog_enter_lsm`, exit), per program
