@@ -13,6 +13,7 @@ const GLOBAL_FUNCTIONS: &[&str] = &[
     "sandbox_scan",
     "sandbox_build_path",
     "sandbox_claim",
+    "sandbox_proc_outside",
 ];
 
 fn main() {

@@ -473,11 +473,20 @@ pub struct KernelOffsets {
     pub fdtable_fd: u32,
     /// `inode.i_nlink`: a file made anew has one link (or none: `O_TMPFILE`).
     pub inode_i_nlink: u32,
+    /// `proc_inode.pid` and `proc_inode.vfs_inode` (a procfs inode is the `vfs_inode` of a
+    /// `proc_inode`, whose `pid` names the process an entry of `/proc/PID/` is about, NULL
+    /// for the rest of `/proc`), `pid.tasks` (its first list: the task of that pid), and
+    /// `task_struct.pid_links` (where that list links the task): other processes' `/proc`
+    /// entries (`procfs.rs`).
+    pub proc_inode_pid: u32,
+    pub proc_inode_vfs_inode: u32,
+    pub pid_tasks: u32,
+    pub task_struct_pid_links: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 224);
+const _: () = assert!(size_of::<KernelOffsets>() == 240);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -808,6 +817,10 @@ impl KernelOffsets {
         files_struct_fd_array: 0,
         fdtable_fd: 0,
         inode_i_nlink: 0,
+        proc_inode_pid: 0,
+        proc_inode_vfs_inode: 0,
+        pid_tasks: 0,
+        task_struct_pid_links: 0,
         valid: 0,
     };
 }

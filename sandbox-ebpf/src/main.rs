@@ -22,6 +22,7 @@ mod maps;
 mod namecache;
 mod own;
 mod path;
+mod procfs;
 mod scope;
 mod shm;
 mod terminal;

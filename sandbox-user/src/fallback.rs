@@ -727,6 +727,12 @@ fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
          Landlock cannot",
     );
     cov.implicit(
+        "other processes' /proc entries",
+        "the /proc/PID files of processes outside the sandbox that the kernel does not put \
+         behind its ptrace check (cmdline, with secrets passed as arguments; status, \
+         mountinfo) can be read: the BPF-LSM backend refuses them, Landlock cannot",
+    );
+    cov.implicit(
         "kernel keys",
         "the user's kernel keyrings (keyctl, add_key, request_key, /proc/keys; Kerberos \
          tickets of a KEYRING: credential cache) are usable: neither Landlock nor the cgroup \

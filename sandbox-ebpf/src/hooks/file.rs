@@ -37,6 +37,12 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
     }
     let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);
+    // Another process's `stat` or `status` (a process lister's first read of it): refused
+    // without a record (`procfs.rs`); its other entries are refused after the resolve,
+    // with one.
+    if TERMINALS && quiet_other_process(file, scope, off) {
+        return if audit { 0 } else { -errno::EACCES };
+    }
     check_with::<true>(
         hook::FILE_OPEN,
         scope,
@@ -60,7 +66,8 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
 
 /// What `file_open` refuses by the inode, whatever the path: a terminal that is not the
 /// command's own (`terminal.rs`); shared memory that no confined process made (`shm.rs`;
-/// one compare of the device for every other file).
+/// one compare of the device for every other file); an entry in `/proc` of a process
+/// outside the sandbox (`procfs.rs`; a superblock's magic read for every other file).
 #[inline(always)]
 fn refused_by_inode(
     file: *const u8,
@@ -78,8 +85,21 @@ fn refused_by_inode(
         }
     }
     let shm_dev = scope.info.shm_dev;
-    (shm_dev != 0 && facts.dev == shm_dev && crate::shm::foreign(dentry(), inode(), off))
-        .then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY))
+    if shm_dev != 0 && facts.dev == shm_dev && crate::shm::foreign(dentry(), inode(), off) {
+        return Some(Deny::because(reason::FOREIGN_SHARED_MEMORY));
+    }
+    crate::procfs::outside(dentry(), inode(), scope.cgroup, off)
+        .then_some(Deny::because(reason::OUTSIDE_SCOPE))
+}
+
+/// `file` is the `stat` or `status` of a process outside the sandbox (`procfs.rs`).
+#[inline(always)]
+fn quiet_other_process(file: *const u8, scope: Scope, off: &KernelOffsets) -> bool {
+    let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
+    crate::procfs::on_procfs(dentry, off) && crate::procfs::listed_first(dentry, off) && {
+        let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
+        crate::procfs::sandbox_proc_outside(kread::untyped(inode), scope.cgroup) != 0
+    }
 }
 
 /// Resolves the file of `facts`, lets `decide` judge what matched, reports a deny (with

@@ -474,10 +474,16 @@ fn other_processes_of_the_same_user() {
         .map(|v| v["count"].as_u64().unwrap_or(1))
         .sum();
     assert_eq!(
-        ptrace_denials, 5,
+        ptrace_denials, 3,
         "one ptrace denial per route: {:#?}",
         r.audit
     );
+    // `mem` and `environ` are refused at the open, before the kernel's ptrace check: the
+    // process's entries in /proc are not the sandbox's (`procfs.rs`).
+    for entry in ["mem", "environ"] {
+        let rec = r.one_record("/file/path", &format!("/proc/{pid}/{entry}"));
+        assert_eq!(rec["unmapped"]["reason"], "outside_scope", "{rec:#}");
+    }
     assert!(activities.contains(&"task"), "{activities:?}");
     for rec in &recs {
         assert_eq!(rec["unmapped"]["reason"], "outside_scope", "{rec:#}");
@@ -508,6 +514,94 @@ fn other_processes_of_the_same_user() {
             r.stderr
         );
     }
+    target.kill().unwrap();
+    let _ = target.wait();
+}
+
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn other_processes_proc_entries_are_refused() {
+    let d = agent_dir("procfs");
+    let b = bins();
+    // Another program of the same user, with a secret on its command line.
+    let mut target = Command::new(&b.probe)
+        .args(["sleep", "600000", "--token=s3cret"])
+        .uid(User::Agent.uid())
+        .gid(User::Agent.uid())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    let at = |entry: &str| format!("/proc/{pid}/{entry}");
+    let recorded = [
+        at("cmdline"),
+        format!("/proc/{pid}/task/{pid}/cmdline"),
+        at("mountinfo"),
+        format!("/proc/{pid}"),
+        "/proc/1/cmdline".to_owned(),
+    ];
+    let quiet = [at("stat"), at("status")];
+    let ops: Vec<[&str; 3]> = recorded
+        .iter()
+        .chain(&quiet)
+        .map(|p| ["open", p.as_str(), "r"])
+        .collect();
+    let ops: Vec<&[&str]> = ops.iter().map(<[&str; 3]>::as_slice).collect();
+    assert_eq!(
+        probe_outside_as_agent(&ops),
+        vec!["OK"; ops.len()],
+        "outside the sandbox"
+    );
+    let mut inside = ops.clone();
+    // Its own entries and the rest of /proc stay readable.
+    let own: &[&[&str]] = &[
+        &["open", "/proc/self/cmdline", "r"],
+        &["open", "/proc/self/stat", "r"],
+        &["open", "/proc/thread-self/status", "r"],
+        &["open", "/proc/meminfo", "r"],
+    ];
+    inside.extend_from_slice(own);
+    let r = probe_as_agent(&d, Some("version: 1\n"), &inside);
+    for p in recorded.iter().chain(&quiet) {
+        r.expect(&format!("open {p} r"), "EACCES");
+    }
+    for op in own {
+        r.expect(&op.join(" "), "OK");
+    }
+    for p in &recorded {
+        let rec = r.one_record("/file/path", p);
+        assert_eq!(rec["unmapped"]["reason"], "outside_scope", "{rec:#}");
+        assert_eq!(
+            rec["unmapped"]["rule"], "(process outside the sandbox)",
+            "{rec:#}"
+        );
+    }
+    for p in &quiet {
+        assert!(
+            r.records("/file/path", p).is_empty(),
+            "a lister's read is refused without a record: {:#?}",
+            r.audit
+        );
+    }
+    // Inside the sandbox, processes read each other's entries as before.
+    let script = format!(
+        "{p} sleep 600000 & c=$!; {p} open /proc/$c/cmdline r :: open /proc/$c/stat r :: \
+         open /proc/$c/task/$c/status r; kill $c",
+        p = b.probe.display()
+    );
+    let r = run_as_agent(&d, Some("version: 1\n"), &["/bin/sh", "-c", &script]);
+    let answers: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("PROBE open /proc/"))
+        .collect();
+    assert_eq!(answers.len(), 3, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        answers.iter().all(|l| l.ends_with("-> OK")),
+        "inside the sandbox:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     target.kill().unwrap();
     let _ = target.wait();
 }

@@ -1,0 +1,88 @@
+//! Other processes' entries in `/proc`. The kernel asks its ptrace check (and so the
+//! `ptrace_access_check` program) for some of a process's files (`mem`, `environ`, `maps`,
+//! the `fd` links) but not for the rest: `cmdline` (secrets passed as arguments: a token
+//! in a `curl` header, a database password), `stat`, `status`, `io`'s neighbours, `mountinfo`.
+//! A confined process may open no entry of `/proc/PID/` (nor `/proc/PID/task/TID/`) whose
+//! process runs outside the sandbox; its own processes' entries, and the rest of `/proc`,
+//! are decided by the policy as before. It sees other processes as a pid namespace would
+//! show them: their numbers in `/proc`, nothing more.
+//!
+//! Invariants:
+//! - A file is an entry of a process when its superblock is a procfs one (any mount of
+//!   it) and its inode's `proc_inode.pid` is set: the kernel sets it for every inode it
+//!   makes below `/proc/PID/` and `/proc/PID/task/TID/`, to that process's or thread's
+//!   `struct pid`, and for no other.
+//! - The entry's process is the task of that pid (`pid.tasks[PIDTYPE_PID]`); one that has
+//!   exited (no task) is not the sandbox's, nor is one whose memory cannot be read (fail
+//!   closed). Inside means in the sandbox's cgroup or below (`scope::task_within`).
+//! - `stat` and `status`, what process listers read first for each process (`ps`, `top`,
+//!   `pgrep`, psutil), are refused without a record, as the kernel's own "do not audit"
+//!   reads are (a lister then skips the process, and reads nothing more of it); every other
+//!   entry is refused with a record.
+
+use sandbox_common::KernelOffsets;
+
+use crate::kread;
+
+/// `PROC_SUPER_MAGIC` (include/uapi/linux/magic.h).
+const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+
+/// `dentry`, typed by the verifier, is on a procfs.
+#[inline(always)]
+pub fn on_procfs(dentry: *const u8, off: &KernelOffsets) -> bool {
+    let sb: *const u8 = kread::field(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
+    kread::field::<u64>(sb, off.super_block_s_magic) == Ok(PROC_SUPER_MAGIC)
+}
+
+/// The procfs inode `inode` (its address) is an entry of a process that is not inside
+/// the sandbox bound at `bound`: 1, else 0. A global function: verified once per program
+/// (with the cgroup walk's loop), whatever the caller's state, and called only for files
+/// on a procfs.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn sandbox_proc_outside(inode: u64, bound: u64) -> u32 {
+    let off = kread::offsets();
+    if inode == 0 {
+        return 1;
+    }
+    let ei = inode.wrapping_sub(u64::from(off.proc_inode_vfs_inode)) as *const u8;
+    let Ok(pid) = kread::read_ptr(ei, off.proc_inode_pid) else {
+        return 1;
+    };
+    if pid.is_null() {
+        // Not a process's entry (`/proc/meminfo`, `/proc/sys`, ...).
+        return 0;
+    }
+    let Ok(node) = kread::read_ptr(pid, off.pid_tasks) else {
+        return 1;
+    };
+    if node.is_null() {
+        // The process has exited.
+        return 1;
+    }
+    let task = (node as u64).wrapping_sub(u64::from(off.task_struct_pid_links)) as *const u8;
+    u32::from(!crate::scope::task_within(task, bound))
+}
+
+/// The file (`dentry`, `inode`: typed by the verifier) is an entry of a process outside
+/// the sandbox bound at `bound`.
+#[inline(always)]
+pub fn outside(dentry: *const u8, inode: *const u8, bound: u64, off: &KernelOffsets) -> bool {
+    on_procfs(dentry, off) && sandbox_proc_outside(kread::untyped(inode), bound) != 0
+}
+
+/// The entry's name is one a process lister reads first: `stat` or `status`.
+#[inline(always)]
+pub fn listed_first(dentry: *const u8, off: &KernelOffsets) -> bool {
+    let len: u32 = kread::field(dentry, off.dentry_d_name_len).unwrap_or(0);
+    if len != 4 && len != 6 {
+        return false;
+    }
+    let name: *const u8 = kread::field(dentry, off.dentry_d_name_name).unwrap_or(core::ptr::null());
+    let Ok(word) = kread::read::<u64>(name, 0) else {
+        return false;
+    };
+    let stat = u64::from(u32::from_le_bytes(*b"stat"));
+    let status = u64::from_le_bytes(*b"status\0\0");
+    (len == 4 && word & 0xffff_ffff == stat) || (len == 6 && word & 0xffff_ffff_ffff == status)
+}
