@@ -80,13 +80,19 @@ const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 /// Deeper than any cgroup tree (the kernel's own default limit is far lower in practice).
 const MAX_CGROUP_WALK: u32 = 64;
 
-/// Self-protection: `file` is on cgroup2 and not inside the cgroup subtree the current task
-/// is confined to (`bound`, its scope's cgroup). Writing there (`cgroup.procs`,
-/// `cgroup.kill`, limits of other groups) would move the task out of scope or act on other
-/// processes. A cgroup directory's inode
-/// number is the cgroup id, so the test is a walk up the dentry chain.
+/// Self-protection: `file`, opened for writing, is on cgroup2 and either not inside the
+/// cgroup subtree the current task is confined to (`bound`, its scope's cgroup), or a
+/// list of members (`cgroup.procs`, `cgroup.threads`) anywhere. Writing outside
+/// (`cgroup.procs`, `cgroup.kill`, limits of other groups) would move the task out of
+/// scope or act on other processes; writing a pid into a list inside would pull a
+/// process from outside in (the kernel asks only for write access to the lists of the
+/// two cgroups' common ancestor: the root's, which root has), where it would count as
+/// the sandbox's own (its `/proc` entries, ptrace, signals). So no process inside moves
+/// between cgroups (`clone3(CLONE_INTO_CGROUP)` is refused too, `protect.rs`); cgroups
+/// below its own can be made and set. A cgroup directory's inode number is the cgroup
+/// id, so the test is a walk up the dentry chain.
 #[inline(always)]
-pub fn cgroup_outside_scope(file: *const u8, bound: u64, off: &KernelOffsets) -> bool {
+pub fn cgroup_write_refused(file: *const u8, bound: u64, off: &KernelOffsets) -> bool {
     let Ok(dentry) = kread::read_ptr(file, off.file_f_path_dentry) else {
         return false;
     };
@@ -96,6 +102,9 @@ pub fn cgroup_outside_scope(file: *const u8, bound: u64, off: &KernelOffsets) ->
     let magic: u64 = kread::read(sb, off.super_block_s_magic).unwrap_or(0);
     if magic != CGROUP2_SUPER_MAGIC {
         return false;
+    }
+    if member_list(dentry, off) {
+        return true;
     }
     let mut walk = CgroupWalk {
         dentry: dentry as u64,
@@ -116,7 +125,30 @@ pub fn cgroup_outside_scope(file: *const u8, bound: u64, off: &KernelOffsets) ->
     unsafe { core::ptr::read_volatile(&raw const walk.outside) != 0 }
 }
 
-/// The state of [`cgroup_outside_scope`]'s walk, on the caller's stack: two numbers the
+/// `dentry` (a cgroup2 file) is `cgroup.procs` or `cgroup.threads`; an unreadable name
+/// is one (fail closed).
+#[inline(always)]
+fn member_list(dentry: *const u8, off: &KernelOffsets) -> bool {
+    let len: u32 = kread::read(dentry, off.dentry_d_name_len).unwrap_or(u32::MAX);
+    if len != 12 && len != 14 {
+        return len == u32::MAX;
+    }
+    let Ok(name) = kread::read_ptr(dentry, off.dentry_d_name_name) else {
+        return true;
+    };
+    // The first eight bytes and the last eight.
+    let (Ok(head), Ok(tail)) = (
+        kread::read::<u64>(name, 0),
+        kread::read::<u64>(name, len - 8),
+    ) else {
+        return true;
+    };
+    let word = |b: &[u8; 8]| u64::from_le_bytes(*b);
+    (len == 12 && head == word(b"cgroup.p") && tail == word(b"up.procs"))
+        || (len == 14 && head == word(b"cgroup.t") && tail == word(b".threads"))
+}
+
+/// The state of [`cgroup_write_refused`]'s walk, on the caller's stack: two numbers the
 /// verifier cannot know (so `cgroup_step` verifies once, not once per level as an
 /// unrolled loop did: 12,600 instructions of `file_open` on 6.18) and the verdict. No
 /// counter or depth here: a field that changes on every step would keep kernels that
@@ -129,11 +161,11 @@ struct CgroupWalk {
     outside: u64,
 }
 
-/// One level of [`cgroup_outside_scope`]'s walk: stops (returns 1) at the scope's cgroup
+/// One level of [`cgroup_write_refused`]'s walk: stops (returns 1) at the scope's cgroup
 /// (inside) or at the root (outside); after `MAX_CGROUP_WALK` levels, outside.
 #[inline(never)]
 extern "C" fn cgroup_step(_index: u64, ctx: *mut c_void) -> i64 {
-    // SAFETY: bpf_loop passes the `CgroupWalk` of `cgroup_outside_scope`.
+    // SAFETY: bpf_loop passes the `CgroupWalk` of `cgroup_write_refused`.
     let Some(w) = (unsafe { ctx.cast::<CgroupWalk>().as_mut() }) else {
         return 1;
     };

@@ -9,9 +9,12 @@
 //!
 //! Invariants:
 //! - A file is an entry of a process when its superblock is a procfs one (any mount of
-//!   it) and its inode's `proc_inode.pid` is set: the kernel sets it for every inode it
-//!   makes below `/proc/PID/` and `/proc/PID/task/TID/`, to that process's or thread's
-//!   `struct pid`, and for no other.
+//!   it) and its inode's `proc_inode.pid` is set, or that of one of its directories up to
+//!   `/proc/PID/net/`'s: the kernel sets it for every inode it makes with
+//!   `proc_pid_make_inode` below `/proc/PID/` and `/proc/PID/task/TID/`, to that
+//!   process's or thread's `struct pid`, and for no other; the files below
+//!   `/proc/PID/net/` are its network namespace's (`proc_get_inode`, no pid), reached
+//!   only through that directory. `/proc/self/...` is the opener's own.
 //! - The entry's process is the task of that pid (`pid.tasks[PIDTYPE_PID]`); one that has
 //!   exited (no task) is not the sandbox's, nor is one whose memory cannot be read (fail
 //!   closed). Inside means in the sandbox's cgroup or below (`scope::task_within`).
@@ -34,21 +37,47 @@ pub fn on_procfs(dentry: *const u8, off: &KernelOffsets) -> bool {
     kread::field::<u64>(sb, off.super_block_s_magic) == Ok(PROC_SUPER_MAGIC)
 }
 
-/// The procfs inode `inode` (its address) is an entry of a process that is not inside
-/// the sandbox bound at `bound`: 1, else 0. A global function: verified once per program
-/// (with the cgroup walk's loop), whatever the caller's state, and called only for files
-/// on a procfs.
+/// Levels above a procfs file searched for the process it is about: `/proc/PID/net/`'s
+/// files and directories are the network namespace's own (`proc_net`: no pid of their
+/// own), at most three levels below `net` (`net/stat/...`, `net/netfilter/...`,
+/// `net/dev_snmp6/IF`), whose directory is the process's.
+const PROC_LEVELS: u32 = 5;
+
+/// The procfs file `dentry` (its address) is an entry of a process that is not inside
+/// the sandbox bound at `bound`: 1, else 0. Its process is that of the nearest of it and
+/// its directories (up to [`PROC_LEVELS`]) whose inode names one. A global function:
+/// verified once per program (with the cgroup walk's loop), whatever the caller's
+/// state, and called only for files on a procfs.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_proc_outside(inode: u64, bound: u64) -> u32 {
+pub extern "C" fn sandbox_proc_outside(dentry: u64, bound: u64) -> u32 {
     let off = kread::offsets();
-    if inode == 0 {
-        return 1;
+    let mut d = dentry as *const u8;
+    let mut pid: *const u8 = core::ptr::null();
+    for _ in 0..PROC_LEVELS {
+        let Ok(inode) = kread::read_ptr(d, off.dentry_d_inode) else {
+            return 1;
+        };
+        if inode.is_null() {
+            return 1;
+        }
+        let ei = (inode as u64).wrapping_sub(u64::from(off.proc_inode_vfs_inode)) as *const u8;
+        let Ok(p) = kread::read_ptr(ei, off.proc_inode_pid) else {
+            return 1;
+        };
+        if !p.is_null() {
+            pid = p;
+            break;
+        }
+        let Ok(parent) = kread::read_ptr(d, off.dentry_d_parent) else {
+            return 1;
+        };
+        if parent == d {
+            // The file system's root: `/proc` itself.
+            break;
+        }
+        d = parent;
     }
-    let ei = inode.wrapping_sub(u64::from(off.proc_inode_vfs_inode)) as *const u8;
-    let Ok(pid) = kread::read_ptr(ei, off.proc_inode_pid) else {
-        return 1;
-    };
     if pid.is_null() {
         // Not a process's entry (`/proc/meminfo`, `/proc/sys`, ...).
         return 0;
@@ -64,11 +93,11 @@ pub extern "C" fn sandbox_proc_outside(inode: u64, bound: u64) -> u32 {
     u32::from(!crate::scope::task_within(task, bound))
 }
 
-/// The file (`dentry`, `inode`: typed by the verifier) is an entry of a process outside
-/// the sandbox bound at `bound`.
+/// The file (`dentry`: typed by the verifier) is an entry of a process outside the
+/// sandbox bound at `bound`.
 #[inline(always)]
-pub fn outside(dentry: *const u8, inode: *const u8, bound: u64, off: &KernelOffsets) -> bool {
-    on_procfs(dentry, off) && sandbox_proc_outside(kread::untyped(inode), bound) != 0
+pub fn outside(dentry: *const u8, bound: u64, off: &KernelOffsets) -> bool {
+    on_procfs(dentry, off) && sandbox_proc_outside(kread::untyped(dentry), bound) != 0
 }
 
 /// The entry's name is one a process lister reads first: `stat` or `status`.

@@ -35,7 +35,7 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
     if f_flags & oflag::TRUNC != 0 {
         f_mode |= fmode::WRITE;
     }
-    let escape = f_mode & fmode::WRITE != 0 && path::cgroup_outside_scope(file, scope.cgroup, &off);
+    let escape = f_mode & fmode::WRITE != 0 && path::cgroup_write_refused(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);
     // Another process's `stat` or `status` (a process lister's first read of it): refused
     // without a record (`procfs.rs`); its other entries are refused after the resolve,
@@ -88,7 +88,7 @@ fn refused_by_inode(
     if shm_dev != 0 && facts.dev == shm_dev && crate::shm::foreign(dentry(), inode(), off) {
         return Some(Deny::because(reason::FOREIGN_SHARED_MEMORY));
     }
-    crate::procfs::outside(dentry(), inode(), scope.cgroup, off)
+    crate::procfs::outside(dentry(), scope.cgroup, off)
         .then_some(Deny::because(reason::OUTSIDE_SCOPE))
 }
 
@@ -96,10 +96,9 @@ fn refused_by_inode(
 #[inline(always)]
 fn quiet_other_process(file: *const u8, scope: Scope, off: &KernelOffsets) -> bool {
     let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
-    crate::procfs::on_procfs(dentry, off) && crate::procfs::listed_first(dentry, off) && {
-        let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-        crate::procfs::sandbox_proc_outside(kread::untyped(inode), scope.cgroup) != 0
-    }
+    crate::procfs::on_procfs(dentry, off)
+        && crate::procfs::listed_first(dentry, off)
+        && crate::procfs::sandbox_proc_outside(kread::untyped(dentry), scope.cgroup) != 0
 }
 
 /// Resolves the file of `facts`, lets `decide` judge what matched, reports a deny (with

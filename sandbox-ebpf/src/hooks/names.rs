@@ -17,12 +17,22 @@ use crate::scope::Scope;
 /// Judges a change to the name `dentry` (see `decide::name_change` for `guard`).
 #[inline(always)]
 fn check_name(hook_id: u32, scope: Scope, dentry: *const u8, guard: u32) -> i32 {
-    check_name_noting(hook_id, scope, dentry, guard, |_| {})
+    check_name_noting::<false>(hook_id, scope, dentry, guard, |_| {})
 }
 
-/// [`check_name`], telling `note` what matched the name first.
+/// [`check_name`] of an attribute change: a terminal that is not the command's own
+/// (`terminal.rs`) keeps its mode, times and extended attributes (a `chmod` would let
+/// others write to another shell's screen; `mesg` is its owner's).
 #[inline(always)]
-fn check_name_noting(
+fn check_attr(hook_id: u32, scope: Scope, dentry: *const u8) -> i32 {
+    check_name_noting::<true>(hook_id, scope, dentry, guard::NONE, |_| {})
+}
+
+/// [`check_name`], telling `note` what matched the name first. `TERMINALS`: terminals that
+/// are not the command's own are refused (attribute changes; devpts has no other name
+/// change).
+#[inline(always)]
+fn check_name_noting<const TERMINALS: bool>(
     hook_id: u32,
     scope: Scope,
     dentry: *const u8,
@@ -45,6 +55,24 @@ fn check_name_noting(
             kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
         crate::shm::foreign(dentry, inode, off) || crate::shm::foreign_parent(dentry, off)
     };
+    // A terminal that is not the command's own (attribute changes only).
+    let foreign_terminal = TERMINALS && imode::is_chr(facts.mode) && {
+        let inode: *const u8 =
+            kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
+        crate::terminal::is_terminal(dentry, inode, off) && !crate::own::ours(inode)
+    };
+    // One number the verifier does not know, rather than two booleans: each kept a state
+    // of its own through the whole resolve (on 6.1 `inode_setattr` twice over).
+    let foreign = kread::forget(
+        if foreign_shm {
+            reason::FOREIGN_SHARED_MEMORY
+        } else if foreign_terminal {
+            reason::FOREIGN_TERMINAL
+        } else {
+            0
+        },
+        scope.info.flags,
+    );
     check(
         hook_id,
         scope,
@@ -55,7 +83,7 @@ fn check_name_noting(
         |m, facts| {
             note(m);
             decide::name_change(scope.flags(), imode::is_dir(facts.mode), guard, m)
-                .or(foreign_shm.then_some(Deny::because(reason::FOREIGN_SHARED_MEMORY)))
+                .or((foreign != 0).then_some(Deny::because(foreign)))
         },
     )
 }
@@ -122,7 +150,7 @@ hook!(
 );
 hook!(path_rename, "path_rename", |ctx, scope| {
     let new: *const u8 = ctx.arg(3);
-    check_name_noting(hook::RENAME, scope, new, guard::NEW, |m| {
+    check_name_noting::<false>(hook::RENAME, scope, new, guard::NEW, |m| {
         let v = RenameDest {
             dentry: new as u64,
             mask: m.path,
@@ -144,7 +172,7 @@ macro_rules! setattr_hook {
             let attr: *const u8 = ctx.arg($attr);
             // `ia_valid` is the first field of `struct iattr` in every kernel.
             let valid: u32 = kread::field(attr, 0).unwrap_or(0);
-            check_name(setattr_id(valid), scope, ctx.arg::<*const u8>($arg), NONE)
+            check_attr(setattr_id(valid), scope, ctx.arg::<*const u8>($arg))
         });
     };
 }
@@ -172,7 +200,14 @@ fn setattr_id(ia_valid: u32) -> u32 {
 setattr_hook!(inode_setattr_2, dentry 0, iattr 1);
 setattr_hook!(inode_setattr_3, dentry 1, iattr 2);
 // Extended attributes and ACLs have hooks of their own.
-name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1, NONE);
-name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, dentry 1, NONE);
-name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1, NONE);
-name_hook!(inode_remove_acl, "inode_remove_acl", hook::XATTR, dentry 1, NONE);
+macro_rules! attr_hook {
+    ($name:ident, $hook:literal, dentry $arg:literal) => {
+        hook!($name, $hook, |ctx, scope| {
+            check_attr(hook::XATTR, scope, ctx.arg::<*const u8>($arg))
+        });
+    };
+}
+attr_hook!(inode_setxattr, "inode_setxattr", dentry 1);
+attr_hook!(inode_removexattr, "inode_removexattr", dentry 1);
+attr_hook!(inode_set_acl, "inode_set_acl", dentry 1);
+attr_hook!(inode_remove_acl, "inode_remove_acl", dentry 1);

@@ -662,14 +662,20 @@ fn op_exec_via(how: &str, args: &[String]) -> String {
     }
 }
 
+/// The probe's own cgroup directory (cgroup v2).
+fn own_cgroup_dir() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(format!("/sys/fs/cgroup{}", rel.trim_end_matches('/')))
+}
+
+/// Makes the cgroup `name` below the probe's own and moves the probe there by writing
+/// its `cgroup.procs`.
 fn op_cgroup_child(name: &str) -> String {
-    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
+    let Some(own) = own_cgroup_dir() else {
         return "NOCGROUP".into();
     };
-    let Some(rel) = text.lines().find_map(|l| l.strip_prefix("0::")) else {
-        return "NOCGROUP".into();
-    };
-    let dir = format!("/sys/fs/cgroup{}/{name}", rel.trim_end_matches('/'));
+    let dir = format!("{own}/{name}");
     if let Err(e) = std::fs::create_dir(&dir) {
         return errno_name(e.raw_os_error().unwrap_or(0));
     }
@@ -677,6 +683,17 @@ fn op_cgroup_child(name: &str) -> String {
         Ok(()) => "OK".into(),
         Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
     }
+}
+
+/// Writes `pid` into the probe's own cgroup's `cgroup.procs`: moves that process in.
+fn op_cgroup_pull(pid: &str) -> String {
+    let Some(own) = own_cgroup_dir() else {
+        return "NOCGROUP".into();
+    };
+    io(std::fs::write(
+        format!("{own}/cgroup.procs"),
+        pid.as_bytes(),
+    ))
 }
 
 /// Self-protection probes: what an agent would try to undo its confinement.
@@ -1128,6 +1145,7 @@ fn run_op(words: &[String]) -> String {
         "exec" => op_exec(&words[1..]),
         "exec-fd" | "exec-procfd" | "exec-memfd" => op_exec_via(a(0), &words[1..]),
         "cgroup-child" => op_cgroup_child(a(1)),
+        "cgroup-pull" => op_cgroup_pull(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
         "open-loop" => {

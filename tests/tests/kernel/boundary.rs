@@ -537,6 +537,10 @@ fn other_processes_proc_entries_are_refused() {
         at("cmdline"),
         format!("/proc/{pid}/task/{pid}/cmdline"),
         at("mountinfo"),
+        // Its network namespace's files (no pid of their own: judged by their directory).
+        at("net/tcp"),
+        at("net/unix"),
+        at("net/dev_snmp6"),
         format!("/proc/{pid}"),
         "/proc/1/cmdline".to_owned(),
     ];
@@ -677,20 +681,32 @@ fn terminals_not_made_in_the_sandbox_are_refused() {
     let other = UserTerminal::open(24, 80);
     let write_other = ["open", other.path.as_str(), "w"];
     let read_other = ["open", other.path.as_str(), "r"];
-    let ops: &[&[&str]] = &[&write_other, &read_other, &["pty-made"], &["pty-peer"]];
+    // Its mode (a `chmod` would open it to others' writes) and times are its owner's too.
+    let chmod_other = ["chmod", other.path.as_str()];
+    let touch_other = ["utimes", other.path.as_str()];
+    let ops: &[&[&str]] = &[
+        &write_other,
+        &read_other,
+        &chmod_other,
+        &touch_other,
+        &["pty-made"],
+        &["pty-peer"],
+    ];
     assert_eq!(
         probe_outside_as_agent(ops),
-        vec!["OK"; 4],
+        vec!["OK"; 6],
         "outside the sandbox"
     );
     let r = probe_as_agent(&d, Some("version: 1\n"), ops);
     r.expect(&write_other.join(" "), "EACCES");
     r.expect(&read_other.join(" "), "EACCES");
+    r.expect(&chmod_other.join(" "), "EACCES");
+    r.expect(&touch_other.join(" "), "EACCES");
     // Terminals made in the sandbox (what tmux, `script` and editors do) are its own.
     r.expect("pty-made", "OK");
     r.expect("pty-peer", "OK");
     let recs = r.records("/file/path", &other.path);
-    assert_eq!(recs.len(), 2, "{:#?}", r.audit);
+    assert_eq!(recs.len(), 4, "{:#?}", r.audit);
     for rec in recs {
         assert_eq!(rec["unmapped"]["reason"], "foreign_terminal", "{rec:#}");
         assert_eq!(

@@ -1,6 +1,6 @@
 //! Scope and self-protection: a confined process stays confined in the cgroups it makes,
 //! and cannot undo its confinement (`bpf()`, signals and ptrace to sandbox, mounts, moving
-//! itself out of its cgroup).
+//! itself out of its cgroup, pulling another process in).
 
 use sandbox_tests::*;
 
@@ -10,11 +10,38 @@ fn child_cgroup_stays_confined() {
     let d = workdir("child_cgroup");
     write(&d.join("secret.txt"), "s");
     let policy = format!("files:\n  deny: [{}/secret.txt]\n", d.display());
-    let r = check(
-        &d,
-        Some(&policy),
-        &[("cgroup-child escape", OK), ("open secret.txt r", EACCES)],
+    // A process inside can make a cgroup below its own but not move into it (writing a
+    // `cgroup.procs` is refused, see below); one moved there from outside (by root, as
+    // a service manager would) is as confined as before.
+    let pidfile = d.join("pid");
+    let mover = {
+        let pidfile = pidfile.clone();
+        std::thread::spawn(move || {
+            for _ in 0..600 {
+                if let Ok(pid) = std::fs::read_to_string(&pidfile)
+                    && !pid.trim().is_empty()
+                {
+                    let pid = pid.trim();
+                    let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+                    let rel = cg.trim().strip_prefix("0::").unwrap().to_owned();
+                    let dir = format!("/sys/fs/cgroup{rel}/escape");
+                    let _ = std::fs::create_dir(&dir);
+                    std::fs::write(format!("{dir}/cgroup.procs"), pid).unwrap();
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            false
+        })
+    };
+    let script = format!(
+        "{p} cgroup-child inner :: sleep 4000 :: open secret.txt r & echo $! > pid; wait",
+        p = bins().probe.display()
     );
+    let r = run_in(&d, Some(&policy), &d, &["/bin/sh", "-c", &script]);
+    assert!(mover.join().unwrap(), "the probe's pid never came");
+    r.expect("cgroup-child inner", EACCES);
+    r.expect("open secret.txt r", EACCES);
     let rec = r.one_record("/file/path", &path_str(&d, "secret.txt"));
     let cg = rec["unmapped"]["actor"]["cgroup"].as_str().unwrap();
     assert!(
@@ -24,7 +51,8 @@ fn child_cgroup_stays_confined() {
 }
 
 /// An agent cannot undo its confinement: no `bpf()`, no signals or ptrace to sandbox, no
-/// mounts, no moving itself out of its cgroup (its own sub-cgroups stay usable).
+/// mounts, no moving itself out of its cgroup, no writing of a `cgroup.procs` (not even
+/// into a cgroup of its own: it could pull a process in).
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn self_protection() {
@@ -40,7 +68,7 @@ fn self_protection() {
             ("ptrace-parent", EPERM),
             ("mount mnt", EPERM),
             ("cgroup-move /", EACCES),
-            ("cgroup-child inner", OK),
+            ("cgroup-child inner", EACCES),
         ],
     );
     // sandbox survived the SIGKILL attempt: it reported the probe's own exit status (1:
@@ -55,6 +83,20 @@ fn self_protection() {
         rec("/unmapped/activity", "mount"),
         rec("/file/path", "/sys/fs/cgroup/cgroup.procs").has("/unmapped/rule", "self_protection"),
     ]);
+    let inner = r
+        .records("/unmapped/rule", "self_protection")
+        .into_iter()
+        .filter(|v| {
+            v["file"]["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/inner/cgroup.procs"))
+        })
+        .count();
+    assert_eq!(
+        inner, 1,
+        "the write to a cgroup.procs inside: {:#?}",
+        r.audit
+    );
     // The signal and the ptrace were aimed at sandbox, the probe's parent.
     for activity in ["signal", "ptrace"] {
         let r = r.one_record("/unmapped/activity", activity);
@@ -173,4 +215,60 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
             "files.deny (implicit: raw disks and memory)",
         ),
     ]);
+}
+
+/// A root command cannot pull a process from outside into its cgroup (writing its pid
+/// into a `cgroup.procs` there, which the kernel allows root), where that process would
+/// count as the sandbox's own: its `/proc` entries, ptrace and signals.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn outside_processes_cannot_be_pulled_in() {
+    let d = workdir("pull_in");
+    let mut target = std::process::Command::new(&bins().probe)
+        .args(["sleep", "600000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    let cgroup_of = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let home = cgroup_of(&pid);
+    // Outside the sandbox, root moves it into another cgroup and back.
+    let elsewhere = "/sys/fs/cgroup/pull-outside";
+    let _ = std::fs::create_dir(elsewhere);
+    std::fs::write(format!("{elsewhere}/cgroup.procs"), &pid).unwrap();
+    assert_eq!(cgroup_of(&pid), "0::/pull-outside");
+    let back = format!(
+        "/sys/fs/cgroup{}/cgroup.procs",
+        home.strip_prefix("0::").unwrap().trim_end_matches('/')
+    );
+    std::fs::write(&back, &pid).unwrap();
+    let _ = std::fs::remove_dir(elsewhere);
+    assert_eq!(cgroup_of(&pid), home);
+    // Inside, as root: refused, and the process stays outside.
+    let pull = format!("cgroup-pull {pid}");
+    let environ = format!("open /proc/{pid}/environ r");
+    let r = check(
+        &d,
+        Some("name: pull\n"),
+        &[(pull.as_str(), EACCES), (environ.as_str(), EACCES)],
+    );
+    assert_eq!(cgroup_of(&pid), home, "the process was moved");
+    let recs: Vec<_> = r
+        .records("/unmapped/rule", "self_protection")
+        .into_iter()
+        .filter(|v| {
+            v["file"]["path"].as_str().is_some_and(|p| {
+                p.starts_with("/sys/fs/cgroup/sandbox/") && p.ends_with("/cgroup.procs")
+            })
+        })
+        .collect();
+    assert_eq!(recs.len(), 1, "{:#?}", r.audit);
+    r.one_record("/file/path", &format!("/proc/{pid}/environ"));
+    target.kill().unwrap();
+    let _ = target.wait();
 }
