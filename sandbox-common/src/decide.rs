@@ -173,6 +173,7 @@ pub mod imode {
     pub const S_IFMT: u16 = 0o170_000;
     pub const S_IFDIR: u16 = 0o040_000;
     pub const S_IFCHR: u16 = 0o020_000;
+    pub const S_IFBLK: u16 = 0o060_000;
     pub const S_IFREG: u16 = 0o100_000;
     pub const S_ISUID: u16 = 0o4000;
     pub const S_ISGID: u16 = 0o2000;
@@ -186,6 +187,11 @@ pub mod imode {
     #[inline(always)]
     pub const fn is_chr(mode: u16) -> bool {
         mode & S_IFMT == S_IFCHR
+    }
+
+    #[inline(always)]
+    pub const fn is_blk(mode: u16) -> bool {
+        mode & S_IFMT == S_IFBLK
     }
 
     #[inline(always)]

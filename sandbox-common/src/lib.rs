@@ -627,6 +627,10 @@ pub mod reason {
     /// A file in `/dev/shm` (POSIX shared memory, semaphores) that no confined process
     /// made: another program's segment (`shm.rs` in the programs).
     pub const FOREIGN_SHARED_MEMORY: u32 = 22;
+    /// A device node that is not the command's own (`/dev/null`, `/dev/urandom`, a disk's):
+    /// its contents are the policy's to allow, its name and attributes the host's (a root
+    /// command could otherwise replace `/dev/urandom` or `chmod` `/dev/ptmx`).
+    pub const HOST_DEVICE: u32 = 23;
 }
 
 /// `EventHeader::flags`.

@@ -37,15 +37,17 @@ pub fn on_procfs(dentry: *const u8, off: &KernelOffsets) -> bool {
     kread::field::<u64>(sb, off.super_block_s_magic) == Ok(PROC_SUPER_MAGIC)
 }
 
-/// Levels above a procfs file searched for the process it is about: `/proc/PID/net/`'s
-/// files and directories are the network namespace's own (`proc_net`: no pid of their
-/// own), at most three levels below `net` (`net/stat/...`, `net/netfilter/...`,
-/// `net/dev_snmp6/IF`), whose directory is the process's.
-const PROC_LEVELS: u32 = 5;
+/// Names searched from a procfs file up to `/proc` for the process it is about:
+/// `/proc/PID/net/`'s files and directories are the network namespace's own
+/// (`proc_net`: no pid of their own), some levels below `net` (`net/stat/...`,
+/// `net/rpc/CACHE/...`), whose directory is the process's; `/proc/sys` goes seven deep.
+/// A file further down than this is refused (fail closed).
+const PROC_LEVELS: u32 = 16;
 
 /// The procfs file `dentry` (its address) is an entry of a process that is not inside
 /// the sandbox bound at `bound`: 1, else 0. Its process is that of the nearest of it and
-/// its directories (up to [`PROC_LEVELS`]) whose inode names one. A global function:
+/// its directories whose inode names one (none up to `/proc`: no process's; more than
+/// [`PROC_LEVELS`] names deep: refused). A global function:
 /// verified once per program (with the cgroup walk's loop), whatever the caller's
 /// state, and called only for files on a procfs.
 #[unsafe(no_mangle)]
@@ -54,6 +56,7 @@ pub extern "C" fn sandbox_proc_outside(dentry: u64, bound: u64) -> u32 {
     let off = kread::offsets();
     let mut d = dentry as *const u8;
     let mut pid: *const u8 = core::ptr::null();
+    let mut at_root = false;
     for _ in 0..PROC_LEVELS {
         let Ok(inode) = kread::read_ptr(d, off.dentry_d_inode) else {
             return 1;
@@ -74,9 +77,14 @@ pub extern "C" fn sandbox_proc_outside(dentry: u64, bound: u64) -> u32 {
         };
         if parent == d {
             // The file system's root: `/proc` itself.
+            at_root = true;
             break;
         }
         d = parent;
+    }
+    if pid.is_null() && !at_root {
+        // Deeper than any procfs tree: not judged, refused.
+        return 1;
     }
     if pid.is_null() {
         // Not a process's entry (`/proc/meminfo`, `/proc/sys`, ...).

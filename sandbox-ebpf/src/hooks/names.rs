@@ -15,24 +15,21 @@ use crate::path;
 use crate::scope::Scope;
 
 /// Judges a change to the name `dentry` (see `decide::name_change` for `guard`).
+/// `EXISTING`: the name may name a file already (removed, renamed, replaced, linked,
+/// changed), whose inode is judged too; a name being made has none.
 #[inline(always)]
-fn check_name(hook_id: u32, scope: Scope, dentry: *const u8, guard: u32) -> i32 {
-    check_name_noting::<false>(hook_id, scope, dentry, guard, |_| {})
+fn check_name<const EXISTING: bool>(
+    hook_id: u32,
+    scope: Scope,
+    dentry: *const u8,
+    guard: u32,
+) -> i32 {
+    check_name_noting::<EXISTING>(hook_id, scope, dentry, guard, |_| {})
 }
 
-/// [`check_name`] of an attribute change: a terminal that is not the command's own
-/// (`terminal.rs`) keeps its mode, times and extended attributes (a `chmod` would let
-/// others write to another shell's screen; `mesg` is its owner's).
+/// [`check_name`], telling `note` what matched the name first.
 #[inline(always)]
-fn check_attr(hook_id: u32, scope: Scope, dentry: *const u8) -> i32 {
-    check_name_noting::<true>(hook_id, scope, dentry, guard::NONE, |_| {})
-}
-
-/// [`check_name`], telling `note` what matched the name first. `TERMINALS`: terminals that
-/// are not the command's own are refused (attribute changes; devpts has no other name
-/// change).
-#[inline(always)]
-fn check_name_noting<const TERMINALS: bool>(
+fn check_name_noting<const EXISTING: bool>(
     hook_id: u32,
     scope: Scope,
     dentry: *const u8,
@@ -55,21 +52,30 @@ fn check_name_noting<const TERMINALS: bool>(
             kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
         crate::shm::foreign(dentry, inode, off) || crate::shm::foreign_parent(dentry, off)
     };
-    // A terminal that is not the command's own (attribute changes only).
-    let foreign_terminal = TERMINALS && imode::is_chr(facts.mode) && {
+    // A device node that is not the command's own (a pty it made, its terminal): removed,
+    // renamed, replaced, linked or changed, it is the host's (`/dev/null` replaced by a
+    // file, `/dev/urandom` by a symlink, `/dev/ptmx` or another shell's terminal
+    // `chmod`ed); only its contents are the policy's to allow.
+    let foreign_device = if EXISTING && (imode::is_chr(facts.mode) || imode::is_blk(facts.mode)) {
         let inode: *const u8 =
             kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
-        crate::terminal::is_terminal(dentry, inode, off) && !crate::own::ours(inode)
+        if crate::own::ours(inode) {
+            0
+        } else if imode::is_chr(facts.mode) && crate::terminal::is_terminal(dentry, inode, off) {
+            reason::FOREIGN_TERMINAL
+        } else {
+            reason::HOST_DEVICE
+        }
+    } else {
+        0
     };
-    // One number the verifier does not know, rather than two booleans: each kept a state
-    // of its own through the whole resolve (on 6.1 `inode_setattr` twice over).
+    // One number the verifier does not know, rather than a boolean each: each kept a
+    // state of its own through the whole resolve (on 6.1 `inode_setattr` twice over).
     let foreign = kread::forget(
         if foreign_shm {
             reason::FOREIGN_SHARED_MEMORY
-        } else if foreign_terminal {
-            reason::FOREIGN_TERMINAL
         } else {
-            0
+            foreign_device
         },
         scope.info.flags,
     );
@@ -99,7 +105,12 @@ fn pid_tgid() -> u64 {
 macro_rules! name_hook {
     ($name:ident, $hook:literal, $id:expr, dentry $arg:literal, $guard:expr) => {
         hook!($name, $hook, |ctx, scope| {
-            check_name($id, scope, ctx.arg::<*const u8>($arg), $guard)
+            check_name::<true>($id, scope, ctx.arg::<*const u8>($arg), $guard)
+        });
+    };
+    ($name:ident, $hook:literal, $id:expr, new dentry $arg:literal, $guard:expr) => {
+        hook!($name, $hook, |ctx, scope| {
+            check_name::<false>($id, scope, ctx.arg::<*const u8>($arg), $guard)
         });
     };
 }
@@ -110,15 +121,15 @@ const OLD: u32 = guard::OLD;
 
 // A directory may be made at an ancestor's name (the rules below it apply as before);
 // anything else made there would stand where a protected tree is expected.
-name_hook!(inode_create, "inode_create", hook::CREATE, dentry 1, NEW);
-name_hook!(inode_mknod, "inode_mknod", hook::CREATE, dentry 1, NEW);
-name_hook!(inode_mkdir, "inode_mkdir", hook::MKDIR, dentry 1, NONE);
-name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, dentry 1, NEW);
+name_hook!(inode_create, "inode_create", hook::CREATE, new dentry 1, NEW);
+name_hook!(inode_mknod, "inode_mknod", hook::CREATE, new dentry 1, NEW);
+name_hook!(inode_mkdir, "inode_mkdir", hook::MKDIR, new dentry 1, NONE);
+name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, new dentry 1, NEW);
 name_hook!(inode_unlink, "inode_unlink", hook::UNLINK, dentry 1, NONE);
 name_hook!(inode_rmdir, "inode_rmdir", hook::RMDIR, dentry 1, OLD);
 // link(old, new): the new name at inode_link, the file linked to at path_link (a new name
 // for a protected file is a way around its path rules).
-name_hook!(inode_link, "inode_link", hook::LINK, dentry 2, NEW);
+name_hook!(inode_link, "inode_link", hook::LINK, new dentry 2, NEW);
 name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE);
 // rename(old, new): the old name at inode_rename, the new one at path_rename (both names
 // change). The kernel calls inode_rename a second time with the names swapped for
@@ -144,13 +155,13 @@ hook!(
     } else {
         guard::MOVE
     };
-    check_name(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard)
+    check_name::<true>(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard)
     },
     if crate::dircache::note_rename()
 );
 hook!(path_rename, "path_rename", |ctx, scope| {
     let new: *const u8 = ctx.arg(3);
-    check_name_noting::<false>(hook::RENAME, scope, new, guard::NEW, |m| {
+    check_name_noting::<true>(hook::RENAME, scope, new, guard::NEW, |m| {
         let v = RenameDest {
             dentry: new as u64,
             mask: m.path,
@@ -172,7 +183,7 @@ macro_rules! setattr_hook {
             let attr: *const u8 = ctx.arg($attr);
             // `ia_valid` is the first field of `struct iattr` in every kernel.
             let valid: u32 = kread::field(attr, 0).unwrap_or(0);
-            check_attr(setattr_id(valid), scope, ctx.arg::<*const u8>($arg))
+            check_name::<true>(setattr_id(valid), scope, ctx.arg::<*const u8>($arg), NONE)
         });
     };
 }
@@ -200,14 +211,7 @@ fn setattr_id(ia_valid: u32) -> u32 {
 setattr_hook!(inode_setattr_2, dentry 0, iattr 1);
 setattr_hook!(inode_setattr_3, dentry 1, iattr 2);
 // Extended attributes and ACLs have hooks of their own.
-macro_rules! attr_hook {
-    ($name:ident, $hook:literal, dentry $arg:literal) => {
-        hook!($name, $hook, |ctx, scope| {
-            check_attr(hook::XATTR, scope, ctx.arg::<*const u8>($arg))
-        });
-    };
-}
-attr_hook!(inode_setxattr, "inode_setxattr", dentry 1);
-attr_hook!(inode_removexattr, "inode_removexattr", dentry 1);
-attr_hook!(inode_set_acl, "inode_set_acl", dentry 1);
-attr_hook!(inode_remove_acl, "inode_remove_acl", dentry 1);
+name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_remove_acl, "inode_remove_acl", hook::XATTR, dentry 1, NONE);

@@ -228,6 +228,9 @@ impl Formatter<'_> {
             reason::FOREIGN_SHARED_MEMORY => {
                 "(shared memory that is not the command's own: /dev/shm)"
             }
+            reason::HOST_DEVICE => {
+                "(a device node of the host: only its contents are the policy's)"
+            }
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -257,6 +260,7 @@ impl Formatter<'_> {
             reason::KERNEL_KEYS => "kernel_keys",
             reason::FOREIGN_TERMINAL => "foreign_terminal",
             reason::FOREIGN_SHARED_MEMORY => "foreign_shared_memory",
+            reason::HOST_DEVICE => "host_device",
             _ => "unknown",
         }
     }

@@ -103,7 +103,11 @@ pub const CAPS: &[Cap] = &[
         10,
         "binding ports below 1024 (a dev server on :80)",
     ),
-    keep("net_broadcast", 11, "unused by the kernel"),
+    drop(
+        "net_broadcast",
+        11,
+        "NETLINK_LISTEN_ALL_NSID: other network namespaces' route and address notices",
+    ),
     drop(
         "net_admin",
         12,
@@ -405,7 +409,6 @@ mod tests {
                 "setgid",
                 "setuid",
                 "net_bind_service",
-                "net_broadcast",
                 "sys_chroot"
             ]
         );

@@ -272,3 +272,67 @@ fn outside_processes_cannot_be_pulled_in() {
     target.kill().unwrap();
     let _ = target.wait();
 }
+
+/// A device node is the host's: a root command may write to `/dev/null` (as the policy
+/// allows) but not remove, rename, replace or change it (`/dev/urandom` replaced by a
+/// symlink to a file of its own would feed every program on the host its "randomness").
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn device_nodes_keep_their_names_and_modes() {
+    let d = workdir("devices");
+    // Two nodes like /dev/null (1:3): one to show the routes outside, one for inside.
+    let node = |name: &str| {
+        let p = format!("/dev/sandbox-test-{name}");
+        let _ = std::fs::remove_file(&p);
+        let c = std::ffi::CString::new(p.clone()).unwrap();
+        // SAFETY: plain syscall on a valid C string.
+        let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        assert_eq!(r, 0, "mknod {p}");
+        p
+    };
+    let routes = |p: &str| -> Vec<Vec<String>> {
+        let v = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        vec![
+            v(&["open", p, "w"]),
+            v(&["chmod", p]),
+            v(&["utimes", p]),
+            v(&["rename", p, &format!("{p}-moved")]),
+            v(&["unlink", p]),
+        ]
+    };
+    let outside = node("outside");
+    for op in routes(&outside) {
+        let refs: Vec<&str> = op.iter().map(String::as_str).collect();
+        assert_eq!(probe_outside(&refs), OK, "outside: {op:?}");
+        if refs[0] == "rename" {
+            // The rest of the routes on the moved node's old name: make it again.
+            std::fs::rename(format!("{outside}-moved"), &outside).unwrap();
+        }
+    }
+    let inside = node("inside");
+    let ops = routes(&inside);
+    let words: Vec<Vec<&str>> = ops
+        .iter()
+        .map(|w| w.iter().map(String::as_str).collect())
+        .collect();
+    let slices: Vec<&[&str]> = words.iter().map(Vec::as_slice).collect();
+    let r = probe(&d, Some("name: devices\n"), &slices);
+    r.expect(&format!("open {inside} w"), OK);
+    for op in &words[1..] {
+        r.expect(&op.join(" "), EACCES);
+    }
+    assert!(
+        std::fs::symlink_metadata(&inside).is_ok(),
+        "the node was removed"
+    );
+    let recs = r.records("/unmapped/reason", "host_device");
+    assert_eq!(recs.len(), 4, "{:#?}", r.audit);
+    for rec in recs {
+        assert_eq!(
+            rec["unmapped"]["rule"],
+            "(a device node of the host: only its contents are the policy's)",
+            "{rec:#}"
+        );
+    }
+    let _ = std::fs::remove_file(&inside);
+}
