@@ -41,13 +41,13 @@ pub fn on_procfs(dentry: *const u8, off: &KernelOffsets) -> bool {
 /// `/proc/PID/net/`'s files and directories are the network namespace's own
 /// (`proc_net`: no pid of their own), some levels below `net` (`net/stat/...`,
 /// `net/rpc/CACHE/...`), whose directory is the process's; `/proc/sys` goes seven deep.
-/// A file further down than this is refused (fail closed).
+/// A file this many names below `/proc` or more is refused (fail closed).
 const PROC_LEVELS: u32 = 16;
 
 /// The procfs file `dentry` (its address) is an entry of a process that is not inside
 /// the sandbox bound at `bound`: 1, else 0. Its process is that of the nearest of it and
-/// its directories whose inode names one (none up to `/proc`: no process's; more than
-/// [`PROC_LEVELS`] names deep: refused). A global function:
+/// its directories whose inode names one (none up to `/proc`: no process's;
+/// [`PROC_LEVELS`] names deep or more: refused). A global function:
 /// verified once per program (with the cgroup walk's loop), whatever the caller's
 /// state, and called only for files on a procfs.
 #[unsafe(no_mangle)]

@@ -59,7 +59,11 @@ fn check_name_noting<const EXISTING: bool>(
     let foreign_device = if EXISTING && (imode::is_chr(facts.mode) || imode::is_blk(facts.mode)) {
         let inode: *const u8 =
             kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
-        if crate::own::ours(inode) {
+        // A whiteout (character device 0:0, which anyone may make: `RENAME_WHITEOUT`,
+        // container image layers unpacked by `tar`) has no driver behind it.
+        let whiteout = imode::is_chr(facts.mode)
+            && kread::field::<u32>(inode, off.inode_i_rdev).unwrap_or(u32::MAX) == 0;
+        if whiteout || crate::own::ours(inode) {
             0
         } else if imode::is_chr(facts.mode) && crate::terminal::is_terminal(dentry, inode, off) {
             reason::FOREIGN_TERMINAL

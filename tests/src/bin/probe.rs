@@ -685,6 +685,17 @@ fn op_cgroup_child(name: &str) -> String {
     }
 }
 
+/// Makes a whiteout (character device 0:0, which needs no capability) at `path`.
+fn op_mknod_whiteout(path: &str) -> String {
+    let p = cstr(path);
+    // SAFETY: plain syscall on a valid C string.
+    if unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, 0) } == 0 {
+        "OK".into()
+    } else {
+        errno_name(last_errno())
+    }
+}
+
 /// Writes `pid` into the probe's own cgroup's `cgroup.procs`: moves that process in.
 fn op_cgroup_pull(pid: &str) -> String {
     let Some(own) = own_cgroup_dir() else {
@@ -1146,6 +1157,7 @@ fn run_op(words: &[String]) -> String {
         "exec-fd" | "exec-procfd" | "exec-memfd" => op_exec_via(a(0), &words[1..]),
         "cgroup-child" => op_cgroup_child(a(1)),
         "cgroup-pull" => op_cgroup_pull(a(1)),
+        "mknod-whiteout" => op_mknod_whiteout(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
         "open-loop" => {

@@ -335,4 +335,17 @@ fn device_nodes_keep_their_names_and_modes() {
         );
     }
     let _ = std::fs::remove_file(&inside);
+    // A whiteout (0:0, which anyone may make, as container layers unpacked by `tar` hold)
+    // is no device: it stays the command's to change and remove.
+    let wo = path_str(&d, "whiteout");
+    let r = check(
+        &d,
+        Some("name: devices\n"),
+        &[
+            (format!("mknod-whiteout {wo}").as_str(), OK),
+            (format!("chmod {wo}").as_str(), OK),
+            (format!("unlink {wo}").as_str(), OK),
+        ],
+    );
+    assert!(r.records("/unmapped/reason", "host_device").is_empty());
 }
