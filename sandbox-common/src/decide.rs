@@ -83,8 +83,11 @@ pub fn file(flags: u32, f_mode: u32, is_dir: bool, m: &FileMatch) -> Option<Deny
         return Some(m.by(accept::FILE_DENY));
     }
     let exec_open = f_mode & fmode::EXEC != 0;
-    // A denied binary may not be read either: no copying it, no `ld.so denied`.
-    if !exec_open && m.has(accept::EXEC_DENY) {
+    // A denied binary may not be read either: no copying it, no `ld.so denied`. Nor opened
+    // to run: `bprm_check_security` judges only the binary execve names (and a script's
+    // interpreter), not the ELF interpreter the kernel opens for it (`PT_INTERP`), which
+    // a program of the command's own could name (or `uselib`'s library).
+    if m.has(accept::EXEC_DENY) {
         return Some(m.by(accept::EXEC_DENY));
     }
     if f_mode & fmode::WRITE != 0 {
@@ -151,15 +154,27 @@ pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Optio
     None
 }
 
-/// The exec rules, in order: exec.deny > files.deny > exec.allow > setuid/setgid.
-/// `privileged`: the binary is setuid, or setgid and group-executable.
+/// The exec rules, in order: files.deny > exec.deny (both decided when the kernel opens
+/// the binary to run it: [`file`] with `fmode::EXEC`) > exec.allow > setuid/setgid
+/// ([`exec_binary`], at `bprm_check_security`). `privileged`: the binary is setuid, or
+/// setgid and group-executable.
 #[inline(always)]
 pub fn exec(flags: u32, privileged: bool, m: &FileMatch) -> Option<Deny> {
-    if m.has(accept::EXEC_DENY) {
-        Some(m.by(accept::EXEC_DENY))
-    } else if m.has(accept::FILE_DENY) {
+    if m.has(accept::FILE_DENY) {
         Some(m.by(accept::FILE_DENY))
-    } else if flags & policy_flags::EXEC_ALLOWLIST != 0 && !m.has(accept::EXEC_ALLOW) {
+    } else if m.has(accept::EXEC_DENY) {
+        Some(m.by(accept::EXEC_DENY))
+    } else {
+        exec_binary(flags, privileged, m)
+    }
+}
+
+/// What `bprm_check_security` decides of the binary execve runs (or a script's
+/// interpreter), after its open (which every one of them passes with `fmode::EXEC`, and
+/// where the deny rules were decided): exec.allow, then setuid/setgid.
+#[inline(always)]
+pub fn exec_binary(flags: u32, privileged: bool, m: &FileMatch) -> Option<Deny> {
+    if flags & policy_flags::EXEC_ALLOWLIST != 0 && !m.has(accept::EXEC_ALLOW) {
         Some(Deny::because(reason::NOT_IN_EXEC_ALLOWLIST))
     } else if flags & policy_flags::DENY_PRIVILEGED != 0 && privileged {
         Some(Deny::because(reason::PRIVILEGED_BINARY))
@@ -259,6 +274,42 @@ pub mod sock {
     pub const IPPROTO_SCTP: u32 = 132;
     pub const IPPROTO_UDPLITE: u32 = 136;
     pub const IPPROTO_MPTCP: u32 = 262;
+}
+
+/// `setsockopt(2)` by an in-scope task (the hook sees the level and the option, not the
+/// value): refused for the options that send a socket's packets elsewhere than the
+/// address `connect` or `send` judged, or make it a socket no network hook judges:
+/// - `TCP_ULP`: an upper layer for a TCP socket; `"smc"` turns it into an `AF_SMC`
+///   socket whose connect, send and listen reach the network through the kernel's own
+///   TCP socket, past every hook (and `"tls"`, kernel TLS, is the other: programs that
+///   try it fall back to TLS of their own);
+/// - `IP_OPTIONS` (loose and strict source routes: the packet goes to the route's first
+///   hop, the judged address is only in the option), `IPV6_RTHDR` and its RFC 2292 forms
+///   (a routing header: the same for IPv6). The same levels and types name the control
+///   messages that give them per message (`IP_RETOPTS` for the IPv4 options), which
+///   `socket_sendmsg` refuses by this function too.
+#[inline(always)]
+pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
+    const SOL_IP: i32 = 0;
+    const IP_OPTIONS: i32 = 4;
+    const IP_RETOPTS: i32 = 7;
+    const SOL_TCP: i32 = 6;
+    const TCP_ULP: i32 = 31;
+    const SOL_IPV6: i32 = 41;
+    const IPV6_2292RTHDR: i32 = 5;
+    const IPV6_2292PKTOPTIONS: i32 = 6;
+    const IPV6_RTHDR: i32 = 57;
+    let refused = matches!(
+        (level, option),
+        (SOL_TCP, TCP_ULP)
+            | (SOL_IP, IP_OPTIONS | IP_RETOPTS)
+            | (SOL_IPV6, IPV6_RTHDR | IPV6_2292RTHDR | IPV6_2292PKTOPTIONS)
+    );
+    if refused {
+        Some(Deny::because(reason::SOCKET_OPTION))
+    } else {
+        None
+    }
 }
 
 /// `socket(2)` by an in-scope task: the family must be in `network.sockets`; inet sockets

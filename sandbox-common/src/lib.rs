@@ -208,6 +208,16 @@ pub mod filter {
 /// Map flag: the array can be memory-mapped by userspace (`BPF_F_MMAPABLE`).
 pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 
+/// The values of `OWN_INODES` (a mark of an inode as the sandbox's own, `own.rs`).
+pub mod own_mark {
+    /// The inode and what it reaches are the sandbox's: a pty a confined process made,
+    /// the command's terminal, shared memory a confined process made.
+    pub const WHOLE: u32 = 1;
+    /// Only the inode's name and attributes: a device node a confined process made (what
+    /// it reaches is the host's device).
+    pub const NAME: u32 = 2;
+}
+
 /// `DFA_ACCEPT[base + state]`: kinds of rule (bit `1 << slot`, see [`accept`]) that match a
 /// path ending in this state (`exact`), and that match everything strictly below a path
 /// ending here (`below`: checked when the next byte is `/`).
@@ -482,11 +492,16 @@ pub struct KernelOffsets {
     pub proc_inode_vfs_inode: u32,
     pub pid_tasks: u32,
     pub task_struct_pid_links: u32,
+    /// A message's control messages (`msghdr.msg_control`, `msg_controllen`,
+    /// `msg_control_is_user`): a source route given per message.
+    pub msghdr_msg_control: u32,
+    pub msghdr_msg_controllen: u32,
+    pub msghdr_msg_control_is_user: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 240);
+const _: () = assert!(size_of::<KernelOffsets>() == 252);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -556,6 +571,10 @@ pub mod hook {
     /// A watch on a path (`inotify_add_watch`, `fanotify_mark`): what happens to the file
     /// and its names, judged as a read of the path.
     pub const NOTIFY: u32 = 31;
+    /// `setsockopt(2)` of an option that sends packets elsewhere than the address judged,
+    /// or turns the socket into one no network hook judges (`access` = the level,
+    /// `target` = the option; `decide::socket_option`).
+    pub const SOCKET_OPTION: u32 = 32;
 }
 
 /// `EventHeader::access` of a key being made (`hook::KEY`): the kernel's `key_need_perm`
@@ -631,6 +650,13 @@ pub mod reason {
     /// its contents are the policy's to allow, its name and attributes the host's (a root
     /// command could otherwise replace `/dev/urandom` or `chmod` `/dev/ptmx`).
     pub const HOST_DEVICE: u32 = 23;
+    /// A set-user-ID or set-group-ID file made, or a file made one (create, `chmod`,
+    /// a hard link to one): it would run later, outside the sandbox, with its owner's
+    /// powers (a root command's `chmod 4755` copy of a shell is a root shell for anyone).
+    pub const SET_ID: u32 = 24;
+    /// A socket option that would take the socket's packets past the network policy
+    /// (`decide::socket_option`).
+    pub const SOCKET_OPTION: u32 = 25;
 }
 
 /// `EventHeader::flags`.
@@ -825,6 +851,9 @@ impl KernelOffsets {
         proc_inode_vfs_inode: 0,
         pid_tasks: 0,
         task_struct_pid_links: 0,
+        msghdr_msg_control: 0,
+        msghdr_msg_controllen: 0,
+        msghdr_msg_control_is_user: 0,
         valid: 0,
     };
 }

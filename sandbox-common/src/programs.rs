@@ -70,6 +70,7 @@ pub const PROGRAMS: &[Program] = &[
     prog("socket_sendmsg", "socket_sendmsg", 3),
     prog("socket_listen", "socket_listen", 2),
     prog("socket_bind", "socket_bind", 3),
+    prog("socket_setsockopt", "socket_setsockopt", 3),
     prog("unix_stream_connect", "unix_stream_connect", 3),
     prog("unix_may_send", "unix_may_send", 2),
     // hooks/protect.rs

@@ -39,8 +39,9 @@ const CONSOLE_MINOR: u32 = 1;
 const VCS_MAJOR: u32 = 7;
 
 /// `inode` (typed by the verifier), a character device bound to `dentry`, is a terminal
-/// that is someone's: a pty's slave, a virtual console (or what it shows), the console, a
-/// serial port of the 8250 driver.
+/// that is someone's: a pty's slave (the kernel opens one only through its devpts name),
+/// a virtual console (or what it shows), the console, a serial port of the 8250 driver,
+/// the last three also through a node of their number made elsewhere (`mknod`).
 #[inline(always)]
 pub fn is_terminal(dentry: *const u8, inode: *const u8, off: &KernelOffsets) -> bool {
     if is_slave(dentry, inode, off) {

@@ -50,6 +50,7 @@ fn main() {
         env: Default::default(),
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     };
     println!(
         "{:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}",

@@ -982,6 +982,7 @@ fn compiled(text: &str) -> anyhow::Result<CompiledPolicy> {
         env: HashMap::default(),
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     };
     let p = load_str(text, "bench.yaml", &ctx)?;
     Ok(compile(&p, sandbox_user::compile::FIXED_SEED)?)

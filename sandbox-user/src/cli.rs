@@ -458,7 +458,7 @@ fn check_error_json(e: &policy::PolicyError) -> serde_json::Value {
 
 fn context() -> anyhow::Result<policy::Context> {
     let t = Target::detect()?;
-    Ok(policy::Context::from_process(t.home)?)
+    Ok(policy::Context::from_process(t.home, t.uid == 0)?)
 }
 
 /// What `preflight` says: printed as it goes, or gathered into one JSON object.

@@ -792,6 +792,7 @@ mod tests {
             env: std::collections::HashMap::new(),
             resolvers: Vec::new(),
             host_addrs: Vec::new(),
+            other_homes: Vec::new(),
         };
         crate::policy::load_str(yaml, "test.yaml", &ctx).expect("valid policy")
     }

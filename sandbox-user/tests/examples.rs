@@ -16,6 +16,7 @@ fn load(name: &str) -> sandbox_user::compile::CompiledPolicy {
         env: Default::default(),
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     };
     let p = load_file(&path, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
     compile(&p, sandbox_user::compile::FIXED_SEED).unwrap_or_else(|e| panic!("{name}: {e}"))

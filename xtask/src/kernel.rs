@@ -56,6 +56,20 @@ pub struct Kernel {
 /// systems on a disk image: evictable dentries, file handles, subdirectory mounts) and
 /// btrfs (subvolumes). Their dependencies come along.
 const GUEST_MODULES: &[&str] = &["loop", "ext4", "btrfs"];
+/// Loaded where the package has them: smc (a TCP socket turned into an SMC one by
+/// `TCP_ULP` before 7.0, a route past the network hooks that the tests show works
+/// outside; 7.x packages may not build it).
+const GUEST_OPTIONAL_MODULES: &[&str] = &["smc"];
+
+/// What the extracted modules' marker records: a list that grew is extracted again.
+fn modules_marker() -> String {
+    GUEST_MODULES
+        .iter()
+        .chain(GUEST_OPTIONAL_MODULES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",")
+}
 /// Loaded first where the package has them: what the modules above ask the crypto API
 /// for at run time (ext4's checksums before 7.x), which `depends=` does not list.
 const GUEST_SOFT_MODULES: &[&str] = &["crc32c_generic"];
@@ -161,12 +175,8 @@ pub fn ensure(label: Label) -> anyhow::Result<Kernel> {
         std::fs::write(&marker, "")?;
     }
     // The marker names the modules extracted: a list that grew is extracted again.
-    if std::fs::read_to_string(kdir.join("modules/.complete")).ok() != Some(GUEST_MODULES.join(","))
-    {
-        println!(
-            "==> extracting modules {} for {version}",
-            GUEST_MODULES.join(", ")
-        );
+    if std::fs::read_to_string(kdir.join("modules/.complete")).ok() != Some(modules_marker()) {
+        println!("==> extracting modules {} for {version}", modules_marker());
         let dl = cache_dir().join("debs");
         std::fs::create_dir_all(&dl)?;
         let image = find_deb(&dl, &format!("linux-image-{version}")).or_else(|_| {
@@ -243,8 +253,13 @@ fn extract_modules(deb: &Path, into: &Path) -> anyhow::Result<()> {
     for m in GUEST_MODULES {
         visit_module(m, &files, into, &mut order)?;
     }
+    for m in GUEST_OPTIONAL_MODULES {
+        if files.contains_key(*m) {
+            visit_module(m, &files, into, &mut order)?;
+        }
+    }
     std::fs::write(into.join("order"), order.join("\n") + "\n")?;
-    std::fs::write(into.join(".complete"), GUEST_MODULES.join(","))?;
+    std::fs::write(into.join(".complete"), modules_marker())?;
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

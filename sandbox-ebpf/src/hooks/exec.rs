@@ -1,6 +1,9 @@
-//! Exec: `bprm_check_security` judges the binary the kernel will run (`bprm->file`): on
-//! the second round of a shebang script that is the interpreter, so a denied interpreter
-//! is caught as well. Never `comm` or argv text.
+//! Exec: the deny rules are decided when the kernel opens a file to run it (`file_open`
+//! with `__FMODE_EXEC`: execve's binary, a script's interpreter, the ELF interpreter a
+//! program names, which passes no `bprm_check_security` of its own); then
+//! `bprm_check_security` judges the binary the kernel will run (`bprm->file`) against
+//! `exec.allow` and the set-id rule: on the second round of a shebang script that is the
+//! interpreter. Never `comm` or argv text.
 
 use sandbox_common::decide::{self, imode};
 use sandbox_common::{hook, policy_flags};
@@ -30,7 +33,8 @@ fn bprm_check(bprm: *const u8, scope: Scope) -> i32 {
         0,
         policy_flags::AUDIT_EXEC,
         0,
-        |m, facts| decide::exec(scope.flags(), imode::privileged(facts.mode), m),
+        // The deny rules were decided when the kernel opened the binary (`file_open`).
+        |m, facts| decide::exec_binary(scope.flags(), imode::privileged(facts.mode), m),
     )
 }
 

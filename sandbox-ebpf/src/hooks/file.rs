@@ -2,7 +2,7 @@
 //! share. A path that cannot be resolved is denied (fail closed).
 
 use sandbox_common::decide::{self, Deny, FileMatch, fmode, imode, oflag};
-use sandbox_common::{KernelOffsets, errno, hook, policy_flags, reason};
+use sandbox_common::{KernelOffsets, accept, errno, hook, policy_flags, reason};
 
 use super::{deny_unresolved, finish, hook};
 use crate::event::Report;
@@ -80,7 +80,7 @@ fn refused_by_inode(
     let inode = || kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
     if imode::is_chr(facts.mode) {
         let inode: *const u8 = inode();
-        if crate::terminal::is_terminal(dentry(), inode, off) && !crate::own::ours(inode) {
+        if crate::terminal::is_terminal(dentry(), inode, off) && !crate::own::wholly_ours(inode) {
             return Some(Deny::because(reason::FOREIGN_TERMINAL));
         }
     }
@@ -150,11 +150,21 @@ fn check_with<const TYPED: bool>(
     // policy's flags, read from their map value, are a number it does not know.
     // SAFETY: a read of the policy's map value.
     let unknown = unsafe { core::ptr::read_volatile(&raw const scope.info.flags) };
+    let v = super::forget(v, unknown);
     // Audit or deny, read here rather than before the resolve: a value held across it is
     // a stack slot more in the hook's frame, which is at the verifier's limit with the
     // global functions below it (`file_open` 248 of the 256 its share of 512 rounds to).
+    // An `exec.deny` rule that refuses the kernel's open of a binary to run it (execve's,
+    // a script's interpreter, an ELF interpreter) is the exec section's, in its mode.
+    let exec_rule = f_mode & fmode::EXEC != 0
+        && u32::from(v.rule) == accept::EXEC_DENY as u32
+        && (v.reason == reason::RULE || v.reason == reason::INODE);
+    let audit_flag = if exec_rule {
+        policy_flags::AUDIT_EXEC
+    } else {
+        audit_flag
+    };
     let audit = unknown & audit_flag != 0;
-    let v = super::forget(v, unknown);
     let flags = kread::forget(flags, unknown);
     // Where the path starts and whether it is only the last component are constants on
     // many of the ways here too (a state each, through the rest, on 6.1).
@@ -254,15 +264,24 @@ pub fn d_instantiate(ctx: aya_ebpf::programs::LsmContext) -> i32 {
     let dentry: *const u8 = ctx.arg(0);
     let inode: *const u8 = ctx.arg(1);
     let off = kread::offsets();
-    // A pty made by a confined process (`terminal.rs`); a file made by one in the shared
-    // memory (`shm.rs`). The scope is looked up only for those.
+    // A pty made by a confined process (`terminal.rs`); a device node made by one on a
+    // tmpfs (`/tmp`, `/dev`: a root command that kept `CAP_MKNOD`), its name only (what it
+    // reaches is the host's device); a file made by one in the shared memory (`shm.rs`).
+    // The scope is looked up only for those.
     if off.valid != 0 && !inode.is_null() {
         if crate::terminal::is_slave(dentry, inode, off) {
             if crate::scope::confined() {
                 crate::own::mark(inode);
             }
         } else if crate::shm::made_on_tmpfs(dentry, inode, off) {
-            crate::shm::mark_if_made_inside(dentry, inode, off);
+            let mode: u16 = kread::field(inode, off.inode_i_mode).unwrap_or(0);
+            if imode::is_chr(mode) || imode::is_blk(mode) {
+                if crate::scope::confined() {
+                    crate::own::mark_name(inode);
+                }
+            } else {
+                crate::shm::mark_if_made_inside(dentry, inode, off);
+            }
         }
     }
     if !crate::dircache::enabled() {

@@ -16,15 +16,53 @@ use crate::scope::Scope;
 
 /// Judges a change to the name `dentry` (see `decide::name_change` for `guard`).
 /// `EXISTING`: the name may name a file already (removed, renamed, replaced, linked,
-/// changed), whose inode is judged too; a name being made has none.
+/// changed), whose inode is judged too; a name being made has none. `mode`: the mode the
+/// change gives the file ([`NO_MODE`], a mode made or set, or [`LINKED`]), for
+/// [`set_id_made`].
 #[inline(always)]
 fn check_name<const EXISTING: bool>(
     hook_id: u32,
     scope: Scope,
     dentry: *const u8,
     guard: u32,
+    mode: u32,
 ) -> i32 {
-    check_name_noting::<EXISTING>(hook_id, scope, dentry, guard, |_| {})
+    check_name_noting::<EXISTING>(hook_id, scope, dentry, guard, mode, |_| {})
+}
+
+/// The change gives the file no mode.
+const NO_MODE: u32 = 1 << 16;
+/// The change is a new name for the file as it is (a hard link).
+const LINKED: u32 = 1 << 17;
+/// The change sets an extended attribute or ACL (an ACL rewrites the group's bits of the
+/// mode inside the file system, past `inode_setattr`).
+const ACL: u32 = 1 << 18;
+/// The set-id bits.
+const SET_ID_BITS: u16 = imode::S_ISUID | imode::S_ISGID;
+
+/// The change makes a set-user-ID or set-group-ID file (`reason::SET_ID`), which would run
+/// later outside the sandbox with its owner's powers (a root command's copy of a shell,
+/// `chmod 4755`, is a root shell for every user of the host): a file made with either bit,
+/// a mode that adds one (group-executable or not: an ACL can make it so later), an ACL or
+/// extended attribute set on a file that has one, a name given to one that has none (an
+/// unnamed `O_TMPFILE` made with the bits, which passes no name hook, or a deleted one).
+/// Directories are not (set-group-ID on a directory only passes its group on); a new name
+/// for a set-id file that has one already (a package manager's backup link) is not.
+/// `nlink`: the file's link count, read only for a link.
+#[inline(always)]
+fn set_id_made(mode: u32, file_mode: u16, nlink: impl FnOnce() -> u32) -> bool {
+    if mode == NO_MODE || imode::is_dir(file_mode) {
+        return false;
+    }
+    if mode == LINKED {
+        return file_mode & SET_ID_BITS != 0 && nlink() == 0;
+    }
+    if mode == ACL {
+        return file_mode & SET_ID_BITS != 0;
+    }
+    #[expect(clippy::cast_possible_truncation, reason = "modes are 16 bits")]
+    let new = mode as u16;
+    !imode::is_dir(new) && new & !file_mode & SET_ID_BITS != 0
 }
 
 /// [`check_name`], telling `note` what matched the name first.
@@ -34,6 +72,7 @@ fn check_name_noting<const EXISTING: bool>(
     scope: Scope,
     dentry: *const u8,
     guard: u32,
+    mode: u32,
     note: impl Fn(&FileMatch),
 ) -> i32 {
     let audit = scope.audits(policy_flags::AUDIT_FILES);
@@ -78,8 +117,16 @@ fn check_name_noting<const EXISTING: bool>(
     let foreign = kread::forget(
         if foreign_shm {
             reason::FOREIGN_SHARED_MEMORY
-        } else {
+        } else if foreign_device != 0 {
             foreign_device
+        } else if set_id_made(mode, facts.mode, || {
+            let inode: *const u8 =
+                kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
+            kread::field(inode, off.inode_i_nlink).unwrap_or(0)
+        }) {
+            reason::SET_ID
+        } else {
+            0
         },
         scope.info.flags,
     );
@@ -108,15 +155,28 @@ fn pid_tgid() -> u64 {
 /// change does (`decide::guard`).
 macro_rules! name_hook {
     ($name:ident, $hook:literal, $id:expr, dentry $arg:literal, $guard:expr) => {
+        name_hook!($name, $hook, $id, dentry $arg, $guard, |_ctx| NO_MODE);
+    };
+    ($name:ident, $hook:literal, $id:expr, dentry $arg:literal, $guard:expr, $mode:expr) => {
         hook!($name, $hook, |ctx, scope| {
-            check_name::<true>($id, scope, ctx.arg::<*const u8>($arg), $guard)
+            check_name::<true>($id, scope, ctx.arg::<*const u8>($arg), $guard, ($mode)(&ctx))
         });
     };
     ($name:ident, $hook:literal, $id:expr, new dentry $arg:literal, $guard:expr) => {
+        name_hook!($name, $hook, $id, new dentry $arg, $guard, |_ctx| NO_MODE);
+    };
+    ($name:ident, $hook:literal, $id:expr, new dentry $arg:literal, $guard:expr, $mode:expr) => {
         hook!($name, $hook, |ctx, scope| {
-            check_name::<false>($id, scope, ctx.arg::<*const u8>($arg), $guard)
+            check_name::<false>($id, scope, ctx.arg::<*const u8>($arg), $guard, ($mode)(&ctx))
         });
     };
+}
+
+/// The mode argument (`umode_t`) of `inode_create` and `inode_mknod`: the new file's.
+#[inline(always)]
+fn mode_arg(ctx: &aya_ebpf::programs::LsmContext) -> u32 {
+    // The hooks' third argument is the mode, passed as an integer.
+    u32::from(ctx.arg::<u16>(2))
 }
 
 const NONE: u32 = guard::NONE;
@@ -125,8 +185,8 @@ const OLD: u32 = guard::OLD;
 
 // A directory may be made at an ancestor's name (the rules below it apply as before);
 // anything else made there would stand where a protected tree is expected.
-name_hook!(inode_create, "inode_create", hook::CREATE, new dentry 1, NEW);
-name_hook!(inode_mknod, "inode_mknod", hook::CREATE, new dentry 1, NEW);
+name_hook!(inode_create, "inode_create", hook::CREATE, new dentry 1, NEW, mode_arg);
+name_hook!(inode_mknod, "inode_mknod", hook::CREATE, new dentry 1, NEW, mode_arg);
 name_hook!(inode_mkdir, "inode_mkdir", hook::MKDIR, new dentry 1, NONE);
 name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, new dentry 1, NEW);
 name_hook!(inode_unlink, "inode_unlink", hook::UNLINK, dentry 1, NONE);
@@ -134,7 +194,7 @@ name_hook!(inode_rmdir, "inode_rmdir", hook::RMDIR, dentry 1, OLD);
 // link(old, new): the new name at inode_link, the file linked to at path_link (a new name
 // for a protected file is a way around its path rules).
 name_hook!(inode_link, "inode_link", hook::LINK, new dentry 2, NEW);
-name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE);
+name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE, |_ctx| LINKED);
 // rename(old, new): the old name at inode_rename, the new one at path_rename (both names
 // change). The kernel calls inode_rename a second time with the names swapped for
 // RENAME_EXCHANGE, so each moving name is seen there as the old one, with its directories.
@@ -159,13 +219,13 @@ hook!(
     } else {
         guard::MOVE
     };
-    check_name::<true>(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard)
+    check_name::<true>(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard, NO_MODE)
     },
     if crate::dircache::note_rename()
 );
 hook!(path_rename, "path_rename", |ctx, scope| {
     let new: *const u8 = ctx.arg(3);
-    check_name_noting::<true>(hook::RENAME, scope, new, guard::NEW, |m| {
+    check_name_noting::<true>(hook::RENAME, scope, new, guard::NEW, NO_MODE, |m| {
         let v = RenameDest {
             dentry: new as u64,
             mask: m.path,
@@ -185,19 +245,33 @@ macro_rules! setattr_hook {
     ($name:ident, dentry $arg:literal, iattr $attr:literal) => {
         hook!($name, "inode_setattr", |ctx, scope| {
             let attr: *const u8 = ctx.arg($attr);
-            // `ia_valid` is the first field of `struct iattr` in every kernel.
+            // `ia_valid` is the first field of `struct iattr` in every kernel, `ia_mode`
+            // (the new mode, type bits included) the second.
             let valid: u32 = kread::field(attr, 0).unwrap_or(0);
-            check_name::<true>(setattr_id(valid), scope, ctx.arg::<*const u8>($arg), NONE)
+            let mode = if valid & ATTR_MODE != 0 {
+                u32::from(kread::field::<u16>(attr, 4).unwrap_or(imode::S_ISUID))
+            } else {
+                NO_MODE
+            };
+            check_name::<true>(
+                setattr_id(valid),
+                scope,
+                ctx.arg::<*const u8>($arg),
+                NONE,
+                mode,
+            )
         });
     };
 }
+
+/// `ia_valid`'s bit for a new mode (include/linux/fs.h).
+const ATTR_MODE: u32 = 1;
 
 /// The record's operation for the attribute changes `ia_valid` (include/linux/fs.h, the
 /// same bits in every kernel): a new size is a truncate, a new owner or group a chown, a
 /// new mode a chmod (a chown of a set-id file drops its set-id bits too: a chown).
 #[inline(always)]
 fn setattr_id(ia_valid: u32) -> u32 {
-    const ATTR_MODE: u32 = 1;
     const ATTR_UID: u32 = 2;
     const ATTR_GID: u32 = 4;
     const ATTR_SIZE: u32 = 8;
@@ -215,7 +289,7 @@ fn setattr_id(ia_valid: u32) -> u32 {
 setattr_hook!(inode_setattr_2, dentry 0, iattr 1);
 setattr_hook!(inode_setattr_3, dentry 1, iattr 2);
 // Extended attributes and ACLs have hooks of their own.
-name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1, NONE, |_ctx| ACL);
 name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, dentry 1, NONE);
-name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1, NONE);
+name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1, NONE, |_ctx| ACL);
 name_hook!(inode_remove_acl, "inode_remove_acl", hook::XATTR, dentry 1, NONE);

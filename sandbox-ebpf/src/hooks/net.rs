@@ -80,11 +80,69 @@ fn check_dest(hook_id: u32, scope: Scope, socket: *const u8, sa: *const u8, len:
     }
 }
 
+/// The control messages a send carries (a cmsg walk, as the kernel's `for_each_cmsghdr`,
+/// over at most [`MAX_CMSGS`]): the first that `decide::socket_option` refuses, as its
+/// (level, type); `Err` when they cannot be read or are more than the walk looks at (fail
+/// closed).
+#[inline(always)]
+fn routing_control(
+    msg: *const u8,
+    off: &sandbox_common::KernelOffsets,
+) -> Result<Option<(i32, i32)>, ()> {
+    const CMSG_HDR: u64 = 16;
+    let len: u64 = kread::read(msg, off.msghdr_msg_controllen).map_err(|_| ())?;
+    if len < CMSG_HDR {
+        return Ok(None);
+    }
+    let base = kread::read_ptr(msg, off.msghdr_msg_control).map_err(|_| ())?;
+    // The kernel copies them in before this hook (`____sys_sendmsg`); a caller of its own
+    // may pass user memory.
+    // `msg_control_is_user` is a one-bit field, the byte's lowest bit on x86-64 (the other
+    // bits are other fields, or not set by anyone).
+    let user = kread::read::<u8>(msg, off.msghdr_msg_control_is_user).map_err(|_| ())? & 1 != 0;
+    let mut at: u64 = 0;
+    for _ in 0..MAX_CMSGS {
+        if at + CMSG_HDR > len {
+            return Ok(None);
+        }
+        let p = base.wrapping_add(at as usize).cast::<[u64; 2]>();
+        // SAFETY: probe reads: a bad address yields Err, never a fault.
+        let hdr = if user {
+            unsafe { aya_ebpf::helpers::bpf_probe_read_user(p) }
+        } else {
+            unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(p) }
+        }
+        .map_err(|_| ())?;
+        let (cmsg_len, level, kind) = (hdr[0], hdr[1] as u32 as i32, (hdr[1] >> 32) as u32 as i32);
+        if decide::socket_option(level, kind).is_some() {
+            return Ok(Some((level, kind)));
+        }
+        if cmsg_len < CMSG_HDR {
+            // Malformed: the kernel refuses the send at this message.
+            return Ok(None);
+        }
+        at += (cmsg_len + 7) & !7;
+    }
+    if at + CMSG_HDR > len {
+        Ok(None)
+    } else {
+        Err(())
+    }
+}
+
+/// How many control messages a send may carry for [`routing_control`] to read them all.
+const MAX_CMSGS: u32 = 8;
+
 #[inline(always)]
 fn sendmsg(socket: *const u8, msg: *const u8, scope: Scope) -> i32 {
     let off = kread::offsets();
     if off.valid == 0 {
         return no_offsets(hook::SOCKET_SENDMSG, scope);
+    }
+    match routing_control(msg, off) {
+        Ok(None) => {}
+        Ok(Some((level, kind))) => return refuse_option(scope, level, kind),
+        Err(()) => return refuse_option(scope, -1, -1),
     }
     // The kernel has copied the address in (`move_addr_to_kernel`) before this hook.
     let (Ok(name), Ok(len)) = (
@@ -267,6 +325,34 @@ fn unix_send(other: *const u8, scope: Scope) -> i32 {
     }
 }
 
+/// `setsockopt(2)` of an option `decide::socket_option` refuses.
+#[inline(always)]
+fn set_option(scope: Scope, level: i32, option: i32) -> i32 {
+    if decide::socket_option(level, option).is_none() {
+        return 0;
+    }
+    refuse_option(scope, level, option)
+}
+
+/// Refuses (or audits) the socket option or control message `level`/`option` (-1/-1:
+/// control messages that could not be read all).
+#[inline(always)]
+fn refuse_option(scope: Scope, level: i32, option: i32) -> i32 {
+    let mut rep = Report::bare(hook::SOCKET_OPTION, scope.policy_id);
+    rep.access = level as u32;
+    rep.target = option as u32;
+    finish(
+        scope.mem,
+        rep,
+        decide::Deny::because(reason::SOCKET_OPTION),
+        scope.audits(policy_flags::AUDIT_NET),
+        errno::EPERM,
+    )
+}
+
+hook!(socket_setsockopt, "socket_setsockopt", |ctx, scope| {
+    set_option(scope, ctx.arg(1), ctx.arg(2))
+});
 hook!(socket_create, "socket_create", |ctx, scope| {
     create(scope, ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3))
 });

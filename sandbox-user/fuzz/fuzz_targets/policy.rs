@@ -8,7 +8,7 @@ use sandbox_user::policy::{Context, load_str};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let ctx = Context { home: "/home/u".into(), cwd: "/work".into(), env: [("V".to_owned(), "/v".to_owned())].into(), resolvers: Vec::new(), host_addrs: Vec::new() };
+    let ctx = Context { home: "/home/u".into(), cwd: "/work".into(), env: [("V".to_owned(), "/v".to_owned())].into(), resolvers: Vec::new(), host_addrs: Vec::new(), other_homes: Vec::new() };
     match load_str(text, "fuzz.yaml", &ctx) {
         Ok(p) => {
             if p.rule_count() <= 64 {

@@ -17,6 +17,8 @@ pub enum Hook {
     Unix(&'static str),
     /// `socket(2)` of a family/type/protocol outside `network.sockets`.
     SocketCreate,
+    /// `setsockopt(2)` of an option that takes packets past the network policy.
+    SocketOption,
 }
 
 impl TryFrom<u32> for Hook {
@@ -46,6 +48,7 @@ impl TryFrom<u32> for Hook {
             hook::UNIX_CONNECT => Ok(Self::Unix("connect")),
             hook::UNIX_SEND => Ok(Self::Unix("send")),
             hook::SOCKET_CREATE => Ok(Self::SocketCreate),
+            hook::SOCKET_OPTION => Ok(Self::SocketOption),
             hook::LISTEN => Ok(Self::Net("listen")),
             hook::IOCTL => Ok(Self::Protect("ioctl")),
             hook::TASK => Ok(Self::Protect("task")),
@@ -90,7 +93,14 @@ impl Event {
         // slice holds at least size_of::<EventHeader>() bytes; read_unaligned copes with
         // any alignment.
         let header: EventHeader = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-        let hook = Hook::try_from(header.hook).map_err(DecodeError::Hook)?;
+        let hook = match Hook::try_from(header.hook).map_err(DecodeError::Hook)? {
+            // The kernel opening a file to run it (execve's binary, the ELF interpreter it
+            // names, `uselib`'s library): refused at the open, a launch refused.
+            Hook::FileOpen if header.access & sandbox_common::decide::fmode::EXEC != 0 => {
+                Hook::Exec
+            }
+            h => h,
+        };
         let avail = bytes.len() - n;
         let (p, x) = (header.path_len as usize, header.exe_len as usize);
         if p + x > avail {

@@ -56,6 +56,7 @@ impl Formatter<'_> {
                 "socket(family {}, type {}, protocol {})",
                 h.family, h.access, h.target
             ),
+            Hook::SocketOption => format!("setsockopt(level {}, option {})", h.access, h.target),
             Hook::Net(activity) => match Self::dest(e) {
                 IpAddr::V6(a) => format!("{activity} [{a}]:{}", h.port),
                 IpAddr::V4(a) => format!("{activity} {a}:{}", h.port),

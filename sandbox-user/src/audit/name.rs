@@ -231,6 +231,8 @@ impl Formatter<'_> {
             reason::HOST_DEVICE => {
                 "(a device node of the host: only its contents are the policy's)"
             }
+            reason::SET_ID => "(a set-user-ID or set-group-ID file: it would run outside)",
+            reason::SOCKET_OPTION => "(a socket option that routes past the network policy)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -261,6 +263,8 @@ impl Formatter<'_> {
             reason::FOREIGN_TERMINAL => "foreign_terminal",
             reason::FOREIGN_SHARED_MEMORY => "foreign_shared_memory",
             reason::HOST_DEVICE => "host_device",
+            reason::SET_ID => "set_id",
+            reason::SOCKET_OPTION => "socket_option",
             _ => "unknown",
         }
     }

@@ -297,6 +297,8 @@ pub struct Unmapped {
     pub key: Option<KeyUse>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<Socket>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_option: Option<SocketOption>,
     /// Written by a later run for a run whose sandbox died.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub orphaned: Option<Orphaned>,
@@ -335,6 +337,13 @@ pub struct Socket {
     #[serde(rename = "type")]
     pub kind: u32,
     pub protocol: u32,
+}
+
+/// A `setsockopt(2)`: the level (`SOL_*`, a protocol number) and the option.
+#[derive(Debug, Clone, Serialize)]
+pub struct SocketOption {
+    pub level: u32,
+    pub option: u32,
 }
 
 /// A `kernel_read_file`/`kernel_load_data`/lockdown check.
@@ -439,6 +448,7 @@ pub fn classify(hook: Hook) -> (Class, u32, &'static str, &'static str) {
             (Proc, id, caption, verb)
         }
         Hook::SocketCreate => (Net, 99, "Socket", "socket"),
+        Hook::SocketOption => (Net, 99, "Set Socket Option", "setsockopt"),
         Hook::Net("listen") => (Net, 7, "Listen", "listen"),
         Hook::Unix("connect") | Hook::Net("connect") => (Net, 1, "Open", "connect"),
         Hook::Unix(verb) | Hook::Net(verb) => (Net, 6, "Traffic", verb),
@@ -813,6 +823,12 @@ impl Formatter<'_> {
                     family: h.family,
                     kind: h.access,
                     protocol: h.target,
+                });
+            }
+            Hook::SocketOption => {
+                r.unmapped.socket_option = Some(SocketOption {
+                    level: h.access,
+                    option: h.target,
                 });
             }
             Hook::Net(_) => {

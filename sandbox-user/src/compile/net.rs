@@ -33,6 +33,9 @@ pub const PRIVATE_V4: &[&str] = &[
     "203.0.113.0/24",
     "224.0.0.0/4",
     "240.0.0.0/4",
+    // Azure's WireServer: a public address every Azure VM reaches for its goal state,
+    // extension settings and certificates (the instance metadata is 169.254.169.254).
+    "168.63.129.16/32",
 ];
 pub const PRIVATE_V6: &[&str] = &["::/128", "::1/128", "fe80::/10", "fc00::/7", "ff00::/8"];
 
@@ -140,13 +143,16 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
                 source: (*s).to_owned(),
             });
         }
-        // The host's own addresses reach its own services, as loopback does.
+        // The host's own addresses reach its own services, as loopback does: each one is
+        // denied by itself, private ones too (an `allow` of the LAN they are in would
+        // otherwise reach every service of this host bound to all addresses); loopback
+        // ones are the loopback prefix's, which a policy may open on purpose.
         host_rule = Some(rules.len() as u16);
         rules.push(RuleInfo {
             field: "network.block_private".into(),
             source: "an address this host gained while sandbox ran".into(),
         });
-        for a in n.host_addrs.iter().filter(|a| !is_private(**a)) {
+        for a in n.host_addrs.iter().filter(|a| !a.is_loopback()) {
             push(
                 IpNet::from(*a),
                 (0, u16::MAX),
@@ -321,7 +327,7 @@ pub fn base_entry(c: &NetCompiled, addr: IpAddr, own: &BTreeSet<IpAddr>) -> Opti
 /// compiled (`None`: private already, known at compile time, or `block_private` is off).
 pub fn own_host_entry(c: &NetCompiled, addr: IpAddr) -> Option<Entry<16>> {
     let rule = c.host_rule?;
-    if is_private(addr) || c.host_addrs.contains(&addr) {
+    if addr.is_loopback() || c.host_addrs.contains(&addr) {
         return None;
     }
     let b = addr_bytes(addr);

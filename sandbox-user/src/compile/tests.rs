@@ -340,6 +340,7 @@ fn default_policy_matcher_is_small() {
         env: Default::default(),
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     };
     let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
     let c = super::compile(&p, SEED).unwrap();
@@ -373,6 +374,7 @@ fn net_policy(yaml: &str) -> super::CompiledPolicy {
         env: Default::default(),
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     };
     super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap()
 }
@@ -464,6 +466,7 @@ fn compiled_policy_marks_ancestors_and_areas() {
         env: Default::default(),
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     };
     let p = load_str(
         "files:\n  deny:\n    - /home/u/.ssh/**\n    - /home/u/proj/**/secret.json\n",
@@ -561,6 +564,7 @@ fn home_ctx(home: &std::path::Path) -> Context {
         env: Default::default(),
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     }
 }
 
@@ -651,6 +655,7 @@ fn allow_hosts_entries_never_open_this_host() {
             "93.184.216.50".parse().unwrap(),
             "2001:db8:feed::50".parse().unwrap(),
         ],
+        other_homes: Vec::new(),
     };
     let yaml = "network:\n  allow_hosts: [a.test]\n";
     let c = super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap();

@@ -68,10 +68,11 @@ pub const CAPS: &[Cap] = &[
         3,
         "chmod/utimes/xattrs on any file are judged as writes",
     ),
-    keep(
+    drop(
         "fsetid",
         4,
-        "keeping setuid bits on write; exec of setuid files is policy",
+        "a write would keep a set-id file's bits (a set-id root binary the policy lets it \
+         write becomes its code): without it the kernel drops them",
     ),
     drop(
         "kill",
@@ -405,7 +406,6 @@ mod tests {
                 "dac_override",
                 "dac_read_search",
                 "fowner",
-                "fsetid",
                 "setgid",
                 "setuid",
                 "net_bind_service",

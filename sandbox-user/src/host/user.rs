@@ -1,7 +1,7 @@
 //! The user a command runs as (`sandbox run`: the sudo caller, `--user`, or root when
 //! asked), from the passwd database.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail};
 
@@ -110,6 +110,33 @@ impl Target {
             Agent::user(self.uid, self.gid, self.name.as_deref())
         }
     }
+}
+
+/// The home directories of the host's users (canonical, each once): those of `/etc/passwd`
+/// for root and for uids from 1000 (below `nobody`), and every directory in `/home` (users
+/// of a directory service have theirs there). What a root command's `~` deny rules cover
+/// besides its own home: root reads every user's files.
+pub fn homes() -> Vec<PathBuf> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let listed = passwd.lines().filter_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        let uid: u32 = f.get(2)?.parse().ok()?;
+        let home = PathBuf::from(f.get(5)?);
+        (uid == 0 || (1000..65534).contains(&uid)).then_some(home)
+    });
+    let in_home = std::fs::read_dir("/home")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path());
+    let mut out: Vec<PathBuf> = listed
+        .chain(in_home)
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| p.is_dir() && p != Path::new("/"))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// A user by name or number.

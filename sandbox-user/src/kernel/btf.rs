@@ -97,6 +97,9 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         proc_inode_vfs_inode: f("proc_inode", &["vfs_inode"], None)?,
         pid_tasks: f("pid", &["tasks"], None)?,
         task_struct_pid_links: f("task_struct", &["pid_links"], None)?,
+        msghdr_msg_control: f("msghdr", &["msg_control"], Some(8))?,
+        msghdr_msg_controllen: f("msghdr", &["msg_controllen"], Some(8))?,
+        msghdr_msg_control_is_user: f("msghdr", &["msg_control_is_user"], Some(1))?,
         valid: 1,
     })
 }

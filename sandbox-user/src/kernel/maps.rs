@@ -108,10 +108,15 @@ impl Maps<'_> {
     /// Makes the file open at `fd` the sandbox's own (`own.rs` in the programs): a terminal
     /// (sandbox's pty for the command, one a bound process holds) or a shared-memory file a
     /// bound process holds, which the confined processes may then open by path too; every
-    /// one not made in the sandbox is refused to them. The mark goes with the inode.
-    pub fn own_file(&mut self, fd: &impl std::os::fd::AsRawFd) -> Result<(), LoadError> {
+    /// one not made in the sandbox is refused to them. The mark goes with the inode;
+    /// `value` is how much is theirs (`sandbox_common::own_mark`).
+    pub fn own_file(
+        &mut self,
+        fd: &impl std::os::fd::AsRawFd,
+        value: u32,
+    ) -> Result<(), LoadError> {
         let mut t = self.own_inodes()?;
-        t.insert(fd, 1, 0).map_err(t.err())
+        t.insert(fd, value, 0).map_err(t.err())
     }
 
     /// The event ring buffer, taken out of the object (it can be taken once).

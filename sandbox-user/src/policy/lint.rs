@@ -142,6 +142,7 @@ mod tests {
             env: Default::default(),
             resolvers: Vec::new(),
             host_addrs: Vec::new(),
+            other_homes: Vec::new(),
         };
         lint(&load_str(yaml, "p.yaml", &ctx).unwrap())
             .iter()

@@ -301,12 +301,26 @@ pub struct Context {
     pub resolvers: Vec<IpAddr>,
     /// Addresses of this host's interfaces, private with `network.block_private`.
     pub host_addrs: Vec<IpAddr>,
+    /// For a command running as root: the other users' home directories (canonical), where
+    /// the protective rules written with `~` (`files.deny`, `files.read_only`,
+    /// `exec.deny`) apply too, since root reads every user's files. Empty otherwise.
+    pub other_homes: Vec<PathBuf>,
 }
 
 impl Context {
-    /// The context of this process, with `~` meaning `home`.
-    pub fn from_process(home: PathBuf) -> std::io::Result<Self> {
+    /// The context of this process, with `~` meaning `home`; `root`: the command runs as
+    /// root (see [`Context::other_homes`]).
+    pub fn from_process(home: PathBuf, root: bool) -> std::io::Result<Self> {
+        let own = canonical_or_self(&home);
         Ok(Self {
+            other_homes: if root {
+                crate::host::user::homes()
+                    .into_iter()
+                    .filter(|h| *h != own)
+                    .collect()
+            } else {
+                Vec::new()
+            },
             home,
             cwd: std::env::current_dir()?,
             env: std::env::vars().collect(),
@@ -385,13 +399,19 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
     };
     let mut canon = expand::Canonicalizer::default();
     let mut paths = |section: &str, list: &[String], exec: bool| -> Vec<PathRule> {
-        list.iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let field = format!("{section}[{i}]");
-                match path_rule(s, ctx, &workspace, exec, &mut canon) {
-                    Ok((glob, literal, written)) => Some(PathRule {
-                        field,
+        // A root command's protective `~` rules cover every user's home (a second rule of
+        // the same field, over the others).
+        let protective = matches!(section, "files.deny" | "files.read_only" | "exec.deny");
+        let mut out = Vec::new();
+        for (i, s) in list.iter().enumerate() {
+            let field = format!("{section}[{i}]");
+            let others = (protective && (s == "~" || s.starts_with("~/")))
+                .then(|| other_homes(&s[1..], &ctx.other_homes))
+                .flatten();
+            for s2 in std::iter::once(s.as_str()).chain(others.as_deref()) {
+                match path_rule(s2, ctx, &workspace, exec, &mut canon) {
+                    Ok((glob, literal, written)) => out.push(PathRule {
+                        field: field.clone(),
                         source: s.clone(),
                         glob,
                         literal,
@@ -399,14 +419,15 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
                     }),
                     Err(message) => {
                         errs.push(FieldError {
-                            field,
+                            field: field.clone(),
                             message: format!("'{s}': {message}"),
                         });
-                        None
+                        break;
                     }
                 }
-            })
-            .collect()
+            }
+        }
+        out
     };
     let files = Files {
         mode: raw.files.mode.unwrap_or(mode),
@@ -711,6 +732,28 @@ fn path_rule(
         crate::compile::matcher::glob(w).map_err(|e| format!("invalid glob: {}", e.kind()))?;
     }
     Ok((glob, literal, written))
+}
+
+/// The other users' homes a root command's `~` rule covers: a glob of more alternatives
+/// than the matcher expands (256, with the rule's own) is refused.
+const MAX_OTHER_HOMES: usize = 128;
+
+/// `rest` (a `~` pattern without its `~`) under each of `homes`, as one glob: `/{root,
+/// home/a}/rest`; `None` without homes. A home whose path a glob could not name as
+/// written (glob characters, a comma) is left out.
+fn other_homes(rest: &str, homes: &[PathBuf]) -> Option<String> {
+    let names: Vec<String> = homes
+        .iter()
+        .filter_map(|h| h.to_str()?.strip_prefix('/'))
+        .filter(|h| !h.contains([',', '*', '?', '[', ']', '{', '}', '\\']))
+        .take(MAX_OTHER_HOMES)
+        .map(str::to_owned)
+        .collect();
+    match names.as_slice() {
+        [] => None,
+        [one] => Some(format!("/{one}{rest}")),
+        many => Some(format!("/{{{}}}{rest}", many.join(","))),
+    }
 }
 
 fn canonical_or_self(p: &Path) -> PathBuf {

@@ -193,6 +193,7 @@ mod tests {
                 env: std::collections::HashMap::new(),
                 resolvers: Vec::new(),
                 host_addrs: Vec::new(),
+                other_homes: Vec::new(),
             };
             assert!(
                 crate::policy::load_str(bad, "t.yaml", &ctx).is_err(),

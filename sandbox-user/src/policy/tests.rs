@@ -14,6 +14,7 @@ fn ctx() -> Context {
         env,
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
+        other_homes: Vec::new(),
     }
 }
 
@@ -215,4 +216,43 @@ fn errno_constants_match_libc() {
 fn workspace_is_normalised() {
     let p = load_str("files: {workspace: ./a/../b/.}", "p.yaml", &ctx()).unwrap();
     assert_eq!(p.files.workspace, std::path::PathBuf::from("/work/ws/b"));
+}
+
+/// A root command's protective `~` rules cover the other users' homes too (a second rule
+/// of the same field); its grants stay in its own home.
+#[test]
+fn a_root_commands_tilde_protects_every_home() {
+    let mut c = ctx();
+    c.other_homes = vec!["/root".into(), "/home/b".into()];
+    let yaml = "files:\n  deny: [~/.ssh, /etc/x]\n  read_only: ['~/.config/**']\n  write: [~/w]\nexec:\n  deny: [~/bin/t]\n";
+    let p = load_str(yaml, "p.yaml", &c).unwrap();
+    let globs = |rules: &[PathRule]| {
+        rules
+            .iter()
+            .map(|r| (r.field.clone(), r.glob.clone()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |f: &str, g: &str| (f.to_owned(), g.to_owned());
+    assert_eq!(
+        globs(&p.files.deny),
+        [
+            pair("files.deny[0]", "/home/u/.ssh"),
+            pair("files.deny[0]", "/{root,home/b}/.ssh"),
+            pair("files.deny[1]", "/etc/x"),
+        ]
+    );
+    assert_eq!(
+        globs(&p.files.read_only),
+        [
+            pair("files.read_only[0]", "/home/u/.config/**"),
+            pair("files.read_only[0]", "/{root,home/b}/.config/**"),
+        ]
+    );
+    assert_eq!(globs(&p.files.write), [pair("files.write[0]", "/home/u/w")]);
+    assert_eq!(globs(&p.exec.deny).len(), 2);
+    // One other home: a literal path (its identity is protected too).
+    c.other_homes = vec!["/home/b".into()];
+    let p = load_str("files:\n  deny: [~/.ssh]\n", "p.yaml", &c).unwrap();
+    assert_eq!(p.files.deny[1].glob, "/home/b/.ssh");
+    assert!(p.files.deny[1].literal.is_some());
 }

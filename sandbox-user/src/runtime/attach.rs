@@ -105,7 +105,9 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         term::journal_levels();
     }
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
-    let ctx = Context::from_process(home)?;
+    // The bound processes may be any user's: a root's view of the homes, as for a root
+    // command.
+    let ctx = Context::from_process(home, true)?;
     let mut opts = opts;
     // Without --policy: /etc/sandbox/policy.yaml if there is one (a service has no user
     // of its own to look up), re-read on SIGHUP like a named one.
@@ -264,16 +266,16 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
         let Some(tty) = kind(f) else {
             return;
         };
-        if let Some(old) = old.as_deref_mut()
-            && !old
-                .enforcer
-                .maps()
-                .own_inodes()
-                .is_ok_and(|t| t.get(f, 0).is_ok())
-        {
-            return;
-        }
-        if armed.enforcer.maps().own_file(f).is_ok() {
+        // At a reload, the old set's mark as it was (a device node the command made is
+        // its own by name only).
+        let value = match old.as_deref_mut() {
+            None => sandbox_common::own_mark::WHOLE,
+            Some(old) => match old.enforcer.maps().own_inodes().map(|t| t.get(f, 0)) {
+                Ok(Ok(v)) => v,
+                _ => return,
+            },
+        };
+        if armed.enforcer.maps().own_file(f, value).is_ok() {
             if tty {
                 terminals += 1;
             } else {

@@ -90,7 +90,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     };
     let target = Target::for_run(opts.as_root, opts.user.as_deref())?;
     let agent = target.agent();
-    let ctx = Context::from_process(target.home.clone())?;
+    let ctx = Context::from_process(target.home.clone(), target.uid == 0)?;
     let policy_file = match &opts.policy {
         Some(p) => Some(p.clone()),
         None => {
@@ -196,7 +196,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
             armed
                 .enforcer
                 .maps()
-                .own_file(&fd)
+                .own_file(&fd, sandbox_common::own_mark::WHOLE)
                 .context("marking the command's terminal as its own")?;
         }
     }

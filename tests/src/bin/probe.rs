@@ -514,6 +514,75 @@ fn op_udp(addr: &str, port: &str) -> String {
     }
 }
 
+/// Socket options that route past the address judged: `tcp-ulp NAME` (`TCP_ULP` on a TCP
+/// socket: `smc` makes it an `AF_SMC` socket), `ip-options` (`IP_OPTIONS` on a UDP socket:
+/// a loose source route through 127.0.0.1).
+fn op_sockopt(how: &str, arg: &str) -> String {
+    // SAFETY: plain socket syscalls on locals that outlive the calls.
+    unsafe {
+        let (kind, level, option, value): (i32, i32, i32, Vec<u8>) = if how == "tcp-ulp" {
+            (
+                libc::SOCK_STREAM,
+                libc::IPPROTO_TCP,
+                31,
+                arg.as_bytes().to_vec(),
+            )
+        } else {
+            // LSRR (131), 7 bytes, pointer 4, one hop; a NOP pads it to 8.
+            let lsrr = vec![131, 7, 4, 127, 0, 0, 1, 1];
+            (libc::SOCK_DGRAM, libc::IPPROTO_IP, libc::IP_OPTIONS, lsrr)
+        };
+        let s = libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return format!("SOCKET-{}", errno_name(last_errno()));
+        }
+        #[expect(clippy::cast_possible_truncation, reason = "a few bytes")]
+        let r = libc::setsockopt(s, level, option, value.as_ptr().cast(), value.len() as u32);
+        let e = if r < 0 { last_errno() } else { 0 };
+        libc::close(s);
+        errno_name(e)
+    }
+}
+
+/// `sendmsg` on an unconnected UDP socket to `addr`:`port` (IPv4) with a control message
+/// that routes it (`IP_RETOPTS`: a loose source route through 127.0.0.1, where the packet
+/// goes first).
+fn op_retopts(addr: &str, port: &str) -> String {
+    let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
+        return "BADARGS".into();
+    };
+    let (mut ss, len, fam) = sockaddr(addr, port);
+    let mut data = *b"x";
+    // One cmsghdr (16 bytes) and the 8 bytes of options, aligned.
+    let mut control = [0u64; 3];
+    let lsrr: [u8; 8] = [131, 7, 4, 127, 0, 0, 1, 1];
+    control[0] = 16 + 8;
+    control[1] = u64::from(libc::IPPROTO_IP as u32) | (u64::from(libc::IP_RETOPTS as u32) << 32);
+    control[2] = u64::from_ne_bytes(lsrr);
+    // SAFETY: plain socket syscalls on locals that outlive the calls.
+    unsafe {
+        let s = libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return errno_name(last_errno());
+        }
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_name = (&raw mut ss).cast();
+        m.msg_namelen = len;
+        m.msg_iov = &raw mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = control.as_mut_ptr().cast();
+        m.msg_controllen = 24;
+        let r = libc::sendmsg(s, &raw const m, 0);
+        let e = if r < 0 { last_errno() } else { 0 };
+        libc::close(s);
+        errno_name(e)
+    }
+}
+
 /// `sendmsg` (one message) or `sendmmsg` (two) on an unconnected UDP socket, or
 /// `sendto(MSG_FASTOPEN)` on a TCP socket (TCP Fast Open: data and connect in one call).
 fn op_send(how: &str, addr: &str, port: &str) -> String {
@@ -685,11 +754,71 @@ fn op_cgroup_child(name: &str) -> String {
     }
 }
 
+/// File modes: `create-mode PATH MODE` makes a file with the octal `MODE`, `chmod-mode PATH
+/// MODE` sets it, `tmpfile-link DIR PATH MODE` makes an unnamed file in `DIR` with it
+/// (`O_TMPFILE`, which passes no name hook) and links it at `PATH`.
+fn op_mode(op: &str, args: &[&str]) -> String {
+    let mode = |s: &str| u32::from_str_radix(s, 8).unwrap_or(0);
+    let at = |a: &str| cstr(a);
+    // SAFETY: plain syscalls on NUL-terminated paths; the descriptor is closed here.
+    let r = unsafe {
+        match op {
+            "create-mode" => {
+                let fd = libc::open(
+                    at(args[0]).as_ptr(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                    mode(args[1]),
+                );
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                fd.min(0)
+            }
+            "chmod-mode" => libc::chmod(at(args[0]).as_ptr(), mode(args[1])),
+            _ => {
+                let fd = libc::open(
+                    at(args[0]).as_ptr(),
+                    libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+                    mode(args[2]),
+                );
+                if fd < 0 {
+                    return format!("OPEN-{}", errno_name(last_errno()));
+                }
+                let proc = cstr(&format!("/proc/self/fd/{fd}"));
+                let r = libc::linkat(
+                    libc::AT_FDCWD,
+                    proc.as_ptr(),
+                    libc::AT_FDCWD,
+                    at(args[1]).as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                );
+                let e = last_errno();
+                libc::close(fd);
+                if r != 0 {
+                    return errno_name(e);
+                }
+                0
+            }
+        }
+    };
+    if r == 0 {
+        "OK".into()
+    } else {
+        errno_name(last_errno())
+    }
+}
+
 /// Makes a whiteout (character device 0:0, which needs no capability) at `path`.
 fn op_mknod_whiteout(path: &str) -> String {
+    op_mknod_char(path, "0", "0")
+}
+
+/// Makes a character device node `major`:`minor` at `path` (`CAP_MKNOD` but for 0:0).
+fn op_mknod_char(path: &str, major: &str, minor: &str) -> String {
     let p = cstr(path);
+    let dev = libc::makedev(major.parse().unwrap_or(0), minor.parse().unwrap_or(0));
     // SAFETY: plain syscall on a valid C string.
-    if unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, 0) } == 0 {
+    if unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, dev) } == 0 {
         "OK".into()
     } else {
         errno_name(last_errno())
@@ -1152,12 +1281,17 @@ fn run_op(words: &[String]) -> String {
         }
         "connect" => op_connect(a(1), a(2)),
         "udp" => op_udp(a(1), a(2)),
+        "tcp-ulp" | "ip-options" => op_sockopt(a(0), a(1)),
+        "ip-retopts" => op_retopts(a(1), a(2)),
         "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),
         "exec" => op_exec(&words[1..]),
         "exec-fd" | "exec-procfd" | "exec-memfd" => op_exec_via(a(0), &words[1..]),
         "cgroup-child" => op_cgroup_child(a(1)),
         "cgroup-pull" => op_cgroup_pull(a(1)),
         "mknod-whiteout" => op_mknod_whiteout(a(1)),
+        "mknod-char" => op_mknod_char(a(1), a(2), a(3)),
+        "create-mode" | "chmod-mode" => op_mode(a(0), &[a(1), a(2)]),
+        "tmpfile-link" => op_mode(a(0), &[a(1), a(2), a(3)]),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
         "open-loop" => {

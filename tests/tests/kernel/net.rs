@@ -121,3 +121,58 @@ fn network_allow_punches_through_with_ports_and_ipv6_rules() {
     ]);
     drop(listener);
 }
+
+/// Socket options that take packets past the address judged: `TCP_ULP` "smc" (the socket
+/// becomes an `AF_SMC` one, whose connect, send and listen go through the kernel's own TCP
+/// socket, past every hook; until 7.0), which any user may set, and a source route
+/// (`IP_OPTIONS`: the packet goes to the route's first hop), also as a control message of
+/// one send (`IP_RETOPTS`), which needs `CAP_NET_RAW` (a root command that kept it). Each
+/// works outside; inside they are refused.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn socket_options_that_route_past_the_policy_are_refused() {
+    let d = workdir_as(User::Agent, "sockopts");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let major: u32 = release.split('.').next().unwrap().parse().unwrap();
+    // The SMC upper layer is in the guest's kernels before 7.0 (its module is loaded).
+    let smc_outside = probe_outside_as(User::Agent, &["tcp-ulp", "smc"]);
+    if major < 7 {
+        assert_eq!(smc_outside, OK, "the SMC route, outside");
+    } else {
+        assert_eq!(smc_outside, "ENOENT", "no SMC upper layer after 7.0");
+    }
+    let r = check_as(
+        User::Agent,
+        &d,
+        None,
+        &[("tcp-ulp smc", EPERM), ("tcp-ulp tls", EPERM)],
+    );
+    r.check_records(&[rec("/unmapped/reason", "socket_option")
+        .count(2)
+        .has("/unmapped/socket_option/level", 6)
+        .has("/unmapped/socket_option/option", 31)
+        .has("/unmapped/activity", "setsockopt")
+        .has(
+            "/unmapped/rule",
+            "(a socket option that routes past the network policy)",
+        )]);
+    // Source routes, as root with every capability: an address the guest cannot reach is
+    // sent to through the route's first hop (loopback).
+    assert_eq!(probe_outside(&["ip-options", "lsrr"]), OK);
+    assert_eq!(probe_outside(&["udp", "8.8.8.8", "53"]), ENETUNREACH);
+    assert_eq!(probe_outside(&["ip-retopts", "8.8.8.8", "53"]), OK);
+    let r = check(
+        &d,
+        None,
+        &[
+            ("ip-options lsrr", EPERM),
+            ("ip-retopts 8.8.8.8 53", EPERM),
+            ("udp 8.8.8.8 53", ENETUNREACH),
+        ],
+    );
+    r.check_records(&[
+        rec("/unmapped/reason", "socket_option").count(2),
+        rec("/unmapped/socket_option/option", "4").has("/unmapped/socket_option/level", 0),
+        rec("/unmapped/socket_option/option", "7").has("/unmapped/socket_option/level", 0),
+    ]);
+}

@@ -349,3 +349,124 @@ fn device_nodes_keep_their_names_and_modes() {
     );
     assert!(r.records("/unmapped/reason", "host_device").is_empty());
 }
+
+/// A node the command makes itself (a root command that kept `CAP_MKNOD`) on a tmpfs is its
+/// own to change and remove; what it reaches stays the host's: a node of the console's
+/// number opens the console, and is refused as it. (A pty's slave opens only through its
+/// name in its devpts: the kernel answers `EIO` through any other node.)
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn device_nodes_made_inside_are_theirs_by_name_only() {
+    let d = workdir("devices-made");
+    let alias = path_str(&d, "console");
+    let (major, minor) = ("5", "1");
+    assert_eq!(probe_outside(&["mknod-char", &alias, major, minor]), OK);
+    assert_eq!(
+        probe_outside(&["open", &alias, "w"]),
+        OK,
+        "outside: the console through {alias}"
+    );
+    std::fs::remove_file(&alias).unwrap();
+    let made = path_str(&d, "null");
+    let r = check(
+        &d,
+        Some("name: devices\n"),
+        &[
+            (format!("mknod-char {made} 1 3").as_str(), OK),
+            (format!("open {made} w").as_str(), OK),
+            (format!("chmod {made}").as_str(), OK),
+            (format!("rename {made} {made}-moved").as_str(), OK),
+            (format!("unlink {made}-moved").as_str(), OK),
+            (format!("mknod-char {alias} {major} {minor}").as_str(), OK),
+            (format!("open {alias} w").as_str(), EACCES),
+            (format!("unlink {alias}").as_str(), OK),
+        ],
+    );
+    let recs = r.records("/unmapped/reason", "foreign_terminal");
+    assert_eq!(recs.len(), 1, "{:#?}", r.audit);
+    assert_eq!(recs[0]["file"]["path"], alias.as_str(), "{:#}", recs[0]);
+    assert!(r.records("/unmapped/reason", "host_device").is_empty());
+}
+
+/// No set-user-ID or set-group-ID file is made inside: one would run later, outside, with
+/// its owner's powers (a root command's copy of a shell, `chmod 4755`, is a root shell for
+/// every user of the host). Made with the bits, given one (group-executable or not), an ACL
+/// set on one (it rewrites the group's bits past `chmod`), or an unnamed `O_TMPFILE` made
+/// with them linked in: refused; a mode that keeps the bits a file has, a second name for
+/// a set-id file (a package manager's backup link) and set-group-ID directories are not.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn set_id_files_are_not_made() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = workdir("set-id");
+    let p = |n: &str| path_str(&d, n);
+    let mode = |n: &str| std::fs::metadata(p(n)).unwrap().permissions().mode() & 0o7777;
+    // The routes, outside.
+    std::fs::create_dir(d.join("dir")).unwrap();
+    for (op, made, want) in [
+        (
+            vec!["create-mode", &p("out-made"), "4755"],
+            "out-made",
+            0o4755,
+        ),
+        (vec!["create-mode", &p("out-set"), "755"], "out-set", 0o755),
+        (vec!["chmod-mode", &p("out-set"), "2755"], "out-set", 0o2755),
+        (
+            vec!["tmpfile-link", &p("."), &p("out-linked"), "4755"],
+            "out-linked",
+            0o4755,
+        ),
+        (
+            vec!["link", &p("out-made"), &p("out-link")],
+            "out-link",
+            0o4755,
+        ),
+        // An ACL rewrites the group's bits and keeps set-group-ID.
+        (vec!["setacl", &p("out-set")], "out-set", 0o2644),
+    ] {
+        assert_eq!(probe_outside(&op), OK, "outside: {op:?}");
+        assert_eq!(mode(made), want, "outside: {op:?}");
+    }
+    let r = check(
+        &d,
+        Some("name: set-id\n"),
+        &[
+            (format!("create-mode {} 4755", p("made")).as_str(), EACCES),
+            (format!("create-mode {} 755", p("plain")).as_str(), OK),
+            (format!("create-mode {} 755", p("plain-g")).as_str(), OK),
+            (format!("create-mode {} 755", p("plain-gr")).as_str(), OK),
+            // Each on a file of its own: identical denials of one file are one record.
+            (format!("chmod-mode {} 4755", p("plain")).as_str(), EACCES),
+            (format!("chmod-mode {} 2755", p("plain-g")).as_str(), EACCES),
+            (
+                format!("chmod-mode {} 2744", p("plain-gr")).as_str(),
+                EACCES,
+            ),
+            (format!("chmod-mode {} 700", p("plain")).as_str(), OK),
+            (format!("setacl {}", p("out-set")).as_str(), EACCES),
+            (
+                format!("tmpfile-link {} {} 4755", p("."), p("linked")).as_str(),
+                EACCES,
+            ),
+            (
+                format!("link {} {}", p("out-made"), p("in-link")).as_str(),
+                OK,
+            ),
+            // What a file has already, it keeps; a directory passes its group on.
+            (format!("chmod-mode {} 4700", p("out-made")).as_str(), OK),
+            (format!("chmod-mode {} 2775", p("dir")).as_str(), OK),
+        ],
+    );
+    assert_eq!(mode("plain"), 0o700);
+    for gone in ["made", "linked"] {
+        assert!(!d.join(gone).exists(), "{gone} was made");
+    }
+    let recs = r.records("/unmapped/reason", "set_id");
+    assert_eq!(recs.len(), 6, "{:#?}", r.audit);
+    for rec in recs {
+        assert_eq!(
+            rec["unmapped"]["rule"], "(a set-user-ID or set-group-ID file: it would run outside)",
+            "{rec:#}"
+        );
+    }
+}
