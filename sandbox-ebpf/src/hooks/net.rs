@@ -139,10 +139,16 @@ fn sendmsg(socket: *const u8, msg: *const u8, scope: Scope) -> i32 {
     if off.valid == 0 {
         return no_offsets(hook::SOCKET_SENDMSG, scope);
     }
-    match routing_control(msg, off) {
-        Ok(None) => {}
-        Ok(Some((level, kind))) => return refuse_option(scope, level, kind),
-        Err(()) => return refuse_option(scope, -1, -1),
+    // Control messages route only inet packets (unix sockets carry descriptors in theirs).
+    let Some((_, family)) = sock_of(socket) else {
+        return -errno::EPERM;
+    };
+    if family == AF_INET || family == AF_INET6 {
+        match routing_control(msg, off) {
+            Ok(None) => {}
+            Ok(Some((level, kind))) => return refuse_option(scope, level, kind),
+            Err(()) => return refuse_option(scope, -1, -1),
+        }
     }
     // The kernel has copied the address in (`move_addr_to_kernel`) before this hook.
     let (Ok(name), Ok(len)) = (

@@ -124,15 +124,43 @@ pub fn homes() -> Vec<PathBuf> {
         let home = PathBuf::from(f.get(5)?);
         (uid == 0 || (1000..65534).contains(&uid)).then_some(home)
     });
+    // Listing an automounted /home shows what is mounted (or, browsable, the names)
+    // without mounting anything.
     let in_home = std::fs::read_dir("/home")
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path());
-    let mut out: Vec<PathBuf> = listed
-        .chain(in_home)
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter(|p| p.is_dir() && p != Path::new("/"))
+    let autofs: Vec<PathBuf> = crate::host::mounts::read()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.fstype == "autofs" && !s.mount_point.is_empty())
+        .map(|s| PathBuf::from(s.mount_point))
+        .collect();
+    pick_homes(listed.chain(in_home), &autofs, |p| {
+        std::fs::canonicalize(p).ok().filter(|c| c.is_dir())
+    })
+}
+
+/// [`homes`] from its candidates: each made canonical by `canonical` (`None`: not a
+/// directory there), except those at or below an automount point (`autofs`), taken as
+/// written: resolving one would mount it (a network file system, whose server may not
+/// answer: the run would wait for it).
+fn pick_homes(
+    candidates: impl Iterator<Item = PathBuf>,
+    autofs: &[PathBuf],
+    canonical: impl Fn(&Path) -> Option<PathBuf>,
+) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = candidates
+        .filter(|p| p.is_absolute())
+        .filter_map(|p| {
+            if autofs.iter().any(|a| p.starts_with(a)) {
+                Some(p)
+            } else {
+                canonical(&p)
+            }
+        })
+        .filter(|p| p != Path::new("/"))
         .collect();
     out.sort();
     out.dedup();
@@ -154,4 +182,37 @@ fn passwd(uid: u32) -> Option<Account> {
 fn entry(found: nix::Result<Option<nix::unistd::User>>) -> Option<Account> {
     let u = found.ok()??;
     Some((u.name, u.uid.as_raw(), u.gid.as_raw(), u.dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// Homes below an automount point are never resolved (that would mount them); the
+    /// others are made canonical, and those that are no directory, or `/`, are left out.
+    #[test]
+    fn homes_below_an_automount_are_not_touched() {
+        let candidates = [
+            "/home/a",
+            "/net/home/b",
+            "relative",
+            "/",
+            "/gone",
+            "/home/link",
+        ]
+        .map(PathBuf::from);
+        let autofs = [PathBuf::from("/net")];
+        let got = super::pick_homes(candidates.into_iter(), &autofs, |p: &Path| {
+            assert!(!p.starts_with("/net"), "{} was resolved", p.display());
+            match p.to_str()? {
+                "/home/link" => Some(PathBuf::from("/srv/home/link")),
+                "/gone" => None,
+                other => Some(PathBuf::from(other)),
+            }
+        });
+        assert_eq!(
+            got,
+            ["/home/a", "/net/home/b", "/srv/home/link"].map(PathBuf::from)
+        );
+    }
 }
