@@ -699,3 +699,28 @@ fn allow_hosts_entries_never_open_this_host() {
     assert!(net::base_entry(&c.net, gained, &none).is_none());
     assert!(net::base_entry(&c.net, "8.8.8.8".parse().unwrap(), &own).is_none());
 }
+
+/// This host's private addresses are denied one by one: an allow of the LAN they are in
+/// does not reach the host's own services through them (a rule naming the address does);
+/// loopback stays the loopback prefix's, which a policy may open. Azure's WireServer is
+/// in the private set.
+#[test]
+fn host_private_addresses_are_denied_by_themselves() {
+    let ctx = Context {
+        home: "/home/u".into(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: vec!["10.0.0.5".parse().unwrap(), "127.0.0.1".parse().unwrap()],
+        other_homes: Vec::new(),
+    };
+    let compile =
+        |yaml: &str| super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap();
+    let c = compile("network:\n  allow: [10.0.0.0/8, '127.0.0.0/8:8080']\n");
+    assert_eq!(decide(&c, "10.0.0.6", 22), Some(net_action::ALLOW));
+    assert_eq!(decide(&c, "10.0.0.5", 22), Some(net_action::DENY));
+    assert_eq!(decide(&c, "127.0.0.1", 8080), Some(net_action::ALLOW));
+    assert_eq!(decide(&c, "168.63.129.16", 80), Some(net_action::DENY));
+    let c = compile("network:\n  allow: [10.0.0.0/8, 10.0.0.5/32]\n");
+    assert_eq!(decide(&c, "10.0.0.5", 22), Some(net_action::ALLOW));
+}

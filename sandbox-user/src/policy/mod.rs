@@ -735,8 +735,9 @@ fn path_rule(
 }
 
 /// The other users' homes a root command's `~` rule covers: a glob of more alternatives
-/// than the matcher expands (256, with the rule's own) is refused.
-const MAX_OTHER_HOMES: usize = 128;
+/// than the matcher expands (256: each home twice for a literal rule, the path and what
+/// is below it) is refused.
+const MAX_OTHER_HOMES: usize = 100;
 
 /// `rest` (a `~` pattern without its `~`) under each of `homes`, as one glob: `/{root,
 /// home/a}/rest`; `None` without homes. A home whose path a glob could not name as
@@ -749,10 +750,16 @@ fn other_homes(rest: &str, homes: &[PathBuf]) -> Option<String> {
         .take(MAX_OTHER_HOMES)
         .map(str::to_owned)
         .collect();
+    // A literal path covers what is below it too; as a glob that is said outright.
+    let below = if rest.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+        ""
+    } else {
+        "{,/**}"
+    };
     match names.as_slice() {
         [] => None,
         [one] => Some(format!("/{one}{rest}")),
-        many => Some(format!("/{{{}}}{rest}", many.join(","))),
+        many => Some(format!("/{{{}}}{rest}{below}", many.join(","))),
     }
 }
 

@@ -237,7 +237,7 @@ fn a_root_commands_tilde_protects_every_home() {
         globs(&p.files.deny),
         [
             pair("files.deny[0]", "/home/u/.ssh"),
-            pair("files.deny[0]", "/{root,home/b}/.ssh"),
+            pair("files.deny[0]", "/{root,home/b}/.ssh{,/**}"),
             pair("files.deny[1]", "/etc/x"),
         ]
     );

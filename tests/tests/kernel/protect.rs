@@ -470,3 +470,20 @@ fn set_id_files_are_not_made() {
         );
     }
 }
+
+/// A root command reads every user's files: the built-in policy's protective `~` rules
+/// (`~/.ssh`, ...) cover the other users' homes as well as root's own.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_root_command_keeps_out_of_every_users_secrets() {
+    let d = workdir("root-homes");
+    let ssh = User::Agent.home().join(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let key = ssh.join("sandbox-test-key");
+    std::fs::write(&key, "secret").unwrap();
+    let key = key.display().to_string();
+    assert_eq!(probe_outside(&["open", &key, "r"]), OK, "outside");
+    let r = check(&d, None, &[(format!("open {key} r").as_str(), EACCES)]);
+    r.check_records(&[rec("/file/path", key.as_str()).has("/unmapped/rule", "files.deny[0]")]);
+    let _ = std::fs::remove_file(&key);
+}
