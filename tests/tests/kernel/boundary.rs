@@ -406,18 +406,24 @@ fn unix_sockets_outside_the_sandbox() {
     r.expect("unix-connect @sandbox-kt-outside", "EACCES");
 }
 
-/// First readable address of a process's mappings (hex).
-fn readable_addr(pid: u32) -> String {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    maps.lines()
-        .find(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|m| m.starts_with('r'))
-        })
-        .and_then(|l| l.split('-').next())
-        .unwrap()
-        .to_owned()
+/// First readable address of the program `exe` mapped into a process (hex). Waits for
+/// its exec to finish: until then the maps are those of the forking test process, and an
+/// address taken from them is gone once the exec replaces them.
+fn readable_addr(pid: u32, exe: &std::path::Path) -> String {
+    let name = exe.file_name().unwrap().to_str().unwrap();
+    for _ in 0..500 {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let found = maps.lines().find(|l| {
+            let mut f = l.split_whitespace();
+            let perms = f.nth(1).unwrap_or("");
+            perms.starts_with('r') && f.nth(3).is_some_and(|p| p.ends_with(&format!("/{name}")))
+        });
+        if let Some(l) = found {
+            return l.split('-').next().unwrap().to_owned();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{pid} never mapped {name}");
 }
 
 #[test]
@@ -436,7 +442,7 @@ fn other_processes_of_the_same_user() {
         .spawn()
         .unwrap();
     let pid = target.id().to_string();
-    let addr = readable_addr(target.id());
+    let addr = readable_addr(target.id(), &b.probe);
     let ops: &[&[&str]] = &[
         &["ptrace", &pid],
         &["mem", &pid],
