@@ -80,20 +80,20 @@ fn check_dest(hook_id: u32, scope: Scope, socket: *const u8, sa: *const u8, len:
     }
 }
 
-/// The control messages a send carries (a cmsg walk, as the kernel's `for_each_cmsghdr`,
-/// over at most [`MAX_CMSGS`]): the first that `decide::socket_option` refuses, as its
-/// (level, type); `Err` when they cannot be read or are more than the walk looks at (fail
-/// closed).
+/// The size of a `struct cmsghdr` on x86-64: a send whose control part is shorter carries
+/// no control message.
+const CMSG_HDR: u64 = 16;
+
+/// The control messages a send carries, `len` bytes (a cmsg walk, as the kernel's
+/// `for_each_cmsghdr`, over at most [`MAX_CMSGS`]): the first that `decide::socket_option`
+/// refuses, as its (level, type); `Err` when they cannot be read or are more than the walk
+/// looks at (fail closed).
 #[inline(always)]
 fn routing_control(
     msg: *const u8,
+    len: u64,
     off: &sandbox_common::KernelOffsets,
 ) -> Result<Option<(i32, i32)>, ()> {
-    const CMSG_HDR: u64 = 16;
-    let len: u64 = kread::read(msg, off.msghdr_msg_controllen).map_err(|_| ())?;
-    if len < CMSG_HDR {
-        return Ok(None);
-    }
     let base = kread::read_ptr(msg, off.msghdr_msg_control).map_err(|_| ())?;
     // The kernel copies them in before this hook (`____sys_sendmsg`); a caller of its own
     // may pass user memory.
@@ -139,15 +139,21 @@ fn sendmsg(socket: *const u8, msg: *const u8, scope: Scope) -> i32 {
     if off.valid == 0 {
         return no_offsets(hook::SOCKET_SENDMSG, scope);
     }
-    // Control messages route only inet packets (unix sockets carry descriptors in theirs).
-    let Some((_, family)) = sock_of(socket) else {
+    // Most sends carry no control message: one read tells, before the socket's family.
+    let Ok(control_len) = kread::read::<u64>(msg, off.msghdr_msg_controllen) else {
         return -errno::EPERM;
     };
-    if family == AF_INET || family == AF_INET6 {
-        match routing_control(msg, off) {
-            Ok(None) => {}
-            Ok(Some((level, kind))) => return refuse_option(scope, level, kind),
-            Err(()) => return refuse_option(scope, -1, -1),
+    if control_len >= CMSG_HDR {
+        // Control messages route only inet packets (unix sockets carry descriptors in theirs).
+        let Some((_, family)) = sock_of(socket) else {
+            return -errno::EPERM;
+        };
+        if family == AF_INET || family == AF_INET6 {
+            match routing_control(msg, control_len, off) {
+                Ok(None) => {}
+                Ok(Some((level, kind))) => return refuse_option(scope, level, kind),
+                Err(()) => return refuse_option(scope, -1, -1),
+            }
         }
     }
     // The kernel has copied the address in (`move_addr_to_kernel`) before this hook.
