@@ -471,6 +471,50 @@ fn set_id_files_are_not_made() {
     }
 }
 
+/// A non-root agent: a set-user-ID file of its own would run as the agent outside, for
+/// whoever runs it there (another user's shell, a cron job, a later session).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn set_id_files_are_not_made_by_a_non_root_agent() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = workdir_as(User::Agent, "set-id-agent");
+    let p = |n: &str| path_str(&d, n);
+    let mode = |n: &str| std::fs::metadata(d.join(n)).unwrap().permissions().mode() & 0o7777;
+    for op in [
+        vec!["create-mode", &p("out-made"), "4755"],
+        vec!["create-mode", &p("out-set"), "755"],
+        vec!["chmod-mode", &p("out-set"), "6755"],
+    ] {
+        assert_eq!(
+            probe_outside_as(User::Agent, &op),
+            OK,
+            "outside, as the agent: {op:?}"
+        );
+    }
+    assert_eq!(mode("out-set"), 0o6755);
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some("name: set-id-agent\n"),
+        &[
+            (format!("create-mode {} 4755", p("made")).as_str(), EACCES),
+            (format!("create-mode {} 755", p("plain")).as_str(), OK),
+            (format!("chmod-mode {} 4755", p("plain")).as_str(), EACCES),
+            (format!("create-mode {} 755", p("plain-g")).as_str(), OK),
+            (format!("chmod-mode {} 2755", p("plain-g")).as_str(), EACCES),
+            (format!("chmod-mode {} 6700", p("out-set")).as_str(), OK),
+        ],
+    );
+    assert!(!d.join("made").exists(), "made was made");
+    assert_eq!(mode("plain"), 0o755);
+    assert_eq!(
+        r.records("/unmapped/reason", "set_id").len(),
+        3,
+        "{:#?}",
+        r.audit
+    );
+}
+
 /// A root command reads every user's files: the built-in policy's protective `~` rules
 /// (`~/.ssh`, ...) cover the other users' homes as well as root's own.
 #[test]
