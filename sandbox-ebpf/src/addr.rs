@@ -92,6 +92,33 @@ impl Dest {
         })
     }
 
+    /// For the unspecified address (`0.0.0.0`, `::`, `::ffff:0.0.0.0`), the loopback address
+    /// of the same form, where the kernel sends it.
+    #[inline(always)]
+    fn unspecified_as_loopback(&self) -> Option<Self> {
+        let a = &self.addr;
+        let mut addr = [0u8; 16];
+        if self.family == AF_INET {
+            if a[..4].iter().any(|b| *b != 0) {
+                return None;
+            }
+            addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        } else if a[..10].iter().all(|b| *b == 0) && a[12..].iter().all(|b| *b == 0) {
+            match (a[10], a[11]) {
+                (0, 0) => addr[15] = 1,
+                (0xff, 0xff) => addr[10..].copy_from_slice(&[0xff, 0xff, 127, 0, 0, 1]),
+                _ => return None,
+            }
+        } else {
+            return None;
+        }
+        Some(Self {
+            family: self.family,
+            port: self.port,
+            addr,
+        })
+    }
+
     /// The IPv4 address embedded in an IPv6 one that reaches an IPv4 host: IPv4-mapped
     /// (`::ffff:0:0/96`), NAT64 (`64:ff9b::/96`) and 6to4 (`2002::/16`).
     #[inline(always)]
@@ -161,9 +188,10 @@ fn lookup_v6(policy_id: u32, addr: [u8; 16], port: u16) -> Option<(u8, u16)> {
     NET_V6.get(key).and_then(|r| first_rule(r, port))
 }
 
-/// The decision for a destination: `None` allows it.
+/// The decision for an address by the rules of `policy_id` (a destination's, or a
+/// listening socket's under `policy_id + LISTEN_ID_BASE`): `None` allows it.
 #[inline(always)]
-pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
+pub fn rules_verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
     let hit = if dest.family == AF_INET {
         lookup_v4(
             policy_id,
@@ -177,4 +205,18 @@ pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
         lookup_v6(policy_id, dest.addr, dest.port)
     };
     decide::net(flags, hit)
+}
+
+/// The decision for a destination: `None` allows it. The unspecified address (`0.0.0.0`,
+/// `::`, `::ffff:0.0.0.0`) is this host: the kernel connects and sends there to loopback
+/// (IPv4: or to the socket's bound source address), so it must pass the rules of its own
+/// prefix and loopback's both: a `deny` of `127.0.0.1` covers `0.0.0.0` too.
+#[inline(always)]
+pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
+    let v = rules_verdict(policy_id, flags, dest);
+    if v.is_some() {
+        return v;
+    }
+    let loopback = dest.unspecified_as_loopback()?;
+    rules_verdict(policy_id, flags, &loopback)
 }

@@ -201,7 +201,7 @@ fn create(scope: Scope, family: u32, ty: u32, protocol: u32, kern: u32) -> i32 {
 /// The local address of a socket about to serve, against `network.listen` (an allowlist).
 #[inline(always)]
 fn check_local(scope: Scope, dest: &Dest) -> i32 {
-    let hit = addr::verdict(
+    let hit = addr::rules_verdict(
         scope.policy_id + LISTEN_ID_BASE,
         policy_flags::NET_DEFAULT_DENY,
         dest,

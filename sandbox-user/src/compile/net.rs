@@ -7,7 +7,7 @@
 //! `block_private` for port 443 only, and 10.1.2.3:22 still falls through to 10.0.0.0/8.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Range;
 
 use ipnet::IpNet;
@@ -403,6 +403,20 @@ pub fn lookup(v4: &[Entry<4>], v6: &[Entry<16>], addr: IpAddr, port: u16) -> Opt
                 .max_by_key(|e| e.prefix_len)
                 .and_then(|e| first(&e.rules))
         }
+    }
+}
+
+/// Where the kernel sends the unspecified address (`0.0.0.0`, `::`, `::ffff:0.0.0.0`): the
+/// loopback address of the same form. A destination there passes the rules of both
+/// (mirrors `Dest::unspecified_as_loopback` in `sandbox-ebpf/src/addr.rs`).
+pub fn unspecified_as_loopback(addr: IpAddr) -> Option<IpAddr> {
+    match addr {
+        IpAddr::V4(a) if a.is_unspecified() => Some(Ipv4Addr::LOCALHOST.into()),
+        IpAddr::V6(a) if a.is_unspecified() => Some(Ipv6Addr::LOCALHOST.into()),
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()) => {
+            Some(Ipv4Addr::LOCALHOST.to_ipv6_mapped().into())
+        }
+        _ => None,
     }
 }
 

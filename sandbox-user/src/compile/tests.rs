@@ -408,6 +408,29 @@ fn network_longest_prefix_with_inherited_port_rules() {
     assert_eq!(decide(&c, "fe80::1", 443), Some(net_action::DENY));
 }
 
+/// The unspecified address goes to loopback: a deny of loopback covers it, an allow of
+/// loopback's port does not open what its own prefix denies.
+#[test]
+fn the_unspecified_address_is_judged_as_loopback_too() {
+    let allowed = |c: &super::CompiledPolicy, a: &str, port| {
+        crate::explain::connect(c, a.parse().unwrap(), port).allowed
+    };
+    let c = net_policy(
+        "network:\n  block_private: false\n  deny: ['127.0.0.0/8:8080', '[::1]:8080']\n",
+    );
+    for a in ["0.0.0.0", "::", "::ffff:0.0.0.0", "127.0.0.1", "::1"] {
+        assert!(!allowed(&c, a, 8080), "{a}:8080");
+        assert!(allowed(&c, a, 80), "{a}:80");
+    }
+    assert!(
+        allowed(&c, "0.0.0.1", 8080),
+        "only the unspecified address is this host"
+    );
+    let c = net_policy("network:\n  allow: ['127.0.0.1:8080']\n");
+    assert!(allowed(&c, "127.0.0.1", 8080));
+    assert!(!allowed(&c, "0.0.0.0", 8080), "0.0.0.0/8 stays private");
+}
+
 #[test]
 fn network_block_private_off() {
     let c = net_policy("network:\n  block_private: false\n");

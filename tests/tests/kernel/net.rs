@@ -176,3 +176,54 @@ fn socket_options_that_route_past_the_policy_are_refused() {
         rec("/unmapped/socket_option/option", "7").has("/unmapped/socket_option/level", 0),
     ]);
 }
+
+/// The unspecified address is this host: the kernel connects and sends to `0.0.0.0`, `::`
+/// and `::ffff:0.0.0.0` on loopback. A `deny` of loopback covers them (without
+/// `block_private`, whose private set has them anyway).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn the_unspecified_address_is_judged_as_loopback() {
+    let d = workdir_as(User::Agent, "unspecified");
+    // A listener on every address, both families, outside the sandbox.
+    let listener = std::net::TcpListener::bind("[::]:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    // (`::0`: a bare `::` separates the probe's operations.)
+    let addrs = ["127.0.0.1", "0.0.0.0", "::0", "::ffff:0.0.0.0", "::1"];
+    for a in addrs {
+        assert_eq!(
+            probe_outside_as(User::Agent, &["connect", a, &port]),
+            OK,
+            "outside: {a}"
+        );
+    }
+    assert_eq!(
+        probe_outside_as(User::Agent, &["udp", "0.0.0.0", &port]),
+        OK
+    );
+    let policy = format!(
+        "network:\n  block_private: false\n  deny: ['127.0.0.0/8:{port}', '[::1]:{port}']\n"
+    );
+    let mut cases: Vec<(String, &str)> = addrs
+        .iter()
+        .map(|a| (format!("connect {a} {port}"), EPERM))
+        .collect();
+    cases.push((format!("udp 0.0.0.0 {port}"), EPERM));
+    cases.push((format!("udp ::0 {port}"), EPERM));
+    // Only the ports denied: the rest of loopback answers as the kernel does.
+    let other = std::net::TcpListener::bind("[::]:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    cases.push((format!("connect 0.0.0.0 {other_port}"), OK));
+    let refs: Vec<(&str, &str)> = cases.iter().map(|(c, e)| (c.as_str(), *e)).collect();
+    let r = check_as(User::Agent, &d, Some(&policy), &refs);
+    r.check_records(&[
+        // connect and send each.
+        rec("/dst_endpoint/ip", "0.0.0.0")
+            .count(2)
+            .has("/unmapped/rule", "network.deny[0]"),
+        rec("/dst_endpoint/ip", "::")
+            .count(2)
+            .has("/unmapped/rule", "network.deny[1]"),
+        rec("/dst_endpoint/ip", "::ffff:0.0.0.0").has("/unmapped/rule", "network.deny[0]"),
+    ]);
+    drop((listener, other));
+}
