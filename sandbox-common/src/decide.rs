@@ -183,6 +183,18 @@ pub fn exec_binary(flags: u32, privileged: bool, m: &FileMatch) -> Option<Deny> 
     }
 }
 
+/// A set-user-ID or set-group-ID regular file opened for writing (or truncation): its
+/// contents are a program that runs with its owner's rights outside, and a write through
+/// a shared mapping keeps the bits (only `write(2)` and truncation without `CAP_FSETID`
+/// drop them). Either bit, as for the files a command makes (`reason::SET_ID`).
+#[inline(always)]
+pub fn set_id_write(f_mode: u32, mode: u16) -> Option<Deny> {
+    (f_mode & fmode::WRITE != 0
+        && imode::is_reg(mode)
+        && mode & (imode::S_ISUID | imode::S_ISGID) != 0)
+        .then(|| Deny::because(reason::SET_ID))
+}
+
 /// `i_mode` bits (include/uapi/linux/stat.h).
 pub mod imode {
     pub const S_IFMT: u16 = 0o170_000;

@@ -151,7 +151,18 @@ pub fn file_rules(c: &CompiledPolicy, p: &Path, access: Access, is_dir: bool) ->
 
 pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<Decision> {
     let p = canonical(path)?;
-    let deny = file_rules(c, &p, access, p.is_dir());
+    let deny = file_rules(c, &p, access, p.is_dir()).or_else(|| {
+        use std::os::unix::fs::PermissionsExt;
+        #[expect(clippy::cast_possible_truncation, reason = "st_mode fits 16 bits")]
+        let mode = std::fs::metadata(&p).ok()?.permissions().mode() as u16;
+        let f_mode = if access == Access::Write {
+            fmode::WRITE
+        } else {
+            fmode::READ
+        };
+        decide::set_id_write(f_mode, mode)
+            .map(|_| "a set-user-ID or set-group-ID file: it would run outside".to_owned())
+    });
     let verb = if access == Access::Read {
         "read"
     } else {

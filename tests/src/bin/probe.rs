@@ -757,6 +757,52 @@ fn op_cgroup_child(name: &str) -> String {
 /// File modes: `create-mode PATH MODE` makes a file with the octal `MODE`, `chmod-mode PATH
 /// MODE` sets it, `tmpfile-link DIR PATH MODE` makes an unnamed file in `DIR` with it
 /// (`O_TMPFILE`, which passes no name hook) and links it at `PATH`.
+/// Whether `/proc/keys` lists a key whose line contains `what`.
+fn op_key_listed(what: &str) -> String {
+    match std::fs::read_to_string("/proc/keys") {
+        Ok(t) if t.lines().any(|l| l.contains(what)) => "OK".into(),
+        Ok(_) => "NOT_LISTED".into(),
+        Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
+    }
+}
+
+/// Changes the first byte of a (non-empty) file through a shared writable mapping, as a
+/// loader or a database would: no `write(2)`, so none of its side effects.
+fn op_mmap_write(path: &str) -> String {
+    let p = cstr(path);
+    // SAFETY: plain syscalls; the mapping is one page of a file opened here, written only
+    // at its first byte, and unmapped before the descriptor is closed.
+    unsafe {
+        let fd = libc::open(p.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if fd < 0 {
+            return errno_name(last_errno());
+        }
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        let r = if m == libc::MAP_FAILED {
+            format!("MMAP-{}", errno_name(last_errno()))
+        } else {
+            let b = m.cast::<u8>();
+            *b = (*b).wrapping_add(1);
+            let r = if libc::msync(m, 4096, libc::MS_SYNC) == 0 {
+                "OK".to_owned()
+            } else {
+                format!("MSYNC-{}", errno_name(last_errno()))
+            };
+            libc::munmap(m, 4096);
+            r
+        };
+        libc::close(fd);
+        r
+    }
+}
+
 fn op_mode(op: &str, args: &[&str]) -> String {
     let mode = |s: &str| u32::from_str_radix(s, 8).unwrap_or(0);
     let at = |a: &str| cstr(a);
@@ -1292,6 +1338,7 @@ fn run_op(words: &[String]) -> String {
         "mknod-char" => op_mknod_char(a(1), a(2), a(3)),
         "create-mode" | "chmod-mode" => op_mode(a(0), &[a(1), a(2)]),
         "tmpfile-link" => op_mode(a(0), &[a(1), a(2), a(3)]),
+        "mmap-write" => op_mmap_write(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
         "open-loop" => {
@@ -1357,11 +1404,7 @@ fn run_op(words: &[String]) -> String {
                 if w < 0 { errno_name(e) } else { "OK".into() }
             }
         }
-        "key-listed" => match std::fs::read_to_string("/proc/keys") {
-            Ok(t) if t.lines().any(|l| l.contains(a(1))) => "OK".into(),
-            Ok(_) => "NOT_LISTED".into(),
-            Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
-        },
+        "key-listed" => op_key_listed(a(1)),
         "setresuid" => {
             let id = |i: usize| a(i).parse::<libc::uid_t>().unwrap_or(0);
             // SAFETY: plain syscall.
