@@ -137,6 +137,14 @@ pub const CGROUP_PROGRAMS: &[CgroupProgram] = &[
     },
 ];
 
+/// The `cgroup_skb/egress` program (hooks/egress.rs), attached to the run's cgroup with
+/// either backend: it drops packets whose IP header routes them past the address judged
+/// (a source route, a routing header), which `sendmmsg` can send past `socket_sendmsg`.
+pub const EGRESS: CgroupProgram = CgroupProgram {
+    name: "egress",
+    what: "packets routed past the address judged",
+};
+
 /// The program named `name` (compile-time: an unknown name fails the build).
 pub const fn find(name: &str) -> &'static Program {
     let mut i = 0;

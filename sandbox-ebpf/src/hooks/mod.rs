@@ -5,6 +5,7 @@
 //! `sandbox_common::decide` and reports through [`finish`]; the slot of working memory it
 //! took, if any (`work.rs`), is given back when it has.
 
+pub mod egress;
 pub mod exec;
 pub mod file;
 pub mod names;

@@ -98,6 +98,8 @@ pub struct Enforcer {
     scope: ScopeCtl,
     /// Links pinned in bpffs (see `pins`): they stay attached if sandbox dies.
     pinned: Vec<aya::programs::links::PinnedLink>,
+    /// The cgroup programs' links when there is no pin directory (dropped: detached).
+    cgroup_links: Vec<aya::programs::links::FdLink>,
     pin_dir: Option<std::path::PathBuf>,
     /// After [`Enforcer::release_later`], what lets the child holding the links go; it is
     /// dropped after `ebpf` (fields drop in order), whose links the child holds too.
@@ -300,6 +302,7 @@ impl Enforcer {
             policy_id: 0,
             scope: ScopeCtl::default(),
             pinned: Vec::new(),
+            cgroup_links: Vec::new(),
             pin_dir: None,
             holder: None,
             dir_cache: sandbox_common::DirCacheCtl::default(),
@@ -386,44 +389,77 @@ impl Enforcer {
         Ok(e)
     }
 
-    /// Loads the fallback backend's cgroup programs (`programs::CGROUP_PROGRAMS`) and
-    /// attaches them to `cgroup`, where they run for every task in it and below. Call after
-    /// `apply` and `bind` and before anything joins the cgroup.
-    pub fn attach_cgroup(&mut self, cgroup: &Cgroup) -> Result<(), LoadError> {
-        use aya::programs::{CgroupAttachMode, CgroupSockAddr};
+    /// Loads the cgroup programs and attaches them to `cgroup`, where they run for every
+    /// task in it and below: with either backend `programs::EGRESS` (packets routed past the
+    /// address judged), and in the fallback (`fallback`) `programs::CGROUP_PROGRAMS` (the
+    /// network rules by destination). Call after `apply` and `bind` and before anything
+    /// joins the cgroup.
+    pub fn attach_cgroup(&mut self, cgroup: &Cgroup, fallback: bool) -> Result<(), LoadError> {
+        use aya::programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSockAddr};
+        use sandbox_common::programs::{CGROUP_PROGRAMS, EGRESS};
         let dir = std::fs::File::open(&cgroup.path).map_err(|e| LoadError::Attach {
-            hook: sandbox_common::programs::CGROUP_PROGRAMS[0].name.into(),
+            hook: format!("cgroup/{}", EGRESS.name),
             detail: format!("{}: {e}", cgroup.path.display()),
         })?;
-        for p in sandbox_common::programs::CGROUP_PROGRAMS {
-            let err = |detail: String| LoadError::Attach {
-                hook: format!("cgroup/{}", p.name),
-                detail,
-            };
+        let err = |name: &str, detail: String| LoadError::Attach {
+            hook: format!("cgroup/{name}"),
+            detail,
+        };
+        let sock_addr = if fallback { CGROUP_PROGRAMS } else { &[] };
+        for p in sock_addr {
             let prog: &mut CgroupSockAddr = self
                 .ebpf
                 .program_mut(p.name)
-                .ok_or_else(|| err("missing from the object".into()))?
+                .ok_or_else(|| err(p.name, "missing from the object".into()))?
                 .try_into()
-                .map_err(|e: aya::programs::ProgramError| err(e.to_string()))?;
-            prog.load().map_err(|e| err(error_chain(&e)))?;
+                .map_err(|e: aya::programs::ProgramError| err(p.name, e.to_string()))?;
+            prog.load().map_err(|e| err(p.name, error_chain(&e)))?;
             // A BPF link (5.7+) coexists with other programs on the cgroup whatever the
             // mode, and the kernel wants no flags for it: `Single` is that.
             let link = prog
                 .attach(&dir, CgroupAttachMode::Single)
-                .map_err(|e| err(error_chain(&e)))?;
-            if let Some(pin) = &self.pin_dir {
-                let pin_err = |detail: String| {
-                    err(format!("pinning the link in {}: {detail}", pin.display()))
-                };
-                let link = prog.take_link(link).map_err(|e| pin_err(e.to_string()))?;
-                let pinned = aya::programs::links::FdLink::try_from(link)
-                    .map_err(|e| pin_err(e.to_string()))?
-                    .pin(pin.join(p.name))
-                    .map_err(|e| pin_err(e.to_string()))?;
-                self.pinned.push(pinned);
-            }
+                .map_err(|e| err(p.name, error_chain(&e)))?;
+            let link = prog
+                .take_link(link)
+                .map_err(|e| err(p.name, e.to_string()))?;
+            let link = aya::programs::links::FdLink::try_from(link)
+                .map_err(|e| err(p.name, e.to_string()))?;
+            self.keep_cgroup_link(p.name, link)?;
         }
+        let prog: &mut CgroupSkb = self
+            .ebpf
+            .program_mut(EGRESS.name)
+            .ok_or_else(|| err(EGRESS.name, "missing from the object".into()))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| err(EGRESS.name, e.to_string()))?;
+        prog.load().map_err(|e| err(EGRESS.name, error_chain(&e)))?;
+        let link = prog
+            .attach(&dir, CgroupSkbAttachType::Egress, CgroupAttachMode::Single)
+            .map_err(|e| err(EGRESS.name, error_chain(&e)))?;
+        let link = prog
+            .take_link(link)
+            .map_err(|e| err(EGRESS.name, e.to_string()))?;
+        let link = aya::programs::links::FdLink::try_from(link)
+            .map_err(|e| err(EGRESS.name, e.to_string()))?;
+        self.keep_cgroup_link(EGRESS.name, link)
+    }
+
+    /// Keeps a cgroup program's link: pinned in the pin directory when there is one (it
+    /// outlives sandbox then), else held until this object is dropped.
+    fn keep_cgroup_link(
+        &mut self,
+        name: &str,
+        link: aya::programs::links::FdLink,
+    ) -> Result<(), LoadError> {
+        let Some(pin) = &self.pin_dir else {
+            self.cgroup_links.push(link);
+            return Ok(());
+        };
+        let pinned = link.pin(pin.join(name)).map_err(|e| LoadError::Attach {
+            hook: format!("cgroup/{name}"),
+            detail: format!("pinning the link in {}: {e}", pin.display()),
+        })?;
+        self.pinned.push(pinned);
         Ok(())
     }
 

@@ -391,9 +391,9 @@ fn arm_loaded(
         }
         (None, Bind::Existing(p)) => bail!("cgroup {} was not opened", p.display()),
     };
-    // The fallback's programs run for the cgroup they are attached to: attached now,
-    // before anything joins it (the maps are complete and the cgroup bound).
-    if fallback && let Err(e) = enforcer.attach_cgroup(&cgroup) {
+    // The cgroup programs run for the cgroup they are attached to: attached now, before
+    // anything joins it (the maps are complete and the cgroup bound).
+    if let Err(e) = enforcer.attach_cgroup(&cgroup, fallback) {
         if matches!(bind, Bind::NewRun(_)) {
             let _ = cgroup.destroy();
         }

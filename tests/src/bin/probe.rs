@@ -583,6 +583,76 @@ fn op_retopts(addr: &str, port: &str) -> String {
     }
 }
 
+/// A UDP send to `addr` (IPv6) carrying a type-2 routing header (`IPV6_RTHDR`) whose one
+/// address is `hop`: the kernel routes the packet to `hop` (`fl6_update_dst`).
+/// `rthdr-send`: one `sendmsg` (its errno). `rthdr-sendmmsg`: a `sendmmsg` of two messages
+/// to `addr`, the first without control messages, the second with the header; `SENT<n>`,
+/// the messages sent (the kernel judges only the first: the second has the same address).
+fn op_rthdr_send(how: &str, addr: &str, port: &str, hop: &str) -> String {
+    let (Ok(addr), Ok(port), Ok(std::net::IpAddr::V6(hop))) = (
+        addr.parse::<IpAddr>(),
+        port.parse::<u16>(),
+        hop.parse::<IpAddr>(),
+    ) else {
+        return "BADARGS".into();
+    };
+    let (mut ss, len, fam) = sockaddr(addr, port);
+    let mut data = *b"x";
+    // One cmsghdr (16 bytes) and the 24 bytes of the header: next header, length 2 (in 8
+    // bytes, past the first 8), type 2, one segment left, 4 reserved, the address.
+    let mut control = [0u8; 40];
+    control[..8].copy_from_slice(&40u64.to_ne_bytes());
+    control[8..12].copy_from_slice(&libc::IPPROTO_IPV6.to_ne_bytes());
+    control[12..16].copy_from_slice(&libc::IPV6_RTHDR.to_ne_bytes());
+    control[16..20].copy_from_slice(&[0, 2, 2, 1]);
+    control[24..40].copy_from_slice(&hop.octets());
+    // SAFETY: plain socket syscalls on locals that outlive the calls.
+    unsafe {
+        let s = libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return errno_name(last_errno());
+        }
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_name = (&raw mut ss).cast();
+        m.msg_namelen = len;
+        m.msg_iov = &raw mut iov;
+        m.msg_iovlen = 1;
+        if how == "rthdr-sendmmsg" {
+            let plain = m;
+            m.msg_control = control.as_mut_ptr().cast();
+            m.msg_controllen = 40;
+            let mut msgs = [
+                libc::mmsghdr {
+                    msg_hdr: plain,
+                    msg_len: 0,
+                },
+                libc::mmsghdr {
+                    msg_hdr: m,
+                    msg_len: 0,
+                },
+            ];
+            let r = libc::sendmmsg(s, msgs.as_mut_ptr(), 2, 0);
+            let out = if r < 0 {
+                errno_name(last_errno())
+            } else {
+                format!("SENT{r}")
+            };
+            libc::close(s);
+            return out;
+        }
+        m.msg_control = control.as_mut_ptr().cast();
+        m.msg_controllen = 40;
+        let r = libc::sendmsg(s, &raw const m, 0);
+        let e = if r < 0 { last_errno() } else { 0 };
+        libc::close(s);
+        errno_name(e)
+    }
+}
+
 /// `sendmsg` (one message) or `sendmmsg` (two) on an unconnected UDP socket, or
 /// `sendto(MSG_FASTOPEN)` on a TCP socket (TCP Fast Open: data and connect in one call).
 fn op_send(how: &str, addr: &str, port: &str) -> String {
@@ -1329,6 +1399,7 @@ fn run_op(words: &[String]) -> String {
         "udp" => op_udp(a(1), a(2)),
         "tcp-ulp" | "ip-options" => op_sockopt(a(0), a(1)),
         "ip-retopts" => op_retopts(a(1), a(2)),
+        "rthdr-send" | "rthdr-sendmmsg" => op_rthdr_send(a(0), a(1), a(2), a(3)),
         "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),
         "exec" => op_exec(&words[1..]),
         "exec-fd" | "exec-procfd" | "exec-memfd" => op_exec_via(a(0), &words[1..]),

@@ -227,3 +227,43 @@ fn the_unspecified_address_is_judged_as_loopback() {
     ]);
     drop((listener, other));
 }
+
+/// `sendmmsg` asks the LSM hook about the first of its messages to one address only: the
+/// kernel sends the others to the same address past it (`sock_sendmsg_nosec`), control
+/// messages and all. Any user may put an IPv6 routing header in one (type 2, one
+/// address), which takes the packet to the header's address instead. The packets of the
+/// sandbox's sockets are checked once built (`cgroup_skb/egress`): one with a routing
+/// header is dropped.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn routing_headers_sent_past_the_hook_are_dropped() {
+    let d = workdir_as(User::Agent, "rthdr");
+    // Outside, as the agent: the header sends the packet to its address (an unreachable
+    // one: the kernel's no-route answer), also as the second message of a sendmmsg.
+    for (op, want) in [
+        (["rthdr-send", "::1", "9", "2001:db8::9"], ENETUNREACH),
+        (["rthdr-send", "::1", "9", "::1"], OK),
+        (["rthdr-sendmmsg", "::1", "9", "2001:db8::9"], "SENT1"),
+        (["rthdr-sendmmsg", "::1", "9", "::1"], "SENT2"),
+    ] {
+        assert_eq!(probe_outside_as(User::Agent, &op), want, "outside: {op:?}");
+    }
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some("network:\n  allow: ['[::1]:9']\n"),
+        &[
+            // One message: the hook refuses its control message.
+            ("rthdr-send ::1 9 ::1", EPERM),
+            // The second message passes no hook: its packet is dropped.
+            ("rthdr-sendmmsg ::1 9 ::1", "SENT1"),
+            // Messages without one are sent.
+            ("sendmmsg ::1 9", OK),
+        ],
+    );
+    // The hook's refusal is recorded; the dropped packet is not (no sender to name).
+    r.check_records(&[rec("/unmapped/reason", "socket_option")
+        .has("/unmapped/socket_option/level", 41)
+        .has("/unmapped/socket_option/option", 57)
+        .has("/unmapped/activity", "setsockopt")]);
+}
