@@ -25,6 +25,12 @@ fn main() -> anyhow::Result<()> {
     let root = root
         .to_str()
         .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path {}", root.display()))?;
+    // aya-build watches the BPF crate's own directory; the programs also compile
+    // `sandbox-common` (the decisions, the record layout), whose changes alone must rebuild
+    // them too, or the object embedded would be an older one's.
+    let common = Path::new(&manifest).join("../sandbox-common");
+    println!("cargo:rerun-if-changed={}", common.join("src").display());
+    println!("cargo:rerun-if-changed={}", common.join("Cargo.toml").display());
     let linker = Path::new(&manifest).join("../.tools/bin/bpf-linker");
     if !linker.exists() {
         anyhow::bail!(

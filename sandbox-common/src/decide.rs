@@ -286,6 +286,9 @@ pub mod sock {
     pub const IPPROTO_SCTP: u32 = 132;
     pub const IPPROTO_UDPLITE: u32 = 136;
     pub const IPPROTO_MPTCP: u32 = 262;
+    /// The kernel connector; its `CN_IDX_PROC` group reports every fork, exec, id change
+    /// and exit of the host, to any user from 6.6.
+    pub const NETLINK_CONNECTOR: u32 = 11;
 }
 
 /// `setsockopt(2)` by an in-scope task (the hook sees the level and the option, not the
@@ -326,7 +329,8 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
 
 /// `socket(2)` by an in-scope task: the family must be in `network.sockets`; inet sockets
 /// are TCP, UDP and ping unless raw, SCTP or MPTCP are named too (their own paths reach
-/// addresses that `connect` never sees).
+/// addresses that `connect` never sees). The kernel connector (netlink) is refused
+/// whatever the policy: its process events report the host's other processes.
 #[inline(always)]
 pub fn socket_create(
     families: u64,
@@ -336,12 +340,17 @@ pub fn socket_create(
     protocol: u32,
 ) -> Option<Deny> {
     use sock::{
-        AF_INET, AF_INET6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_SCTP, IPPROTO_TCP,
-        IPPROTO_UDP, IPPROTO_UDPLITE, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_STREAM, SOCK_TYPE_MASK,
+        AF_INET, AF_INET6, AF_NETLINK, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_SCTP,
+        IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE, NETLINK_CONNECTOR, SOCK_DGRAM, SOCK_SEQPACKET,
+        SOCK_STREAM, SOCK_TYPE_MASK,
     };
     let kind = Some(Deny::because(reason::SOCKET_KIND));
     if family >= 64 || families & (1u64 << family) == 0 {
         return kind;
+    }
+    if family == AF_NETLINK && protocol == NETLINK_CONNECTOR {
+        // Every other process's fork, exec and exit: hidden, as a pid namespace would.
+        return Some(Deny::because(reason::OUTSIDE_SCOPE));
     }
     if family != AF_INET && family != AF_INET6 {
         return None;

@@ -583,6 +583,86 @@ fn op_retopts(addr: &str, port: &str) -> String {
     }
 }
 
+/// The kernel's process events (the proc connector: `NETLINK_CONNECTOR`, group
+/// `CN_IDX_PROC`): subscribes, forks a child that exits, and waits up to 2 s for an event
+/// other than the subscription's acknowledgement. `OK` when one came (every fork, exec
+/// and exit of the host is then seen), `NOEVENT` when none did, else the errno of the
+/// step that failed.
+fn op_proc_events() -> String {
+    const NETLINK_CONNECTOR: i32 = 11;
+    const CN_IDX_PROC: u32 = 1;
+    const PROC_CN_MCAST_LISTEN: u32 = 1;
+    // SAFETY: plain socket syscalls on locals; the child only calls _exit.
+    unsafe {
+        let s = libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            NETLINK_CONNECTOR,
+        );
+        if s < 0 {
+            return errno_name(last_errno());
+        }
+        let fail = |what: &str| {
+            let e = errno_name(last_errno());
+            libc::close(s);
+            format!("{what}-{e}")
+        };
+        let mut sa: libc::sockaddr_nl = std::mem::zeroed();
+        sa.nl_family = libc::AF_NETLINK as u16;
+        sa.nl_groups = CN_IDX_PROC;
+        if libc::bind(
+            s,
+            (&raw const sa).cast(),
+            size_of::<libc::sockaddr_nl>() as u32,
+        ) != 0
+        {
+            return fail("BIND");
+        }
+        // nlmsghdr (16), cn_msg (idx, val, seq, ack, len, flags: 20), the operation (4).
+        let mut m = [0u8; 40];
+        m[0..4].copy_from_slice(&40u32.to_ne_bytes());
+        m[4..6].copy_from_slice(&(libc::NLMSG_DONE as u16).to_ne_bytes());
+        m[12..16].copy_from_slice(&libc::getpid().cast_unsigned().to_ne_bytes());
+        m[16..20].copy_from_slice(&CN_IDX_PROC.to_ne_bytes());
+        m[20..24].copy_from_slice(&1u32.to_ne_bytes());
+        m[32..34].copy_from_slice(&4u16.to_ne_bytes());
+        m[36..40].copy_from_slice(&PROC_CN_MCAST_LISTEN.to_ne_bytes());
+        if libc::send(s, m.as_ptr().cast(), m.len(), 0) < 0 {
+            return fail("SEND");
+        }
+        let tv = libc::timeval {
+            tv_sec: 2,
+            tv_usec: 0,
+        };
+        libc::setsockopt(
+            s,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const tv).cast(),
+            size_of::<libc::timeval>() as u32,
+        );
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::_exit(0);
+        }
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+        let mut buf = [0u8; 256];
+        for _ in 0..16 {
+            let n = libc::recv(s, buf.as_mut_ptr().cast(), buf.len(), 0);
+            if n < 0 {
+                break;
+            }
+            // proc_event.what, past the nlmsghdr and cn_msg: 0 is the acknowledgement.
+            if n >= 40 && u32::from_ne_bytes([buf[36], buf[37], buf[38], buf[39]]) != 0 {
+                libc::close(s);
+                return "OK".into();
+            }
+        }
+        libc::close(s);
+        "NOEVENT".into()
+    }
+}
+
 /// A UDP send to `addr` (IPv6) carrying a type-2 routing header (`IPV6_RTHDR`) whose one
 /// address is `hop`: the kernel routes the packet to `hop` (`fl6_update_dst`).
 /// `rthdr-send`: one `sendmsg` (its errno). `rthdr-sendmmsg`: a `sendmmsg` of two messages
@@ -1400,6 +1480,7 @@ fn run_op(words: &[String]) -> String {
         "tcp-ulp" | "ip-options" => op_sockopt(a(0), a(1)),
         "ip-retopts" => op_retopts(a(1), a(2)),
         "rthdr-send" | "rthdr-sendmmsg" => op_rthdr_send(a(0), a(1), a(2), a(3)),
+        "proc-events" => op_proc_events(),
         "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),
         "exec" => op_exec(&words[1..]),
         "exec-fd" | "exec-procfd" | "exec-memfd" => op_exec_via(a(0), &words[1..]),

@@ -1434,3 +1434,26 @@ fn host_addresses_gained_while_running_are_private_too() {
         );
     }
 }
+
+/// The kernel's process events (the proc connector, netlink) report every fork, exec and
+/// exit of the host, to any user from 6.6: the command gets no such socket, whatever the
+/// policy's `network.sockets` (netlink is in the built-in one).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn process_events_of_the_host_stay_outside() {
+    let d = agent_dir("proc-events");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .split(['.', '-'])
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (v.next().unwrap(), v.next().unwrap());
+    let outside = probe_outside_as_agent(&[&["proc-events"]]);
+    if version >= (6, 6) {
+        assert_eq!(outside, vec!["OK"], "outside, as the agent");
+    }
+    let r = probe_as_agent(&d, None, &[&["proc-events"]]);
+    r.expect("proc-events", "EACCES");
+    let rec = r.one_record("/unmapped/activity", "socket");
+    assert_eq!(rec["unmapped"]["socket"]["protocol"], 11, "{rec:#}");
+    assert_eq!(rec["unmapped"]["reason"], "outside_scope", "{rec:#}");
+}
