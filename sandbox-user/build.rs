@@ -30,7 +30,10 @@ fn main() -> anyhow::Result<()> {
     // them too, or the object embedded would be an older one's.
     let common = Path::new(&manifest).join("../sandbox-common");
     println!("cargo:rerun-if-changed={}", common.join("src").display());
-    println!("cargo:rerun-if-changed={}", common.join("Cargo.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        common.join("Cargo.toml").display()
+    );
     let linker = Path::new(&manifest).join("../.tools/bin/bpf-linker");
     if !linker.exists() {
         anyhow::bail!(

@@ -195,6 +195,13 @@ pub fn set_id_write(f_mode: u32, mode: u16) -> Option<Deny> {
         .then(|| Deny::because(reason::SET_ID))
 }
 
+/// A block device opened, whatever its name (a node of a disk's number made on a tmpfs, a
+/// `zram` or a ZFS volume no name rule lists): refused (`reason::BLOCK_DEVICE`).
+#[inline(always)]
+pub fn block_device(mode: u16) -> Option<Deny> {
+    imode::is_blk(mode).then(|| Deny::because(reason::BLOCK_DEVICE))
+}
+
 /// `i_mode` bits (include/uapi/linux/stat.h).
 pub mod imode {
     pub const S_IFMT: u16 = 0o170_000;

@@ -657,6 +657,9 @@ pub mod reason {
     /// A socket option that would take the socket's packets past the network policy
     /// (`decide::socket_option`).
     pub const SOCKET_OPTION: u32 = 25;
+    /// A block device, by its inode whatever its name: a disk's (or a partition's, a
+    /// compressed swap's, a RAM disk's) blocks hold every file on it past the path rules.
+    pub const BLOCK_DEVICE: u32 = 26;
 }
 
 /// `EventHeader::flags`.

@@ -160,8 +160,12 @@ pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<
         } else {
             fmode::READ
         };
-        decide::set_id_write(f_mode, mode)
-            .map(|_| "a set-user-ID or set-group-ID file: it would run outside".to_owned())
+        let set_id = decide::set_id_write(f_mode, mode)
+            .map(|_| "a set-user-ID or set-group-ID file: it would run outside".to_owned());
+        set_id.or_else(|| {
+            decide::block_device(mode)
+                .map(|_| "a block device: its blocks hold files past the path rules".to_owned())
+        })
     });
     let verb = if access == Access::Read {
         "read"

@@ -140,6 +140,7 @@ const IMPLICIT_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/sys"
 /// Raw disks and memory: denied whatever the policy says (the devices present at start).
 const IMPLICIT_DENY_PREFIXES: &[&str] = &[
     "sd", "hd", "vd", "xvd", "nvme", "mmcblk", "dm-", "md", "loop", "nbd", "sr", "sg", "ng",
+    "zram", "zd", "rbd", "pmem", "ram", "ublkb", "bcache", "drbd", "mtd", "ubi", "dax", "watchdog",
 ];
 const IMPLICIT_DENY: &[&str] = &[
     "/dev/mapper",

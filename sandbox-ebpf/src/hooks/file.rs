@@ -60,6 +60,7 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
             // instructions verified against 30,600 without).
             decide::file(scope.flags(), f_mode, imode::is_dir(facts.mode), m)
                 .or_else(|| decide::set_id_write(f_mode, facts.mode))
+                .or_else(|| decide::block_device(facts.mode))
                 .or_else(|| TERMINALS.then(|| refused_by_inode(file, facts, scope, off))?)
         },
     )

@@ -233,6 +233,7 @@ impl Formatter<'_> {
             }
             reason::SET_ID => "(a set-user-ID or set-group-ID file: it would run outside)",
             reason::SOCKET_OPTION => "(a socket option that routes past the network policy)",
+            reason::BLOCK_DEVICE => "(a block device: its blocks hold files past the path rules)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -265,6 +266,7 @@ impl Formatter<'_> {
             reason::HOST_DEVICE => "host_device",
             reason::SET_ID => "set_id",
             reason::SOCKET_OPTION => "socket_option",
+            reason::BLOCK_DEVICE => "block_device",
             _ => "unknown",
         }
     }

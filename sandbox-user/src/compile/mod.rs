@@ -112,6 +112,23 @@ const IMPLICIT_DENY: &[&str] = &[
     "/dev/loop*",
     "/dev/nbd*",
     "/dev/sr*",
+    // Block devices of other names (the kernel refuses every block device by its inode
+    // too): compressed swap, ZFS volumes, Ceph, persistent memory, RAM disks, ublk,
+    // bcache, DRBD; and the character devices of raw flash and persistent memory.
+    "/dev/zram*",
+    "/dev/zd*",
+    "/dev/rbd*",
+    "/dev/pmem*",
+    "/dev/ram*",
+    "/dev/ublkb*",
+    "/dev/bcache*",
+    "/dev/drbd*",
+    "/dev/mtd*",
+    "/dev/ubi*",
+    "/dev/dax*",
+    // A watchdog starts counting down when opened, even for reading: the host reboots
+    // unless someone keeps writing to it.
+    "/dev/watchdog*",
     // SCSI generic, NVMe generic and block SCSI generic: raw commands, reads included.
     "/dev/sg*",
     "/dev/ng*",

@@ -1006,15 +1006,21 @@ fn op_mode(op: &str, args: &[&str]) -> String {
 
 /// Makes a whiteout (character device 0:0, which needs no capability) at `path`.
 fn op_mknod_whiteout(path: &str) -> String {
-    op_mknod_char(path, "0", "0")
+    op_mknod("mknod-char", path, "0", "0")
 }
 
-/// Makes a character device node `major`:`minor` at `path` (`CAP_MKNOD` but for 0:0).
-fn op_mknod_char(path: &str, major: &str, minor: &str) -> String {
+/// Makes a character (`mknod-char`) or block (`mknod-blk`) device node `major`:`minor` at
+/// `path` (`CAP_MKNOD` but for 0:0).
+fn op_mknod(op: &str, path: &str, major: &str, minor: &str) -> String {
     let p = cstr(path);
     let dev = libc::makedev(major.parse().unwrap_or(0), minor.parse().unwrap_or(0));
+    let kind = if op == "mknod-blk" {
+        libc::S_IFBLK
+    } else {
+        libc::S_IFCHR
+    };
     // SAFETY: plain syscall on a valid C string.
-    if unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, dev) } == 0 {
+    if unsafe { libc::mknod(p.as_ptr(), kind | 0o600, dev) } == 0 {
         "OK".into()
     } else {
         errno_name(last_errno())
@@ -1487,7 +1493,7 @@ fn run_op(words: &[String]) -> String {
         "cgroup-child" => op_cgroup_child(a(1)),
         "cgroup-pull" => op_cgroup_pull(a(1)),
         "mknod-whiteout" => op_mknod_whiteout(a(1)),
-        "mknod-char" => op_mknod_char(a(1), a(2), a(3)),
+        "mknod-char" | "mknod-blk" => op_mknod(a(0), a(1), a(2), a(3)),
         "create-mode" | "chmod-mode" => op_mode(a(0), &[a(1), a(2)]),
         "tmpfile-link" => op_mode(a(0), &[a(1), a(2), a(3)]),
         "mmap-write" => op_mmap_write(a(1)),

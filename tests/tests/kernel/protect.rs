@@ -352,7 +352,8 @@ fn device_nodes_keep_their_names_and_modes() {
 
 /// A node the command makes itself (a root command that kept `CAP_MKNOD`) on a tmpfs is its
 /// own to change and remove; what it reaches stays the host's: a node of the console's
-/// number opens the console, and is refused as it. (A pty's slave opens only through its
+/// number opens the console, and is refused as it; a block device (a disk's blocks) does
+/// not open whatever its name. (A pty's slave opens only through its
 /// name in its devpts: the kernel answers `EIO` through any other node.)
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
@@ -367,6 +368,11 @@ fn device_nodes_made_inside_are_theirs_by_name_only() {
         "outside: the console through {alias}"
     );
     std::fs::remove_file(&alias).unwrap();
+    // A disk's blocks by a name no rule lists (the first loop device: 7:0).
+    let disk = path_str(&d, "disk");
+    assert_eq!(probe_outside(&["mknod-blk", &disk, "7", "0"]), OK);
+    assert_eq!(probe_outside(&["open", &disk, "r"]), OK, "outside: {disk}");
+    std::fs::remove_file(&disk).unwrap();
     let made = path_str(&d, "null");
     let r = check(
         &d,
@@ -380,8 +386,14 @@ fn device_nodes_made_inside_are_theirs_by_name_only() {
             (format!("mknod-char {alias} {major} {minor}").as_str(), OK),
             (format!("open {alias} w").as_str(), EACCES),
             (format!("unlink {alias}").as_str(), OK),
+            (format!("mknod-blk {disk} 7 0").as_str(), OK),
+            (format!("open {disk} r").as_str(), EACCES),
+            (format!("unlink {disk}").as_str(), OK),
         ],
     );
+    let recs = r.records("/unmapped/reason", "block_device");
+    assert_eq!(recs.len(), 1, "{:#?}", r.audit);
+    assert_eq!(recs[0]["file"]["path"], disk.as_str(), "{:#}", recs[0]);
     let recs = r.records("/unmapped/reason", "foreign_terminal");
     assert_eq!(recs.len(), 1, "{:#?}", r.audit);
     assert_eq!(recs[0]["file"]["path"], alias.as_str(), "{:#}", recs[0]);
