@@ -135,7 +135,13 @@ struct Hole {
 
 /// Kernel settings and the cgroup tree: read-only whatever the policy says (as the BPF-LSM
 /// backend's implicit rules), as whole directories.
-const IMPLICIT_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/sys"];
+const IMPLICIT_READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/sys",
+];
 
 /// Raw disks and memory: denied whatever the policy says (the devices present at start).
 const IMPLICIT_DENY_PREFIXES: &[&str] = &[

@@ -77,6 +77,10 @@ pub const IMPLICIT_DEVICE_WRITES: &[&str] = &[
 const IMPLICIT_READ_ONLY: &[&str] = &[
     "/proc/sys/**",
     "/proc/sysrq-trigger",
+    // Interrupt affinity (a root command could pin the host's interrupts on one CPU) and
+    // the PCI buses' configuration space.
+    "/proc/irq/**",
+    "/proc/bus/**",
     "/sys/block/**",
     "/sys/bus/**",
     "/sys/class/**",

@@ -134,6 +134,7 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
         ("prlimit", OK, EPERM),
         ("open /proc/sys/kernel/core_pattern w", OK, EACCES),
         ("open /proc/sys/kernel/modprobe w", OK, EACCES),
+        ("open /proc/irq/default_smp_affinity w", OK, EACCES),
         ("mkdir /sys/fs/bpf/planted", OK, EACCES),
         ("open /dev/mem r", OK, EACCES),
     ];
