@@ -307,7 +307,9 @@ pub mod sock {
 ///   try it fall back to TLS of their own);
 /// - `IP_OPTIONS` (loose and strict source routes: the packet goes to the route's first
 ///   hop, the judged address is only in the option), `IPV6_RTHDR` and its RFC 2292 forms
-///   (a routing header: the same for IPv6). The same levels and types name the control
+///   (a routing header: the same for IPv6), and `IPV6_FLOWLABEL_MGR` (a flow label's
+///   request carries control messages, a routing header among them, that every send
+///   with the label then uses). The same levels and types name the control
 ///   messages that give them per message (`IP_RETOPTS` for the IPv4 options), which
 ///   `socket_sendmsg` refuses by this function too.
 #[inline(always)]
@@ -320,12 +322,16 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
     const SOL_IPV6: i32 = 41;
     const IPV6_2292RTHDR: i32 = 5;
     const IPV6_2292PKTOPTIONS: i32 = 6;
+    const IPV6_FLOWLABEL_MGR: i32 = 32;
     const IPV6_RTHDR: i32 = 57;
     let refused = matches!(
         (level, option),
         (SOL_TCP, TCP_ULP)
             | (SOL_IP, IP_OPTIONS | IP_RETOPTS)
-            | (SOL_IPV6, IPV6_RTHDR | IPV6_2292RTHDR | IPV6_2292PKTOPTIONS)
+            | (
+                SOL_IPV6,
+                IPV6_RTHDR | IPV6_2292RTHDR | IPV6_2292PKTOPTIONS | IPV6_FLOWLABEL_MGR
+            )
     );
     if refused {
         Some(Deny::because(reason::SOCKET_OPTION))

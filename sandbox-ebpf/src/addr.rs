@@ -93,20 +93,25 @@ impl Dest {
     }
 
     /// For the unspecified address (`0.0.0.0`, `::`, `::ffff:0.0.0.0`), the loopback address
-    /// of the same form, where the kernel sends it.
+    /// of the same form, where the kernel sends it. (Made from the address's own zero
+    /// bytes: a constant address compiles to a `memset` call, a byte loop.)
     #[inline(always)]
     fn unspecified_as_loopback(&self) -> Option<Self> {
         let a = &self.addr;
-        let mut addr = [0u8; 16];
+        let mut addr = *a;
         if self.family == AF_INET {
-            if a[..4].iter().any(|b| *b != 0) {
+            if a[0] | a[1] | a[2] | a[3] != 0 {
                 return None;
             }
-            addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+            addr[0] = 127;
+            addr[3] = 1;
         } else if a[..10].iter().all(|b| *b == 0) && a[12..].iter().all(|b| *b == 0) {
             match (a[10], a[11]) {
                 (0, 0) => addr[15] = 1,
-                (0xff, 0xff) => addr[10..].copy_from_slice(&[0xff, 0xff, 127, 0, 0, 1]),
+                (0xff, 0xff) => {
+                    addr[12] = 127;
+                    addr[15] = 1;
+                }
                 _ => return None,
             }
         } else {
@@ -210,7 +215,9 @@ pub fn rules_verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
 /// The decision for a destination: `None` allows it. The unspecified address (`0.0.0.0`,
 /// `::`, `::ffff:0.0.0.0`) is this host: the kernel connects and sends there to loopback
 /// (IPv4: or to the socket's bound source address), so it must pass the rules of its own
-/// prefix and loopback's both: a `deny` of `127.0.0.1` covers `0.0.0.0` too.
+/// prefix and loopback's both: a `deny` of `127.0.0.1` covers `0.0.0.0` too. `::` goes to
+/// `::1`, or to `127.0.0.1` from a socket bound to an IPv4-mapped address: it must pass
+/// both.
 #[inline(always)]
 pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
     let v = rules_verdict(policy_id, flags, dest);
@@ -218,5 +225,22 @@ pub fn verdict(policy_id: u32, flags: u32, dest: &Dest) -> Option<Deny> {
         return v;
     }
     let loopback = dest.unspecified_as_loopback()?;
-    rules_verdict(policy_id, flags, &loopback)
+    let v = rules_verdict(policy_id, flags, &loopback);
+    if v.is_some()
+        || loopback.family != AF_INET6
+        || loopback.addr[15] != 1
+        || loopback.addr[11] != 0
+    {
+        return v;
+    }
+    // `dest` is `::`: its zero bytes, with 127.0.0.1 in the first four.
+    let mut addr = dest.addr;
+    addr[0] = 127;
+    addr[3] = 1;
+    let v4 = Dest {
+        family: AF_INET,
+        port: dest.port,
+        addr,
+    };
+    rules_verdict(policy_id, flags, &v4)
 }

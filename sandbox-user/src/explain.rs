@@ -204,14 +204,13 @@ pub fn connect(c: &CompiledPolicy, addr: IpAddr, port: u16) -> Decision {
         IpAddr::V6(a) => format!("connect [{a}]:{port}"),
     };
     let mut hit = net::lookup(&c.net.v4, &c.net.v6, addr, port);
-    if decide::net(c.flags, hit).is_none()
-        && let Some(loopback) = net::unspecified_as_loopback(addr)
-    {
-        // The kernel sends there: its rules decide too (the first that denies).
-        let there = net::lookup(&c.net.v4, &c.net.v6, loopback, port);
-        if decide::net(c.flags, there).is_some() {
-            hit = there;
+    // The kernel sends the unspecified address to loopback: those rules decide too (the
+    // first that denies).
+    for loopback in net::unspecified_as_loopback(addr) {
+        if decide::net(c.flags, hit).is_some() {
+            break;
         }
+        hit = net::lookup(&c.net.v4, &c.net.v6, loopback, port);
     }
     let audit = c.flags & policy_flags::AUDIT_NET != 0;
     match (decide::net(c.flags, hit), hit) {

@@ -53,7 +53,7 @@ fn v4_source_route(ctx: &SkBuffContext, ihl: usize) -> bool {
 }
 
 /// The IPv6 extension headers (hop-by-hop and destination options may come first) hold a
-/// routing header.
+/// routing header of a kind a socket can ask for.
 #[inline(always)]
 fn v6_routing_header(ctx: &SkBuffContext) -> bool {
     const HOPOPTS: u8 = 0;
@@ -65,7 +65,15 @@ fn v6_routing_header(ctx: &SkBuffContext) -> bool {
     let mut at = 40usize;
     for _ in 0..4 {
         match next {
-            ROUTING => return true,
+            // Types 0 (deprecated, refused by the kernel on input) and 2 (Mobile IPv6), the
+            // ones a socket's options can ask for; a segment routing header (4) or RPL's (3)
+            // is the host's own routes' (seg6, rpl encapsulation), never a socket's.
+            ROUTING => {
+                let Ok(kind) = ctx.load::<u8>(at + 2) else {
+                    return true;
+                };
+                return kind == 0 || kind == 2;
+            }
             HOPOPTS | DSTOPTS => {
                 let (Ok(n), Ok(len)) = (ctx.load::<u8>(at), ctx.load::<u8>(at + 1)) else {
                     return true;
@@ -88,7 +96,7 @@ pub fn egress(ctx: SkBuffContext) -> i32 {
     // options and control messages that ask for these headers are refused, with a
     // record, by `socket_setsockopt` and `socket_sendmsg` before this.
     let Ok(first) = ctx.load::<u8>(0) else {
-        return PASS;
+        return DROP;
     };
     let routed = match first >> 4 {
         4 => first & 0x0f > 5 && v4_source_route(&ctx, usize::from(first & 0x0f)),

@@ -133,6 +133,9 @@ const IMPLICIT_DENY: &[&str] = &[
     // A watchdog starts counting down when opened, even for reading: the host reboots
     // unless someone keeps writing to it.
     "/dev/watchdog*",
+    // ZFS's control device: `zfs send` of a dataset (where `zfs allow` grants it) streams
+    // every file in it.
+    "/dev/zfs",
     // SCSI generic, NVMe generic and block SCSI generic: raw commands, reads included.
     "/dev/sg*",
     "/dev/ng*",

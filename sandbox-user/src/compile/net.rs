@@ -407,16 +407,19 @@ pub fn lookup(v4: &[Entry<4>], v6: &[Entry<16>], addr: IpAddr, port: u16) -> Opt
 }
 
 /// Where the kernel sends the unspecified address (`0.0.0.0`, `::`, `::ffff:0.0.0.0`): the
-/// loopback address of the same form. A destination there passes the rules of both
-/// (mirrors `Dest::unspecified_as_loopback` in `sandbox-ebpf/src/addr.rs`).
-pub fn unspecified_as_loopback(addr: IpAddr) -> Option<IpAddr> {
+/// loopback address of the same form, and for `::` IPv4's too (from a socket bound to an
+/// IPv4-mapped address). A destination there passes the rules of each (mirrors
+/// `verdict` in `sandbox-ebpf/src/addr.rs`).
+pub fn unspecified_as_loopback(addr: IpAddr) -> Vec<IpAddr> {
     match addr {
-        IpAddr::V4(a) if a.is_unspecified() => Some(Ipv4Addr::LOCALHOST.into()),
-        IpAddr::V6(a) if a.is_unspecified() => Some(Ipv6Addr::LOCALHOST.into()),
-        IpAddr::V6(a) if a.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()) => {
-            Some(Ipv4Addr::LOCALHOST.to_ipv6_mapped().into())
+        IpAddr::V4(a) if a.is_unspecified() => vec![Ipv4Addr::LOCALHOST.into()],
+        IpAddr::V6(a) if a.is_unspecified() => {
+            vec![Ipv6Addr::LOCALHOST.into(), Ipv4Addr::LOCALHOST.into()]
         }
-        _ => None,
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()) => {
+            vec![Ipv4Addr::LOCALHOST.to_ipv6_mapped().into()]
+        }
+        _ => Vec::new(),
     }
 }
 

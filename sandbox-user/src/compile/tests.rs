@@ -429,6 +429,10 @@ fn the_unspecified_address_is_judged_as_loopback_too() {
     let c = net_policy("network:\n  allow: ['127.0.0.1:8080']\n");
     assert!(allowed(&c, "127.0.0.1", 8080));
     assert!(!allowed(&c, "0.0.0.0", 8080), "0.0.0.0/8 stays private");
+    // `::` from a socket bound to an IPv4-mapped address goes to 127.0.0.1.
+    let c = net_policy("network:\n  block_private: false\n  deny: ['127.0.0.1:5432']\n");
+    assert!(!allowed(&c, "::", 5432));
+    assert!(allowed(&c, "::1", 5432));
 }
 
 #[test]

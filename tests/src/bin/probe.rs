@@ -455,7 +455,9 @@ fn sockaddr(addr: IpAddr, port: u16) -> (libc::sockaddr_storage, libc::socklen_t
     }
 }
 
-fn op_connect(addr: &str, port: &str) -> String {
+/// `connect`: a TCP connect to `addr`. `connect-mapped`: from an IPv6 socket first bound to
+/// `::ffff:0.0.0.0` (an IPv4-mapped address).
+fn op_connect(how: &str, addr: &str, port: &str) -> String {
     let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
         return "BADARGS".into();
     };
@@ -469,6 +471,14 @@ fn op_connect(addr: &str, port: &str) -> String {
         );
         if s < 0 {
             return errno_name(last_errno());
+        }
+        if how == "connect-mapped" {
+            let (local, local_len, _) = sockaddr("::ffff:0.0.0.0".parse().unwrap(), 0);
+            if libc::bind(s, (&raw const local).cast(), local_len) != 0 {
+                let e = last_errno();
+                libc::close(s);
+                return format!("BIND-{}", errno_name(e));
+            }
         }
         let r = libc::connect(s, (&raw const ss).cast(), len);
         let mut e = if r == 0 { 0 } else { last_errno() };
@@ -520,6 +530,7 @@ fn op_udp(addr: &str, port: &str) -> String {
 fn op_sockopt(how: &str, arg: &str) -> String {
     // SAFETY: plain socket syscalls on locals that outlive the calls.
     unsafe {
+        let mut family = libc::AF_INET;
         let (kind, level, option, value): (i32, i32, i32, Vec<u8>) = if how == "tcp-ulp" {
             (
                 libc::SOCK_STREAM,
@@ -527,12 +538,23 @@ fn op_sockopt(how: &str, arg: &str) -> String {
                 31,
                 arg.as_bytes().to_vec(),
             )
+        } else if how == "flowlabel" {
+            // IPV6_FLOWLABEL_MGR: get label 0x12345 for ::1, made for this socket alone
+            // (struct in6_flowlabel_req: destination, label, action GET, share EXCL,
+            // flags CREATE, expiry, linger, padding).
+            family = libc::AF_INET6;
+            let mut req = vec![0u8; 32];
+            req[15] = 1;
+            req[16..20].copy_from_slice(&0x0001_2345u32.to_be_bytes());
+            req[21] = 1;
+            req[22..24].copy_from_slice(&1u16.to_ne_bytes());
+            (libc::SOCK_DGRAM, libc::IPPROTO_IPV6, 32, req)
         } else {
             // LSRR (131), 7 bytes, pointer 4, one hop; a NOP pads it to 8.
             let lsrr = vec![131, 7, 4, 127, 0, 0, 1, 1];
             (libc::SOCK_DGRAM, libc::IPPROTO_IP, libc::IP_OPTIONS, lsrr)
         };
-        let s = libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, 0);
+        let s = libc::socket(family, kind | libc::SOCK_CLOEXEC, 0);
         if s < 0 {
             return format!("SOCKET-{}", errno_name(last_errno()));
         }
@@ -1481,9 +1503,9 @@ fn run_op(words: &[String]) -> String {
             let ppid = unsafe { libc::getppid() };
             op_open(&format!("/proc/{ppid}/{}", a(1)), a(2))
         }
-        "connect" => op_connect(a(1), a(2)),
+        "connect" | "connect-mapped" => op_connect(a(0), a(1), a(2)),
         "udp" => op_udp(a(1), a(2)),
-        "tcp-ulp" | "ip-options" => op_sockopt(a(0), a(1)),
+        "tcp-ulp" | "ip-options" | "flowlabel" => op_sockopt(a(0), a(1)),
         "ip-retopts" => op_retopts(a(1), a(2)),
         "rthdr-send" | "rthdr-sendmmsg" => op_rthdr_send(a(0), a(1), a(2), a(3)),
         "proc-events" => op_proc_events(),

@@ -141,16 +141,30 @@ fn socket_options_that_route_past_the_policy_are_refused() {
     } else {
         assert_eq!(smc_outside, "ENOENT", "no SMC upper layer after 7.0");
     }
+    // A flow label's request carries control messages (a routing header among them) that
+    // every send with the label uses.
+    assert_eq!(
+        probe_outside_as(User::Agent, &["flowlabel"]),
+        OK,
+        "a flow label, outside"
+    );
     let r = check_as(
         User::Agent,
         &d,
         None,
-        &[("tcp-ulp smc", EPERM), ("tcp-ulp tls", EPERM)],
+        &[
+            ("tcp-ulp smc", EPERM),
+            ("tcp-ulp tls", EPERM),
+            ("flowlabel", EPERM),
+        ],
     );
-    r.check_records(&[rec("/unmapped/reason", "socket_option")
+    r.check_records(&[rec("/unmapped/socket_option/option", "32")
+        .has("/unmapped/reason", "socket_option")
+        .has("/unmapped/socket_option/level", 41)]);
+    r.check_records(&[rec("/unmapped/socket_option/option", "31")
         .count(2)
+        .has("/unmapped/reason", "socket_option")
         .has("/unmapped/socket_option/level", 6)
-        .has("/unmapped/socket_option/option", 31)
         .has("/unmapped/activity", "setsockopt")
         .has(
             "/unmapped/rule",
@@ -215,6 +229,24 @@ fn the_unspecified_address_is_judged_as_loopback() {
     cases.push((format!("connect 0.0.0.0 {other_port}"), OK));
     let refs: Vec<(&str, &str)> = cases.iter().map(|(c, e)| (c.as_str(), *e)).collect();
     let r = check_as(User::Agent, &d, Some(&policy), &refs);
+    // `::` from a socket bound to an IPv4-mapped address reaches 127.0.0.1: a deny of IPv4
+    // loopback alone covers it.
+    let mapped = ["connect-mapped", "::0", &port];
+    assert_eq!(
+        probe_outside_as(User::Agent, &mapped),
+        OK,
+        "outside: {mapped:?}"
+    );
+    let v4_only = format!("network:\n  block_private: false\n  deny: ['127.0.0.1:{port}']\n");
+    check_as(
+        User::Agent,
+        &d,
+        Some(&v4_only),
+        &[
+            (format!("connect-mapped ::0 {port}").as_str(), EPERM),
+            (format!("connect ::1 {port}").as_str(), OK),
+        ],
+    );
     r.check_records(&[
         // connect and send each.
         rec("/dst_endpoint/ip", "0.0.0.0")
