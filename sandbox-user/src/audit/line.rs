@@ -18,9 +18,11 @@ impl Formatter<'_> {
         format!("sandbox: {}", Self::describe(e, n, crate::term::escape))
     }
 
-    /// The same sentence for the record's `message` (JSON escapes what it must).
+    /// The same sentence for the record's `message`, escaped as the terminal line is:
+    /// `jq -r .message` would turn a JSON-escaped `\u001b` of an agent's file name back
+    /// into a control sequence (and C1 and bidi controls pass JSON as they are).
     pub fn message(e: &Event, n: &Named) -> String {
-        Self::describe(e, n, |s| Cow::Borrowed(s))
+        Self::describe(e, n, crate::term::escape)
     }
 
     fn describe(e: &Event, n: &Named, escape: fn(&str) -> Cow<'_, str>) -> String {

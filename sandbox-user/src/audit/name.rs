@@ -133,15 +133,12 @@ impl Formatter<'_> {
         self.place(e.header.dev, &e.sb_path).0
     }
 
-    /// The acting process's executable: from the kernel record, else (older record, kernel
-    /// thread) from /proc while the process still exists.
+    /// The acting process's executable, from the kernel record only: none when the kernel
+    /// could not name it (a kernel thread, a path too long or too deep). Never read from
+    /// `/proc` later: by then the process may run another program (an agent can make its
+    /// own path unresolvable, be denied, and exec `/usr/bin/git` before the record is read).
     pub fn exe(&self, e: &Event) -> Option<String> {
-        if e.header.exe_len > 0 {
-            return Some(self.place(e.header.exe_dev, &e.exe_path).0);
-        }
-        std::fs::read_link(format!("/proc/{}/exe", e.header.tgid))
-            .ok()
-            .map(|p| p.display().to_string())
+        (e.header.exe_len > 0).then(|| self.place(e.header.exe_dev, &e.exe_path).0)
     }
 
     /// Mount point of superblock `dev` + a path inside it, as text, and its bytes when
