@@ -122,11 +122,15 @@ pub mod guard {
     pub const OLD: u32 = 2;
     /// As `OLD`, for the old name of a rename into another directory.
     pub const MOVE: u32 = 3;
+    /// As `NEW`, and what stands at the name is a symlink (made there, renamed or linked
+    /// there).
+    pub const NEW_LINK: u32 = 4;
 }
 
 /// A change to a name (create, remove, rename, link, attributes), in order: the file
 /// rules for a write to the name; then nothing new at an ancestor of a protected path
-/// (`guard::NEW`); no removing or moving an ancestor of a denied path (`guard::OLD`,
+/// (`guard::NEW`, `guard::NEW_LINK`); no symlink at a literal grant's name
+/// (`guard::NEW_LINK`); no removing or moving an ancestor of a denied path (`guard::OLD`,
 /// `guard::MOVE`); no moving a directory out from below a denied area (`guard::MOVE`).
 #[inline(always)]
 pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Option<Deny> {
@@ -142,8 +146,12 @@ pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Optio
         rule: slot as u16,
     };
     let has = |slot: usize| m.path & (1 << slot) != 0;
-    if guard == guard::NEW && has(accept::ANCESTOR) {
+    let new = guard == guard::NEW || guard == guard::NEW_LINK;
+    if new && has(accept::ANCESTOR) {
         return Some(slot_deny(reason::ANCESTOR, accept::ANCESTOR));
+    }
+    if guard == guard::NEW_LINK && has(accept::GRANT_NAME) {
+        return Some(slot_deny(reason::GRANT_LINK, accept::GRANT_NAME));
     }
     if (guard == guard::OLD || guard == guard::MOVE) && has(accept::HOLDS_DENIED) {
         return Some(slot_deny(reason::ANCESTOR, accept::HOLDS_DENIED));
@@ -208,6 +216,7 @@ pub mod imode {
     pub const S_IFDIR: u16 = 0o040_000;
     pub const S_IFCHR: u16 = 0o020_000;
     pub const S_IFBLK: u16 = 0o060_000;
+    pub const S_IFLNK: u16 = 0o120_000;
     pub const S_IFREG: u16 = 0o100_000;
     pub const S_ISUID: u16 = 0o4000;
     pub const S_ISGID: u16 = 0o2000;
@@ -226,6 +235,11 @@ pub mod imode {
     #[inline(always)]
     pub const fn is_blk(mode: u16) -> bool {
         mode & S_IFMT == S_IFBLK
+    }
+
+    #[inline(always)]
+    pub const fn is_lnk(mode: u16) -> bool {
+        mode & S_IFMT == S_IFLNK
     }
 
     #[inline(always)]

@@ -104,6 +104,11 @@ pub mod accept {
     /// would carry the denied files away from their rule (for read-only rules, moving the
     /// files away is harmless: they no longer stand where they would run).
     pub const HOLDS_DENIED: usize = 9;
+    /// The name of a literal grant (`files.write`, `files.read`; exact matches only): no
+    /// symlink may be made there or moved there. Grants follow symlinks when a policy is
+    /// loaded, so a link the command left at `~/.gemini` would grant its target to the
+    /// next run.
+    pub const GRANT_NAME: usize = 10;
     pub const SLOTS: usize = 16;
 }
 
@@ -660,6 +665,9 @@ pub mod reason {
     /// A block device, by its inode whatever its name: a disk's (or a partition's, a
     /// compressed swap's, a RAM disk's) blocks hold every file on it past the path rules.
     pub const BLOCK_DEVICE: u32 = 26;
+    /// A symlink made at, or moved to, the name of a literal grant (`accept::GRANT_NAME`):
+    /// the next run would follow it and grant its target.
+    pub const GRANT_LINK: u32 = 27;
 }
 
 /// `EventHeader::flags`.

@@ -181,19 +181,33 @@ fn mode_arg(ctx: &aya_ebpf::programs::LsmContext) -> u32 {
 
 const NONE: u32 = guard::NONE;
 const NEW: u32 = guard::NEW;
+const NEW_LINK: u32 = guard::NEW_LINK;
 const OLD: u32 = guard::OLD;
+
+/// The guard of a name that `old` (the file renamed or linked) will stand at: `NEW_LINK`
+/// for a symlink (or one that cannot be read: fail closed), else `NEW`.
+#[inline(always)]
+fn new_guard(old: *const u8) -> u32 {
+    let off = kread::offsets();
+    let inode: *const u8 = kread::read_ptr(old, off.dentry_d_inode).unwrap_or(core::ptr::null());
+    let mode: u16 = kread::read(inode, off.inode_i_mode).unwrap_or(imode::S_IFLNK);
+    if imode::is_lnk(mode) { NEW_LINK } else { NEW }
+}
 
 // A directory may be made at an ancestor's name (the rules below it apply as before);
 // anything else made there would stand where a protected tree is expected.
 name_hook!(inode_create, "inode_create", hook::CREATE, new dentry 1, NEW, mode_arg);
 name_hook!(inode_mknod, "inode_mknod", hook::CREATE, new dentry 1, NEW, mode_arg);
 name_hook!(inode_mkdir, "inode_mkdir", hook::MKDIR, new dentry 1, NONE);
-name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, new dentry 1, NEW);
+name_hook!(inode_symlink, "inode_symlink", hook::SYMLINK, new dentry 1, NEW_LINK);
 name_hook!(inode_unlink, "inode_unlink", hook::UNLINK, dentry 1, NONE);
 name_hook!(inode_rmdir, "inode_rmdir", hook::RMDIR, dentry 1, OLD);
 // link(old, new): the new name at inode_link, the file linked to at path_link (a new name
 // for a protected file is a way around its path rules).
-name_hook!(inode_link, "inode_link", hook::LINK, new dentry 2, NEW);
+hook!(inode_link, "inode_link", |ctx, scope| {
+    let guard = new_guard(ctx.arg::<*const u8>(0));
+    check_name::<false>(hook::LINK, scope, ctx.arg::<*const u8>(2), guard, NO_MODE)
+});
 name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE, |_ctx| LINKED);
 // rename(old, new): the old name at inode_rename, the new one at path_rename (both names
 // change). The kernel calls inode_rename a second time with the names swapped for
@@ -225,7 +239,8 @@ hook!(
 );
 hook!(path_rename, "path_rename", |ctx, scope| {
     let new: *const u8 = ctx.arg(3);
-    check_name_noting::<true>(hook::RENAME, scope, new, guard::NEW, NO_MODE, |m| {
+    let guard = new_guard(ctx.arg::<*const u8>(1));
+    check_name_noting::<true>(hook::RENAME, scope, new, guard, NO_MODE, |m| {
         let v = RenameDest {
             dentry: new as u64,
             mask: m.path,

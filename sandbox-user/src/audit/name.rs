@@ -231,6 +231,9 @@ impl Formatter<'_> {
             reason::SET_ID => "(a set-user-ID or set-group-ID file: it would run outside)",
             reason::SOCKET_OPTION => "(a socket option that routes past the network policy)",
             reason::BLOCK_DEVICE => "(a block device: its blocks hold files past the path rules)",
+            reason::GRANT_LINK => {
+                "(a symlink at a granted name: the next run would grant its target)"
+            }
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -264,6 +267,7 @@ impl Formatter<'_> {
             reason::SET_ID => "set_id",
             reason::SOCKET_OPTION => "socket_option",
             reason::BLOCK_DEVICE => "block_device",
+            reason::GRANT_LINK => "symlink_at_grant",
             _ => "unknown",
         }
     }

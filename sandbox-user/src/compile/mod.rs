@@ -230,6 +230,25 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
                     id,
                 ));
             }
+            // A literal grant's name (and its target's, when a symlink leads there): no
+            // symlink may be made or moved there, or the next run's grant would follow it.
+            if r.literal.is_some() && matches!(slot, accept::FILE_WRITE | accept::FILE_READ) {
+                for glob in std::iter::once(&r.glob).chain(r.written.as_ref()) {
+                    let shape = if matcher::is_plain(glob) {
+                        matcher::Shape::Name
+                    } else {
+                        matcher::Shape::Glob
+                    };
+                    patterns.push((
+                        matcher::Pattern {
+                            glob: glob.clone(),
+                            shape,
+                            slot: accept::GRANT_NAME,
+                        },
+                        id,
+                    ));
+                }
+            }
             if let Some(p) = &r.literal
                 && matches!(
                     slot,

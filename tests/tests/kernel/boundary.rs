@@ -1457,3 +1457,65 @@ fn process_events_of_the_host_stay_outside() {
     assert_eq!(rec["unmapped"]["socket"]["protocol"], 11, "{rec:#}");
     assert_eq!(rec["unmapped"]["reason"], "outside_scope", "{rec:#}");
 }
+
+/// Grants follow symlinks when a policy loads (`~/.gemini -> dotfiles/gemini`), so a
+/// symlink the command left at a granted name would grant its target to the next run:
+/// `ln -s ~/.bash_aliases ~/.gemini` today, `~/.bash_aliases` writable tomorrow. No symlink
+/// is made at a literal grant's name, nor renamed or linked there; a directory is.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_symlink_never_moves_a_grant() {
+    let d = agent_dir("grant-links");
+    let home = User::Agent.home();
+    let h = |n: &str| home.join(n).display().to_string();
+    let target = h(".bash_aliases");
+    let staged = path_str(&d, "staged");
+    for name in [".gemini", ".codex", ".aider"] {
+        let _ = std::fs::remove_dir_all(home.join(name));
+        let _ = std::fs::remove_file(home.join(name));
+    }
+    // Outside, as the agent: each route puts a symlink at a granted name.
+    let outside = probe_outside_as_agent(&[
+        &["symlink", &target, &h(".gemini")],
+        &["symlink", &target, &staged],
+        &["rename", &staged, &h(".codex")],
+        &["symlink", &target, &staged],
+        &["link", &staged, &h(".aider")],
+    ]);
+    assert_eq!(outside, vec!["OK"; 5], "outside the sandbox");
+    for name in [".gemini", ".codex", ".aider"] {
+        assert!(home.join(name).is_symlink(), "outside: {name}");
+        std::fs::remove_file(home.join(name)).unwrap();
+    }
+    std::fs::remove_file(&staged).unwrap();
+    let r = probe_as_agent(
+        &d,
+        None,
+        &[
+            &["symlink", &target, &h(".gemini")],
+            &["symlink", &target, &staged],
+            &["rename", &staged, &h(".codex")],
+            &["link", &staged, &h(".aider")],
+            &["mkdir", &h(".gemini")],
+        ],
+    );
+    r.expect(&format!("symlink {target} {}", h(".gemini")), "EACCES");
+    r.expect(&format!("symlink {target} {staged}"), "OK");
+    r.expect(&format!("rename {staged} {}", h(".codex")), "EACCES");
+    r.expect(&format!("link {staged} {}", h(".aider")), "EACCES");
+    r.expect(&format!("mkdir {}", h(".gemini")), "OK");
+    for name in [".gemini", ".codex", ".aider"] {
+        assert!(!home.join(name).is_symlink(), "inside: {name}");
+    }
+    let recs = r.records("/unmapped/reason", "symlink_at_grant");
+    assert_eq!(recs.len(), 3, "{:#?}", r.audit);
+    for rec in recs {
+        assert!(
+            rec["unmapped"]["rule"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("files.write[")),
+            "{rec:#}"
+        );
+    }
+    let _ = std::fs::remove_dir(home.join(".gemini"));
+}
