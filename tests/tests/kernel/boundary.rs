@@ -1469,7 +1469,10 @@ fn a_symlink_never_moves_a_grant() {
     let home = User::Agent.home();
     let h = |n: &str| home.join(n).display().to_string();
     let target = h(".bash_aliases");
-    let staged = path_str(&d, "staged");
+    // Staged on the home's file system, where the command may write: its cache.
+    std::fs::create_dir_all(home.join(".cache")).unwrap();
+    User::Agent.own(&home.join(".cache"));
+    let staged = h(".cache/staged");
     for name in [".gemini", ".codex", ".aider"] {
         let _ = std::fs::remove_dir_all(home.join(name));
         let _ = std::fs::remove_file(home.join(name));
