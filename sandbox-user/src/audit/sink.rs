@@ -36,8 +36,15 @@ pub struct AuditFile {
     buffered: u64,
     /// Records lost to write errors and not yet reported in the file.
     unwritten: u64,
-    /// Records lost to write errors since the start (for metrics).
+    /// Records lost since the start (for metrics): to write errors, or rotated away.
     lost_total: u64,
+    /// Records of this session in the current file, and in each file it rotated (the
+    /// oldest first): past `keep` files, rotation deletes this session's own records,
+    /// which are then counted as lost (a flood of distinct denials filling the budget).
+    current_records: u64,
+    rotated: std::collections::VecDeque<u64>,
+    /// Whether the terminal was told that rotation deleted records of this session.
+    told_rotated: bool,
     failing: bool,
     /// The line being written (kept: one allocation for the file, not one per record).
     line: Vec<u8>,
@@ -242,6 +249,9 @@ impl AuditFile {
             buffered: 0,
             unwritten: 0,
             lost_total: 0,
+            current_records: 0,
+            rotated: std::collections::VecDeque::new(),
+            told_rotated: false,
             failing: false,
             line: Vec::with_capacity(4096),
         })
@@ -281,6 +291,7 @@ impl AuditFile {
         }
         self.size += line.len() as u64;
         self.buffered += 1;
+        self.current_records += 1;
     }
 
     /// Hands the buffer to the kernel; reports records lost to earlier failures once
@@ -351,6 +362,14 @@ impl AuditFile {
         if self.flush().is_err() {
             return;
         }
+        // This session's records in the file that rotation deletes.
+        self.rotated
+            .push_back(std::mem::take(&mut self.current_records));
+        let deleted = if self.rotated.len() > self.keep as usize {
+            self.rotated.pop_front().unwrap_or(0)
+        } else {
+            0
+        };
         if self.keep == 0 {
             drop(unlinkat(&self.dir, &self.name));
         } else {
@@ -376,6 +395,20 @@ impl AuditFile {
                 self.size = 0;
             }
             Err(_) => self.lost(0),
+        }
+        if deleted > 0 {
+            self.lost_total += deleted;
+            if !self.told_rotated {
+                self.told_rotated = true;
+                crate::term::line(&format!(
+                    "sandbox: the audit log {} rotated away records of this run (more than \
+                     max_size_mb x (keep + 1) of them: a flood of denials?); each loss is \
+                     recorded with its count",
+                    self.path.display()
+                ));
+            }
+            let why = "rotated out of the audit log (max_size_mb x (keep + 1) exceeded)";
+            drop(self.write(&Record::loss(deleted, why, None)));
         }
     }
 }
@@ -483,25 +516,58 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Records of this session that rotation deletes are counted in a loss record: every
+    /// record written is in a file or in a count.
+    #[test]
+    fn records_rotated_away_are_counted() {
+        let dir = std::env::temp_dir().join(format!("sandbox-audit-gone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("a.jsonl");
+        let mut f = AuditFile::with_rotation(&path, 2000, 1, &safepath::Agent::AnyNonRoot).unwrap();
+        for i in 0..40 {
+            f.write(&json!({ "n": i, "pad": "x".repeat(300) })).unwrap();
+            f.flush().unwrap();
+        }
+        let lines: Vec<Value> = [dir.join("a.jsonl.1"), path.clone()]
+            .iter()
+            .flat_map(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap()
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let kept = lines.iter().filter(|v| v["n"].is_u64()).count() as u64;
+        let counted: u64 = lines.iter().filter_map(|v| v["count"].as_u64()).sum();
+        // The loss records of files deleted before the two kept ones went with them: what
+        // the kept files say plus the losses still in them covers the tail of the writes.
+        assert!(kept > 0 && counted > 0, "{lines:#?}");
+        assert!(
+            f.lost_total() + kept >= 40 - 1,
+            "{} + {kept}",
+            f.lost_total()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn audit_file_rotates_by_size_and_keeps_n() {
         let dir = std::env::temp_dir().join(format!("sandbox-audit-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("a.jsonl");
-        let mut f = AuditFile::with_rotation(&path, 200, 2, &safepath::Agent::AnyNonRoot).unwrap();
-        for i in 0..20 {
-            f.write(&json!({ "n": i, "pad": "x".repeat(40) })).unwrap();
+        let mut f = AuditFile::with_rotation(&path, 2000, 2, &safepath::Agent::AnyNonRoot).unwrap();
+        for i in 0..40 {
+            f.write(&json!({ "n": i, "pad": "x".repeat(300) })).unwrap();
             f.flush().unwrap();
         }
         let read = |p: &Path| -> Vec<u64> {
             std::fs::read_to_string(p)
                 .unwrap()
                 .lines()
-                .map(|l| {
-                    serde_json::from_str::<Value>(l).unwrap()["n"]
-                        .as_u64()
-                        .unwrap()
-                })
+                // Records of the writes (loss records, for the files rotated away, have
+                // no `n`).
+                .filter_map(|l| serde_json::from_str::<Value>(l).unwrap()["n"].as_u64())
                 .collect()
         };
         let (cur, one, two) = (
@@ -512,9 +578,9 @@ mod tests {
         assert!(!dir.join("a.jsonl.3").exists());
         // Newest in the file, then .1, then .2, each under the size, none lost in between.
         let all: Vec<u64> = [two, one, cur.clone()].concat();
-        assert_eq!(*all.last().unwrap(), 19);
+        assert_eq!(*all.last().unwrap(), 39);
         assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
-        assert!(std::fs::metadata(&path).unwrap().len() <= 200);
+        assert!(std::fs::metadata(&path).unwrap().len() <= 2000);
         let mode = std::fs::metadata(&path).unwrap().permissions();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
