@@ -184,6 +184,9 @@ const NEW: u32 = guard::NEW;
 const NEW_LINK: u32 = guard::NEW_LINK;
 const OLD: u32 = guard::OLD;
 
+/// `renameat2`'s flag that swaps the two names (include/uapi/linux/fs.h).
+const RENAME_EXCHANGE: u32 = 1 << 1;
+
 /// The guard of a name that `old` (the file renamed or linked) will stand at: `NEW_LINK`
 /// for a symlink (or one that cannot be read: fail closed), else `NEW`.
 #[inline(always)]
@@ -238,11 +241,19 @@ hook!(
     if crate::dircache::note_rename()
 );
 hook!(path_rename, "path_rename", |ctx, scope| {
-    let new: *const u8 = ctx.arg(3);
-    let guard = new_guard(ctx.arg::<*const u8>(1));
-    check_name_noting::<true>(hook::RENAME, scope, new, guard, NO_MODE, |m| {
+    let (old, new): (*const u8, *const u8) = (ctx.arg(1), ctx.arg(3));
+    // RENAME_EXCHANGE: the new name's file arrives at the old name too. The name judged
+    // as new is the one a symlink arrives at, if one does (the other name's write and
+    // ancestry are judged at `inode_rename`, which the kernel calls for both names).
+    let flags: u32 = ctx.arg(4);
+    let (name, guard) = if flags & RENAME_EXCHANGE != 0 && new_guard(new) == NEW_LINK {
+        (old, NEW_LINK)
+    } else {
+        (new, new_guard(old))
+    };
+    check_name_noting::<true>(hook::RENAME, scope, name, guard, NO_MODE, |m| {
         let v = RenameDest {
-            dentry: new as u64,
+            dentry: name as u64,
             mask: m.path,
             _pad: 0,
         };

@@ -1191,6 +1191,30 @@ fn op_btrfs_subvol(dir: &str, name: &str) -> String {
     }
 }
 
+/// `rename`: `rename(2)`. `rename-exchange`: `renameat2(RENAME_EXCHANGE)`, the two names
+/// swapped.
+fn op_rename(how: &str, from: &str, to: &str) -> String {
+    if how == "rename" {
+        return io(std::fs::rename(from, to));
+    }
+    let (f, t) = (cstr(from), cstr(to));
+    // SAFETY: plain syscall on valid C strings.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 {
+        "OK".into()
+    } else {
+        errno_name(last_errno())
+    }
+}
+
 fn op_symlink(target: &str, link: &str) -> String {
     match std::os::unix::fs::symlink(target, link) {
         Ok(()) => "OK".into(),
@@ -1545,7 +1569,7 @@ fn run_op(words: &[String]) -> String {
         "mkdir" => io(std::fs::create_dir(a(1))),
         "rmdir" => io(std::fs::remove_dir(a(1))),
         "unlink" => io(std::fs::remove_file(a(1))),
-        "rename" => io(std::fs::rename(a(1), a(2))),
+        "rename" | "rename-exchange" => op_rename(a(0), a(1), a(2)),
         "link" => io(std::fs::hard_link(a(1), a(2))),
         "truncate" | "chmod" | "chown" | "utimes" | "setxattr" | "setacl" => op_attr(a(0), a(1)),
         "sleep" => {

@@ -1473,24 +1473,29 @@ fn a_symlink_never_moves_a_grant() {
     std::fs::create_dir_all(home.join(".cache")).unwrap();
     User::Agent.own(&home.join(".cache"));
     let staged = h(".cache/staged");
-    for name in [".gemini", ".codex", ".aider"] {
+    for name in [".gemini", ".codex", ".aider", ".claude"] {
         let _ = std::fs::remove_dir_all(home.join(name));
         let _ = std::fs::remove_file(home.join(name));
     }
     // Outside, as the agent: each route puts a symlink at a granted name.
+    // (A directory at the granted name swapped with a staged symlink: RENAME_EXCHANGE.)
     let outside = probe_outside_as_agent(&[
         &["symlink", &target, &h(".gemini")],
         &["symlink", &target, &staged],
         &["rename", &staged, &h(".codex")],
         &["symlink", &target, &staged],
         &["link", &staged, &h(".aider")],
+        &["mkdir", &h(".claude")],
+        &["rename-exchange", &h(".claude"), &staged],
     ]);
-    assert_eq!(outside, vec!["OK"; 5], "outside the sandbox");
-    for name in [".gemini", ".codex", ".aider"] {
+    assert_eq!(outside, vec!["OK"; 7], "outside the sandbox");
+    for name in [".gemini", ".codex", ".aider", ".claude"] {
         assert!(home.join(name).is_symlink(), "outside: {name}");
         std::fs::remove_file(home.join(name)).unwrap();
     }
-    std::fs::remove_file(&staged).unwrap();
+    std::fs::remove_dir(&staged).unwrap();
+    std::fs::create_dir(home.join(".claude")).unwrap();
+    User::Agent.own(&home.join(".claude"));
     let r = probe_as_agent(
         &d,
         None,
@@ -1499,19 +1504,29 @@ fn a_symlink_never_moves_a_grant() {
             &["symlink", &target, &staged],
             &["rename", &staged, &h(".codex")],
             &["link", &staged, &h(".aider")],
+            &["rename-exchange", &h(".claude"), &staged],
+            &["rename-exchange", &staged, &h(".claude")],
             &["mkdir", &h(".gemini")],
         ],
+    );
+    r.expect(
+        &format!("rename-exchange {} {staged}", h(".claude")),
+        "EACCES",
+    );
+    r.expect(
+        &format!("rename-exchange {staged} {}", h(".claude")),
+        "EACCES",
     );
     r.expect(&format!("symlink {target} {}", h(".gemini")), "EACCES");
     r.expect(&format!("symlink {target} {staged}"), "OK");
     r.expect(&format!("rename {staged} {}", h(".codex")), "EACCES");
     r.expect(&format!("link {staged} {}", h(".aider")), "EACCES");
     r.expect(&format!("mkdir {}", h(".gemini")), "OK");
-    for name in [".gemini", ".codex", ".aider"] {
+    for name in [".gemini", ".codex", ".aider", ".claude"] {
         assert!(!home.join(name).is_symlink(), "inside: {name}");
     }
     let recs = r.records("/unmapped/reason", "symlink_at_grant");
-    assert_eq!(recs.len(), 3, "{:#?}", r.audit);
+    assert_eq!(recs.len(), 5, "{:#?}", r.audit);
     for rec in recs {
         assert!(
             rec["unmapped"]["rule"]
@@ -1521,4 +1536,5 @@ fn a_symlink_never_moves_a_grant() {
         );
     }
     let _ = std::fs::remove_dir(home.join(".gemini"));
+    let _ = std::fs::remove_dir(home.join(".claude"));
 }
