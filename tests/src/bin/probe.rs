@@ -573,14 +573,21 @@ fn op_retopts(addr: &str, port: &str) -> String {
     let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
         return "BADARGS".into();
     };
+    // One cmsghdr (16 bytes) and the 8 bytes of options: LSRR through 127.0.0.1, a NOP.
+    let mut control = [0u8; 24];
+    control[..8].copy_from_slice(&24u64.to_ne_bytes());
+    control[8..12].copy_from_slice(&libc::IPPROTO_IP.to_ne_bytes());
+    control[12..16].copy_from_slice(&libc::IP_RETOPTS.to_ne_bytes());
+    control[16..24].copy_from_slice(&[131, 7, 4, 127, 0, 0, 1, 1]);
+    udp_send_with_control(addr, port, &mut control, false)
+}
+
+/// A UDP send of one byte to `addr`:`port` carrying `control` (control messages):
+/// `sendmsg`'s errno name; with `mmsg`, a `sendmmsg` of two messages to the address, the
+/// first without control messages, and `SENT<n>`, the messages sent.
+fn udp_send_with_control(addr: IpAddr, port: u16, control: &mut [u8], mmsg: bool) -> String {
     let (mut ss, len, fam) = sockaddr(addr, port);
     let mut data = *b"x";
-    // One cmsghdr (16 bytes) and the 8 bytes of options, aligned.
-    let mut control = [0u64; 3];
-    let lsrr: [u8; 8] = [131, 7, 4, 127, 0, 0, 1, 1];
-    control[0] = 16 + 8;
-    control[1] = u64::from(libc::IPPROTO_IP as u32) | (u64::from(libc::IP_RETOPTS as u32) << 32);
-    control[2] = u64::from_ne_bytes(lsrr);
     // SAFETY: plain socket syscalls on locals that outlive the calls.
     unsafe {
         let s = libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
@@ -596,12 +603,33 @@ fn op_retopts(addr: &str, port: &str) -> String {
         m.msg_namelen = len;
         m.msg_iov = &raw mut iov;
         m.msg_iovlen = 1;
+        let plain = m;
         m.msg_control = control.as_mut_ptr().cast();
-        m.msg_controllen = 24;
-        let r = libc::sendmsg(s, &raw const m, 0);
-        let e = if r < 0 { last_errno() } else { 0 };
+        m.msg_controllen = control.len();
+        let out = if mmsg {
+            let mut msgs = [
+                libc::mmsghdr {
+                    msg_hdr: plain,
+                    msg_len: 0,
+                },
+                libc::mmsghdr {
+                    msg_hdr: m,
+                    msg_len: 0,
+                },
+            ];
+            let r = libc::sendmmsg(s, msgs.as_mut_ptr(), 2, 0);
+            if r < 0 {
+                errno_name(last_errno())
+            } else {
+                format!("SENT{r}")
+            }
+        } else if libc::sendmsg(s, &raw const m, 0) < 0 {
+            errno_name(last_errno())
+        } else {
+            "OK".into()
+        };
         libc::close(s);
-        errno_name(e)
+        out
     }
 }
 
@@ -698,8 +726,6 @@ fn op_rthdr_send(how: &str, addr: &str, port: &str, hop: &str) -> String {
     ) else {
         return "BADARGS".into();
     };
-    let (mut ss, len, fam) = sockaddr(addr, port);
-    let mut data = *b"x";
     // One cmsghdr (16 bytes) and the 24 bytes of the header: next header, length 2 (in 8
     // bytes, past the first 8), type 2, one segment left, 4 reserved, the address.
     let mut control = [0u8; 40];
@@ -708,51 +734,7 @@ fn op_rthdr_send(how: &str, addr: &str, port: &str, hop: &str) -> String {
     control[12..16].copy_from_slice(&libc::IPV6_RTHDR.to_ne_bytes());
     control[16..20].copy_from_slice(&[0, 2, 2, 1]);
     control[24..40].copy_from_slice(&hop.octets());
-    // SAFETY: plain socket syscalls on locals that outlive the calls.
-    unsafe {
-        let s = libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if s < 0 {
-            return errno_name(last_errno());
-        }
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_name = (&raw mut ss).cast();
-        m.msg_namelen = len;
-        m.msg_iov = &raw mut iov;
-        m.msg_iovlen = 1;
-        if how == "rthdr-sendmmsg" {
-            let plain = m;
-            m.msg_control = control.as_mut_ptr().cast();
-            m.msg_controllen = 40;
-            let mut msgs = [
-                libc::mmsghdr {
-                    msg_hdr: plain,
-                    msg_len: 0,
-                },
-                libc::mmsghdr {
-                    msg_hdr: m,
-                    msg_len: 0,
-                },
-            ];
-            let r = libc::sendmmsg(s, msgs.as_mut_ptr(), 2, 0);
-            let out = if r < 0 {
-                errno_name(last_errno())
-            } else {
-                format!("SENT{r}")
-            };
-            libc::close(s);
-            return out;
-        }
-        m.msg_control = control.as_mut_ptr().cast();
-        m.msg_controllen = 40;
-        let r = libc::sendmsg(s, &raw const m, 0);
-        let e = if r < 0 { last_errno() } else { 0 };
-        libc::close(s);
-        errno_name(e)
-    }
+    udp_send_with_control(addr, port, &mut control, how == "rthdr-sendmmsg")
 }
 
 /// `sendmsg` (one message) or `sendmmsg` (two) on an unconnected UDP socket, or
