@@ -64,6 +64,8 @@ pub const PROGRAMS: &[Program] = &[
     // POSIX ACLs have their own hooks since 6.2 (before, they were plain xattrs).
     newer("inode_set_acl", "inode_set_acl", 4),
     newer("inode_remove_acl", "inode_remove_acl", 3),
+    // File attributes by name (`file_setattr(2)`) and by ioctl, from 6.17.
+    newer("inode_file_setattr", "inode_file_setattr", 2),
     // hooks/net.rs
     prog("socket_create", "socket_create", 4),
     prog("socket_connect", "socket_connect", 3),

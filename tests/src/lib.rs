@@ -124,6 +124,15 @@ pub fn workdir_as(user: User, name: &str) -> PathBuf {
     d
 }
 
+/// The running kernel's version, (major, minor).
+pub fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .split(['.', '-'])
+        .map(|n| n.trim().parse::<u32>().unwrap_or(0));
+    (v.next().unwrap_or(0), v.next().unwrap_or(0))
+}
+
 /// `dir/rel` as text, the way records name it.
 pub fn path_str(dir: &Path, rel: &str) -> String {
     dir.join(rel).display().to_string()

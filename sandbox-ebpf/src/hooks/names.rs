@@ -27,7 +27,14 @@ fn check_name<const EXISTING: bool>(
     guard: u32,
     mode: u32,
 ) -> i32 {
-    check_name_noting::<EXISTING>(hook_id, scope, dentry, guard, mode, |_| {})
+    check_name_noting::<EXISTING, false>(
+        hook_id,
+        scope,
+        (dentry, core::ptr::null()),
+        guard,
+        mode,
+        |_| {},
+    )
 }
 
 /// The change gives the file no mode.
@@ -65,12 +72,16 @@ fn set_id_made(mode: u32, file_mode: u16, nlink: impl FnOnce() -> u32) -> bool {
     !imode::is_dir(new) && new & !file_mode & SET_ID_BITS != 0
 }
 
-/// [`check_name`], telling `note` what matched the name first.
+/// [`check_name`], telling `note` what matched the name first. `(dentry, file)`: the name,
+/// and with `FILE` the open file it is the name of, whose inode is read from the file
+/// (`f_inode`) rather than the dentry: from 6.12 the verifier trusts for inode storage an
+/// inode read from a hook's `struct file`, not one read through its `f_path.dentry`. (The
+/// name's directory is not judged then: a change through a file makes no name.)
 #[inline(always)]
-fn check_name_noting<const EXISTING: bool>(
+fn check_name_noting<const EXISTING: bool, const FILE: bool>(
     hook_id: u32,
     scope: Scope,
-    dentry: *const u8,
+    (dentry, file): (*const u8, *const u8),
     guard: u32,
     mode: u32,
     note: impl Fn(&FileMatch),
@@ -80,29 +91,40 @@ fn check_name_noting<const EXISTING: bool>(
         Ok(off) => off,
         Err(v) => return v,
     };
+    let inode_of = || -> *const u8 {
+        if FILE {
+            kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null())
+        } else {
+            kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null())
+        }
+    };
     let facts = path::dentry_facts(dentry, &off);
     // A name of shared memory that no confined process made (`shm.rs`): removed, renamed,
     // replaced, linked or changed, it is another program's segment; a name made or
     // changed in a directory there that no confined process made changes another
     // program's directory.
     let shm_dev = scope.info.shm_dev;
-    let foreign_shm = shm_dev != 0 && facts.dev == shm_dev && {
-        let inode: *const u8 =
-            kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
-        crate::shm::foreign(dentry, inode, off) || crate::shm::foreign_parent(dentry, off)
-    };
+    let foreign_shm = shm_dev != 0
+        && facts.dev == shm_dev
+        && (crate::shm::foreign(dentry, inode_of(), off)
+            || !FILE && crate::shm::foreign_parent(dentry, off));
     // A device node that is not the command's own (a pty it made, its terminal): removed,
     // renamed, replaced, linked or changed, it is the host's (`/dev/null` replaced by a
     // file, `/dev/urandom` by a symlink, `/dev/ptmx` or another shell's terminal
     // `chmod`ed); only its contents are the policy's to allow.
     let foreign_device = if EXISTING && (imode::is_chr(facts.mode) || imode::is_blk(facts.mode)) {
-        let inode: *const u8 =
-            kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
+        let inode = inode_of();
         // A whiteout (character device 0:0, which anyone may make: `RENAME_WHITEOUT`,
         // container image layers unpacked by `tar`) has no driver behind it.
         let whiteout = imode::is_chr(facts.mode)
             && kread::field::<u32>(inode, off.inode_i_rdev).unwrap_or(u32::MAX) == 0;
-        if whiteout || crate::own::ours(inode) {
+        if whiteout {
+            0
+        } else if inode.is_null() {
+            // Not read (fail closed); tested apart so that the verifier knows the inode
+            // below is one.
+            reason::HOST_DEVICE
+        } else if crate::own::ours(inode) {
             0
         } else if imode::is_chr(facts.mode) && crate::terminal::is_terminal(dentry, inode, off) {
             reason::FOREIGN_TERMINAL
@@ -120,9 +142,7 @@ fn check_name_noting<const EXISTING: bool>(
         } else if foreign_device != 0 {
             foreign_device
         } else if set_id_made(mode, facts.mode, || {
-            let inode: *const u8 =
-                kread::field(dentry, off.dentry_d_inode).unwrap_or(core::ptr::null());
-            kread::field(inode, off.inode_i_nlink).unwrap_or(0)
+            kread::field(inode_of(), off.inode_i_nlink).unwrap_or(0)
         }) {
             reason::SET_ID
         } else {
@@ -251,7 +271,8 @@ hook!(path_rename, "path_rename", |ctx, scope| {
     } else {
         (new, new_guard(old))
     };
-    check_name_noting::<true>(hook::RENAME, scope, name, guard, NO_MODE, |m| {
+    let judged = (name, core::ptr::null());
+    check_name_noting::<true, false>(hook::RENAME, scope, judged, guard, NO_MODE, |m| {
         let v = RenameDest {
             dentry: name as u64,
             mask: m.path,
@@ -319,3 +340,38 @@ name_hook!(inode_setxattr, "inode_setxattr", hook::XATTR, dentry 1, NONE, |_ctx|
 name_hook!(inode_removexattr, "inode_removexattr", hook::XATTR, dentry 1, NONE);
 name_hook!(inode_set_acl, "inode_set_acl", hook::XATTR, dentry 1, NONE, |_ctx| ACL);
 name_hook!(inode_remove_acl, "inode_remove_acl", hook::XATTR, dentry 1, NONE);
+// File attributes (`chattr`'s flags, `fsxattr`: nodump, noatime, sync, a project id; a
+// root command's immutable and append-only) from 6.17: `file_setattr(2)` by name and the
+// ioctls below both reach `vfs_fileattr_set` and this hook.
+name_hook!(inode_file_setattr, "inode_file_setattr", hook::SETATTR, dentry 0, NONE);
+
+/// The ioctls that change a file's attributes through any descriptor of it, one opened
+/// for reading too (include/uapi/linux/fs.h, fsverity.h, fscrypt.h): `FS_IOC_SETFLAGS`
+/// (and its 32-bit form), `FS_IOC_FSSETXATTR`, `FS_IOC_SETVERSION` (and its 32-bit form),
+/// `FS_IOC_ENABLE_VERITY` (read-only for good), `FS_IOC_SET_ENCRYPTION_POLICY` (an empty
+/// directory's files encrypted from then on, with a key of the caller's). Before 6.17
+/// only `file_ioctl` sees them: each is judged as a write to the file's name.
+const FILE_ATTR_IOCTLS: [u32; 7] = [
+    0x4008_6602,
+    0x4004_6602,
+    0x401c_5820,
+    0x4008_7602,
+    0x4004_7602,
+    0x4080_6685,
+    0x800c_6613,
+];
+
+/// `cmd` changes the attributes of the file it is given (checked before the scope lookup:
+/// every ioctl of the host runs this).
+#[inline(always)]
+pub(crate) fn sets_file_attributes(cmd: u32) -> bool {
+    FILE_ATTR_IOCTLS.contains(&cmd)
+}
+
+/// An attribute ioctl (`sets_file_attributes`) on `file`: a write to its name.
+#[inline(always)]
+pub(crate) fn file_attributes(file: *const u8, scope: Scope) -> i32 {
+    let off = kread::offsets();
+    let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
+    check_name_noting::<true, true>(hook::SETATTR, scope, (dentry, file), NONE, NO_MODE, |_| {})
+}

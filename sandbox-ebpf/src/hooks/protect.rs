@@ -23,7 +23,7 @@
 use sandbox_common::decide::Deny;
 use sandbox_common::{errno, hook, reason};
 
-use super::{finish, hook};
+use super::{finish, hook, names};
 use crate::event::Report;
 use crate::kread;
 use crate::maps;
@@ -262,17 +262,26 @@ hook!(task_setscheduler, "task_setscheduler", |ctx, scope| {
 hook!(task_movememory, "task_movememory", |ctx, scope| {
     task(hook::TASK, scope, ctx.arg(0), 0, false)
 });
+// Attribute ioctls are writes to the file's name (`names.rs`); the others here are refused.
 hook!(
     file_ioctl,
     "file_ioctl",
-    |ctx, scope| ioctl(ctx.arg(1), scope),
-    if refused_ioctl(ctx.arg(1))
+    |ctx, scope| if names::sets_file_attributes(ctx.arg(1)) {
+        names::file_attributes(ctx.arg(0), scope)
+    } else {
+        ioctl(ctx.arg(1), scope)
+    },
+    if refused_ioctl(ctx.arg(1)) || names::sets_file_attributes(ctx.arg(1))
 );
 hook!(
     file_ioctl_compat,
     "file_ioctl_compat",
-    |ctx, scope| ioctl(ctx.arg(1), scope),
-    if refused_ioctl(ctx.arg(1))
+    |ctx, scope| if names::sets_file_attributes(ctx.arg(1)) {
+        names::file_attributes(ctx.arg(0), scope)
+    } else {
+        ioctl(ctx.arg(1), scope)
+    },
+    if refused_ioctl(ctx.arg(1)) || names::sets_file_attributes(ctx.arg(1))
 );
 hook!(sb_mount, "sb_mount", |_ctx, scope| {
     deny(

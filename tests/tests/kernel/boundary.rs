@@ -1442,11 +1442,7 @@ fn host_addresses_gained_while_running_are_private_too() {
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn process_events_of_the_host_stay_outside() {
     let d = agent_dir("proc-events");
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut v = release
-        .split(['.', '-'])
-        .map(|n| n.parse::<u32>().unwrap_or(0));
-    let version = (v.next().unwrap(), v.next().unwrap());
+    let version = kernel_version();
     let outside = probe_outside_as_agent(&[&["proc-events"]]);
     if version >= (6, 6) {
         assert_eq!(outside, vec!["OK"], "outside, as the agent");

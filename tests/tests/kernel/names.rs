@@ -1,5 +1,5 @@
 //! Changes of names and attributes judged as writes: create, mkdir, symlink, unlink, rmdir,
-//! link, rename, truncate, chmod, chown, times, extended attributes, ACLs.
+//! link, rename, truncate, chmod, chown, times, extended attributes, ACLs, file attributes.
 
 use sandbox_tests::*;
 
@@ -296,4 +296,75 @@ fn protected_symlinks_cannot_be_replaced() {
         rec("/file/path", path_str(&d, ".config/git/config"))
             .has("/unmapped/rule", "files.read_only[1]"),
     ]);
+}
+
+/// A file's attributes (`chattr`'s flags: `nodump` here, which an owner may set) are part
+/// of it: set through a descriptor opened for reading (`FS_IOC_SETFLAGS`, every kernel) or
+/// by name (`file_setattr(2)`, 6.17+), they are a write to the name. The agent user owns
+/// the files; each change works outside.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn file_attributes_are_writes() {
+    let d = workdir_as(User::Agent, "file-attrs");
+    for f in ["ro/f", "ro/g", "secret/f", "free/f"] {
+        write(&d.join(f), "x");
+    }
+    User::Agent.own(&d);
+    let p = |rel: &str| path_str(&d, rel);
+    let by_name = kernel_version() >= (6, 17);
+    let by_name_outside = if by_name { OK } else { "GET-ENOSYS" };
+    for f in ["ro/f", "secret/f"] {
+        assert_eq!(
+            probe_outside_as(User::Agent, &["setflags", &p(f)]),
+            OK,
+            "outside: {f}"
+        );
+    }
+    for f in ["ro/g", "secret/f"] {
+        assert_eq!(
+            probe_outside_as(User::Agent, &["file-setattr", &p(f)]),
+            by_name_outside,
+            "outside, by name: {f}"
+        );
+    }
+    let policy = format!(
+        "files:\n  read_only: [{0}/ro]\n  deny: [{0}/secret]\n",
+        d.display()
+    );
+    let by_name_inside = if by_name { EACCES } else { "GET-ENOSYS" };
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[
+            (format!("setflags {}", p("ro/f")).as_str(), EACCES),
+            (
+                format!("file-setattr {}", p("ro/g")).as_str(),
+                by_name_inside,
+            ),
+            (
+                format!("file-setattr {}", p("secret/f")).as_str(),
+                by_name_inside,
+            ),
+            (format!("setflags {}", p("free/f")).as_str(), OK),
+            (
+                format!("file-setattr {}", p("free/f")).as_str(),
+                by_name_outside,
+            ),
+        ],
+    );
+    let ro = |f: &str| {
+        rec("/file/path", p(f))
+            .has("/unmapped/activity", "setattr")
+            .has("/unmapped/rule", "files.read_only[0]")
+    };
+    if by_name {
+        r.check_records(&[
+            ro("ro/f"),
+            ro("ro/g"),
+            rec("/file/path", p("secret/f")).has("/unmapped/rule", "files.deny[0]"),
+        ]);
+    } else {
+        r.check_records(&[ro("ro/f")]);
+    }
 }

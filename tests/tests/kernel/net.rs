@@ -132,8 +132,7 @@ fn network_allow_punches_through_with_ports_and_ipv6_rules() {
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn socket_options_that_route_past_the_policy_are_refused() {
     let d = workdir_as(User::Agent, "sockopts");
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let major: u32 = release.split('.').next().unwrap().parse().unwrap();
+    let (major, _) = kernel_version();
     // The SMC upper layer is in the guest's kernels before 7.0 (its module is loaded).
     let smc_outside = probe_outside_as(User::Agent, &["tcp-ulp", "smc"]);
     if major < 7 {
