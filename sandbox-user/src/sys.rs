@@ -231,6 +231,41 @@ pub fn fd_of_process(pid: u32, fd: i32) -> Result<std::os::fd::OwnedFd, SysError
     owned(copy, "pidfd_getfd")
 }
 
+/// An `O_PATH` descriptor of the cgroup whose id is `id`, in the cgroup2 hierarchy that
+/// `mount` (a descriptor of a directory in it) belongs to: `open_by_handle_at` with a
+/// kernfs handle (`FILEID_KERNFS`: the node's 64-bit id), which needs
+/// `CAP_DAC_READ_SEARCH`.
+pub fn open_cgroup_by_id(mount: BorrowedFd<'_>, id: u64) -> Result<std::os::fd::OwnedFd, SysError> {
+    use std::os::fd::FromRawFd;
+    /// `struct file_handle` with room for the kernfs id (include/linux/fs.h).
+    #[repr(C)]
+    struct Handle {
+        bytes: u32,
+        kind: i32,
+        id: [u8; 8],
+    }
+    const FILEID_KERNFS: i32 = 0xfe;
+    let mut h = Handle {
+        bytes: 8,
+        kind: FILEID_KERNFS,
+        id: id.to_ne_bytes(),
+    };
+    // SAFETY: `h` is a whole handle of the size it declares, alive for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount.as_raw_fd(),
+            &raw mut h,
+            libc::O_PATH | libc::O_CLOEXEC,
+        )
+    };
+    match i32::try_from(r) {
+        // SAFETY: a descriptor the kernel just returned to this process.
+        Ok(d) if d >= 0 => Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(d) }),
+        _ => Err(SysError::last("open_by_handle_at")),
+    }
+}
+
 /// Whether descriptor `fd` is open in this process.
 pub fn fd_is_open(fd: u32) -> bool {
     let Ok(fd) = i32::try_from(fd) else {

@@ -295,15 +295,21 @@ pub fn run_cgroup(root: &Path, pid: u32) -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
-/// Names of cgroups by id (the directory's inode number), found by walking the hierarchy
-/// under `root/sandbox` and cached.
+/// Names of cgroups by id (the directory's inode number): opened by id where the kernel
+/// allows (`open_by_handle_at`, as root), else found by a walk of the hierarchy under
+/// `root/sandbox`; kept, misses too (ids are never used again), in a cache of at most
+/// [`Names::KEPT`] entries that starts anew when full.
 #[derive(Debug)]
 pub struct Names {
     root: PathBuf,
-    cache: std::sync::Mutex<std::collections::HashMap<u64, String>>,
+    cache: std::sync::Mutex<std::collections::HashMap<u64, Option<String>>>,
 }
 
 impl Names {
+    /// Cgroups remembered at most (a run whose service manager makes and removes cgroups
+    /// all the time would otherwise grow the cache for ever).
+    pub const KEPT: usize = 4096;
+
     pub fn new(root: PathBuf) -> Self {
         Self {
             root,
@@ -315,8 +321,43 @@ impl Names {
     pub fn name(&self, id: u64) -> Option<String> {
         let mut cache = self.cache.lock().ok()?;
         if let Some(n) = cache.get(&id) {
-            return Some(n.clone());
+            return n.clone();
         }
+        if cache.len() >= Self::KEPT {
+            cache.clear();
+        }
+        let name = match self.by_id(id) {
+            Some(n) => Some(n),
+            None => {
+                self.walk(&mut cache);
+                cache.get(&id).cloned().flatten()
+            }
+        };
+        cache.insert(id, name.clone());
+        name
+    }
+
+    /// The cgroup opened by its id, its path read back.
+    fn by_id(&self, id: u64) -> Option<String> {
+        let root = std::fs::File::open(&self.root).ok()?;
+        let fd = match crate::sys::open_cgroup_by_id(std::os::fd::AsFd::as_fd(&root), id) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::debug!("cgroup {id}: {e}; looked for by a walk");
+                return None;
+            }
+        };
+        let path = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&fd)
+        ))
+        .ok()?;
+        let rel = path.strip_prefix(&self.root).ok()?;
+        Some(format!("/{}", rel.display()))
+    }
+
+    /// Every cgroup under the runs' parents, into `cache`.
+    fn walk(&self, cache: &mut std::collections::HashMap<u64, Option<String>>) {
         let mut stack = run_parents(&self.root);
         while let Some(dir) = stack.pop() {
             let Ok(rd) = std::fs::read_dir(&dir) else {
@@ -328,13 +369,14 @@ impl Names {
                     continue;
                 }
                 let path = e.path();
-                if let Ok(rel) = path.strip_prefix(&self.root) {
-                    cache.insert(meta.ino(), format!("/{}", rel.display()));
+                if let Ok(rel) = path.strip_prefix(&self.root)
+                    && cache.len() < Self::KEPT
+                {
+                    cache.insert(meta.ino(), Some(format!("/{}", rel.display())));
                 }
                 stack.push(path);
             }
         }
-        cache.get(&id).cloned()
     }
 }
 
