@@ -32,6 +32,7 @@ pub mod map_names {
     pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
     pub const LOOKUP_FILTER: &str = "LOOKUP_FILTER";
     pub const OWN_INODES: &str = "OWN_INODES";
+    pub const NAMESPACES: &str = "NAMESPACES";
 }
 
 /// Name of the global that carries the kernel struct offsets (see [`KernelOffsets`]).
@@ -502,11 +503,16 @@ pub struct KernelOffsets {
     pub msghdr_msg_control: u32,
     pub msghdr_msg_controllen: u32,
     pub msghdr_msg_control_is_user: u32,
+    /// A task's IPC namespace's inode number (`task_struct.nsproxy`, `nsproxy.ipc_ns`,
+    /// `ipc_namespace.ns.inum`): the command's own namespace files open (`nsfs.rs`).
+    pub task_struct_nsproxy: u32,
+    pub nsproxy_ipc_ns: u32,
+    pub ipc_namespace_inum: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 252);
+const _: () = assert!(size_of::<KernelOffsets>() == 264);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -668,6 +674,12 @@ pub mod reason {
     /// A symlink made at, or moved to, the name of a literal grant (`accept::GRANT_NAME`):
     /// the next run would follow it and grant its target.
     pub const GRANT_LINK: u32 = 27;
+    /// A namespace file (nsfs: `/proc/PID/ns/*`, a namespace's file handle, the files
+    /// `NS_GET_USERNS`, `NS_MNT_GET_NEXT`, `PIDFD_GET_*_NAMESPACE` return) of a namespace
+    /// the command did not start in: `setns` into it (no LSM hook) would reach the System
+    /// V IPC, mounts, hostname or loopback ports of the processes there, and a user's own
+    /// namespaces outside (rootless containers, Flatpak) are the user's to enter.
+    pub const FOREIGN_NAMESPACE: u32 = 28;
 }
 
 /// `EventHeader::flags`.
@@ -865,6 +877,9 @@ impl KernelOffsets {
         msghdr_msg_control: 0,
         msghdr_msg_controllen: 0,
         msghdr_msg_control_is_user: 0,
+        task_struct_nsproxy: 0,
+        nsproxy_ipc_ns: 0,
+        ipc_namespace_inum: 0,
         valid: 0,
     };
 }

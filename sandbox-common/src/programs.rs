@@ -92,6 +92,7 @@ pub const PROGRAMS: &[Program] = &[
     newer("file_ioctl_compat", "file_ioctl_compat", 3),
     prog("sb_mount", "sb_mount", 5),
     prog("move_mount", "move_mount", 2),
+    prog("sb_pivotroot", "sb_pivotroot", 2),
     prog("sb_umount", "sb_umount", 2),
     prog("task_alloc", "task_alloc", 2),
     prog("task_setrlimit", "task_setrlimit", 3),

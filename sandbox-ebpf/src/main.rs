@@ -20,6 +20,7 @@ mod hooks;
 mod kread;
 mod maps;
 mod namecache;
+mod nsfs;
 mod own;
 mod path;
 mod procfs;

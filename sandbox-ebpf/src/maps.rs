@@ -92,6 +92,11 @@ pub static NET_V6: LpmTrie<NetKeyV6, NetRules> = LpmTrie::with_max_entries(1, 0)
 #[map]
 pub static PROTECTED: HashMap<u32, u32> = HashMap::with_max_entries(64, 0);
 
+/// The namespaces (their inode numbers) the command started in: the only ones whose files
+/// (nsfs) its processes may open (`nsfs.rs`).
+#[map]
+pub static NAMESPACES: HashMap<u32, u32> = HashMap::with_max_entries(256, 0);
+
 /// The new name of a rename in progress, per task (`pid_tgid`): `path_rename` (which
 /// sees it first) records what matched it, `inode_rename` (which sees the moving
 /// directory) reads it back. Written and read by the programs only.

@@ -28,13 +28,12 @@ use sandbox_common::KernelOffsets;
 use crate::kread;
 
 /// `PROC_SUPER_MAGIC` (include/uapi/linux/magic.h).
-const PROC_SUPER_MAGIC: u64 = 0x9fa0;
+pub const PROC_SUPER_MAGIC: u64 = 0x9fa0;
 
 /// `dentry`, typed by the verifier, is on a procfs.
 #[inline(always)]
 pub fn on_procfs(dentry: *const u8, off: &KernelOffsets) -> bool {
-    let sb: *const u8 = kread::field(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
-    kread::field::<u64>(sb, off.super_block_s_magic) == Ok(PROC_SUPER_MAGIC)
+    crate::nsfs::magic(dentry, off) == PROC_SUPER_MAGIC
 }
 
 /// Names searched from a procfs file up to `/proc` for the process it is about:
@@ -101,11 +100,11 @@ pub extern "C" fn sandbox_proc_outside(dentry: u64, bound: u64) -> u32 {
     u32::from(!crate::scope::task_within(task, bound))
 }
 
-/// The file (`dentry`: typed by the verifier) is an entry of a process outside the
-/// sandbox bound at `bound`.
+/// The file (`dentry`: typed by the verifier, on a file system of magic `magic`) is an
+/// entry of a process outside the sandbox bound at `bound`.
 #[inline(always)]
-pub fn outside(dentry: *const u8, bound: u64, off: &KernelOffsets) -> bool {
-    on_procfs(dentry, off) && sandbox_proc_outside(kread::untyped(dentry), bound) != 0
+pub fn outside(dentry: *const u8, magic: u64, bound: u64) -> bool {
+    magic == PROC_SUPER_MAGIC && sandbox_proc_outside(kread::untyped(dentry), bound) != 0
 }
 
 /// The entry's name is one a process lister reads first: `stat` or `status`.

@@ -68,8 +68,9 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
 
 /// What `file_open` refuses by the inode, whatever the path: a terminal that is not the
 /// command's own (`terminal.rs`); shared memory that no confined process made (`shm.rs`;
-/// one compare of the device for every other file); an entry in `/proc` of a process
-/// outside the sandbox (`procfs.rs`; a superblock's magic read for every other file).
+/// one compare of the device for every other file); a namespace the command did not
+/// start in (`nsfs.rs`) or an entry in `/proc` of a process outside the sandbox
+/// (`procfs.rs`; a superblock's magic read, and compared twice, for every other file).
 #[inline(always)]
 fn refused_by_inode(
     file: *const u8,
@@ -90,7 +91,11 @@ fn refused_by_inode(
     if shm_dev != 0 && facts.dev == shm_dev && crate::shm::foreign(dentry(), inode(), off) {
         return Some(Deny::because(reason::FOREIGN_SHARED_MEMORY));
     }
-    crate::procfs::outside(dentry(), scope.cgroup, off)
+    let magic = crate::nsfs::magic(dentry(), off);
+    if magic == crate::nsfs::NSFS_MAGIC && crate::nsfs::foreign(facts.ino, off) {
+        return Some(Deny::because(reason::FOREIGN_NAMESPACE));
+    }
+    crate::procfs::outside(dentry(), magic, scope.cgroup)
         .then_some(Deny::because(reason::OUTSIDE_SCOPE))
 }
 

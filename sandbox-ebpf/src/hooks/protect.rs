@@ -297,6 +297,14 @@ hook!(move_mount, "move_mount", |_ctx, scope| {
         scope,
     )
 });
+// pivot_root changes what a mount namespace's processes see as `/`: refused as mounts are.
+hook!(sb_pivotroot, "sb_pivotroot", |_ctx, scope| {
+    deny(
+        Report::bare(hook::MOUNT, scope.policy_id),
+        reason::SELF_PROTECTION,
+        scope,
+    )
+});
 hook!(sb_umount, "sb_umount", |_ctx, scope| {
     deny(
         Report::bare(hook::UMOUNT, scope.policy_id),

@@ -234,6 +234,9 @@ impl Formatter<'_> {
             reason::GRANT_LINK => {
                 "(a symlink at a granted name: the next run would grant its target)"
             }
+            reason::FOREIGN_NAMESPACE => {
+                "(a namespace the command did not start in: other processes')"
+            }
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -268,6 +271,7 @@ impl Formatter<'_> {
             reason::SOCKET_OPTION => "socket_option",
             reason::BLOCK_DEVICE => "block_device",
             reason::GRANT_LINK => "symlink_at_grant",
+            reason::FOREIGN_NAMESPACE => "foreign_namespace",
             _ => "unknown",
         }
     }

@@ -100,6 +100,9 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         msghdr_msg_control: f("msghdr", &["msg_control"], Some(8))?,
         msghdr_msg_controllen: f("msghdr", &["msg_controllen"], Some(8))?,
         msghdr_msg_control_is_user: f("msghdr", &["msg_control_is_user"], Some(1))?,
+        task_struct_nsproxy: f("task_struct", &["nsproxy"], Some(8))?,
+        nsproxy_ipc_ns: f("nsproxy", &["ipc_ns"], Some(8))?,
+        ipc_namespace_inum: f("ipc_namespace", &["ns", "inum"], Some(4))?,
         valid: 1,
     })
 }

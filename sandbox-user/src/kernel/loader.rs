@@ -227,6 +227,7 @@ impl Enforcer {
         }
         t.lap("programs loaded and attached");
         e.protect(std::process::id())?;
+        e.allow_namespaces_of(std::process::id())?;
         // Only now: the program that clears a freed directory's state is attached.
         let checked = rename_lock
             .join()
@@ -906,6 +907,30 @@ impl Enforcer {
         let mut maps = self.maps();
         let mut h = maps.protected()?;
         h.insert(tgid, 1, 0).map_err(h.err())
+    }
+
+    /// Lets in-scope tasks open the files of process `pid`'s namespaces (`/proc/PID/ns/*`:
+    /// the namespaces the command starts in); the others' stay closed (`nsfs.rs` in the
+    /// programs). A namespace's inode number is the one `stat` shows through its link.
+    /// The number of namespaces found (0: the process is gone).
+    pub fn allow_namespaces_of(&mut self, pid: u32) -> Result<usize, LoadError> {
+        use std::os::unix::fs::MetadataExt;
+        let mut inums = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/ns")) {
+            for e in rd.flatten() {
+                if let Ok(m) = std::fs::metadata(e.path())
+                    && let Ok(inum) = u32::try_from(m.ino())
+                {
+                    inums.push(inum);
+                }
+            }
+        }
+        let mut maps = self.maps();
+        let mut h = maps.namespaces()?;
+        for inum in &inums {
+            h.insert(*inum, 1, 0).map_err(h.err())?;
+        }
+        Ok(inums.len())
     }
 
     /// Records dropped because the ring buffer was full, summed over CPUs.

@@ -336,6 +336,8 @@ maps! {
     net_v6 -> NET_V6: lpm [NetKeyV6 => NetRules];
     /// Processes in-scope tasks may not signal or trace (sandbox itself).
     protected -> PROTECTED: hash [u32 => u32];
+    /// Namespaces (inode numbers) whose files the command may open.
+    namespaces -> NAMESPACES: hash [u32 => u32];
     /// Terminals the command may open (keyed by a descriptor of the file).
     own_inodes -> OWN_INODES: inode [i32 => u32];
     /// Records for userspace.

@@ -227,8 +227,6 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Streams events of `armed` and keeps its maps current until a signal: `true` for a
-/// reload (SIGHUP), `false` to stop.
 /// The terminals and shared-memory files the confined processes hold (a service on a
 /// console, an agent started in a terminal and bound later, the segments a program made
 /// before it was bound) stay theirs to open by name: each is marked in the set's map
@@ -284,6 +282,11 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
         }
     };
     for pid in armed.cgroup.pids() {
+        // The namespaces the bound processes are in are theirs to open (a service's
+        // private mount namespace); the others' stay closed.
+        if let Err(e) = armed.enforcer.allow_namespaces_of(pid) {
+            tracing::warn!("the namespaces of process {pid}: {e}: their files do not open");
+        }
         if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for entry in fds.flatten() {
                 let wanted = std::fs::metadata(entry.path())
@@ -322,6 +325,8 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
     );
 }
 
+/// Streams events of `armed` and keeps its maps current until a signal: `true` for a
+/// reload (SIGHUP), `false` to stop.
 async fn serve(
     armed: &mut Armed,
     ring: &mut Ring,

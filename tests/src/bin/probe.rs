@@ -1568,6 +1568,22 @@ fn op_shm(op: &str, key: &str) -> String {
     }
 }
 
+/// `open-loop PATH STOP PAUSE`: opens PATH for reading until the file STOP exists, pausing
+/// PAUSE microseconds between opens; counts the outcomes.
+fn op_open_loop(path: &str, stop: &str, pause: &str) -> String {
+    let pause = std::time::Duration::from_micros(pause.parse().unwrap_or(0));
+    let (mut ok, mut denied) = (0u64, 0u64);
+    while !std::path::Path::new(stop).exists() {
+        std::thread::sleep(pause);
+        if op_open(path, "r") == "OK" {
+            ok += 1;
+        } else {
+            denied += 1;
+        }
+    }
+    format!("ALLOWED={ok} DENIED={denied}")
+}
+
 fn run_op(words: &[String]) -> String {
     let a = |i: usize| words.get(i).map_or("", String::as_str);
     match a(0) {
@@ -1595,21 +1611,7 @@ fn run_op(words: &[String]) -> String {
         "mmap-write" => op_mmap_write(a(1)),
         "cgroup-move" => op_cgroup_move(a(1)),
         "orphan-open" => op_orphan_open(a(1), a(2), a(3)),
-        "open-loop" => {
-            // Opens a(1) for reading until the file a(2) exists, pausing a(3) microseconds
-            // between opens; counts the outcomes.
-            let pause = std::time::Duration::from_micros(a(3).parse().unwrap_or(0));
-            let (mut ok, mut denied) = (0u64, 0u64);
-            while !std::path::Path::new(a(2)).exists() {
-                std::thread::sleep(pause);
-                if op_open(a(1), "r") == "OK" {
-                    ok += 1;
-                } else {
-                    denied += 1;
-                }
-            }
-            format!("ALLOWED={ok} DENIED={denied}")
-        }
+        "open-loop" => op_open_loop(a(1), a(2), a(3)),
         "uring-open" | "uring-connect" => op_uring(a(0), a(1), a(2)),
         "open-hex" | "openat2" | "by-handle" | "handle-save" | "handle-open" | "handle-path"
         | "chroot-open" | "deep-open" => op_open_alias(a(0), a(1), a(2), a(3)),
@@ -1636,6 +1638,7 @@ fn run_op(words: &[String]) -> String {
         "tiocsti" | "tiocsti-own" => boundary::tiocsti(a(0), a(1)),
         "pty-made" | "pty-peer" => boundary::pty_made(a(0)),
         "socket" => boundary::socket(a(1), a(2), a(3)),
+        "ns-hold" | "ns-handle-of" | "ns-handle" => namespaces::op(a(0), a(1)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
         "clone-into-cgroup" | "umount" | "finit-module" | "ioperm" | "prlimit" | "sigio-parent" => {
             kernel::op(a(0), a(1))
@@ -1956,6 +1959,109 @@ mod boundary {
                 }
             }
         }
+    }
+}
+
+/// Namespaces of other processes: held outside (`ns-hold`), reached by a file handle
+/// (`ns-handle-of`, `ns-handle`, 6.18+), then entered with `setns`.
+mod namespaces {
+    use super::{cstr, errno_name, last_errno};
+
+    const CLONE_NEWUSER: i32 = 0x1000_0000;
+    const CLONE_NEWUTS: i32 = 0x0400_0000;
+    const CLONE_NEWNS: i32 = 0x0002_0000;
+    /// `FD_NSFS_ROOT` (include/uapi/linux/fcntl.h): the nsfs mount, for handles.
+    const FD_NSFS_ROOT: i32 = -10003;
+
+    fn fail(step: &str) -> String {
+        format!("{step}-{}", errno_name(last_errno()))
+    }
+
+    pub fn op(op: &str, arg: &str) -> String {
+        match op {
+            "ns-hold" => hold(),
+            "ns-handle-of" => handle_of(arg),
+            _ => by_handle(arg),
+        }
+    }
+
+    /// `ns-hold`: a user, UTS and mount namespace of this process's own, held until it is
+    /// killed (says `READY` first).
+    fn hold() -> String {
+        use std::io::Write as _;
+        // SAFETY: plain syscalls.
+        unsafe {
+            if libc::unshare(CLONE_NEWUSER | CLONE_NEWUTS | CLONE_NEWNS) != 0 {
+                return fail("UNSHARE");
+            }
+            println!("PROBE ns-hold -> READY");
+            let _ = std::io::stdout().flush();
+            loop {
+                libc::pause();
+            }
+        }
+    }
+
+    /// `ns-handle-of PATH`: the file handle of the namespace file PATH links to, in hex.
+    fn handle_of(path: &str) -> String {
+        let mut h = [0u32; 2 + 8];
+        h[0] = 32;
+        let mut mount_id = 0;
+        let p = cstr(path);
+        // SAFETY: plain syscall; `h` holds a handle of the size it says.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_name_to_handle_at,
+                libc::AT_FDCWD,
+                p.as_ptr(),
+                h.as_mut_ptr(),
+                &raw mut mount_id,
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if r != 0 {
+            return fail("HANDLE");
+        }
+        let words: Vec<String> = h.iter().map(|w| format!("{w:08x}")).collect();
+        format!("HANDLE={}", words.join(","))
+    }
+
+    /// `ns-handle HEX`: opens the namespace of the handle (`ns-handle-of`) through the
+    /// nsfs root, enters it and names it (the UTS namespace's host name).
+    fn by_handle(hex: &str) -> String {
+        let mut h: Vec<u32> = hex
+            .split(',')
+            .filter_map(|w| u32::from_str_radix(w, 16).ok())
+            .collect();
+        if h.len() < 2 {
+            return "BADARGS".into();
+        }
+        // SAFETY: plain syscalls on a handle of the size it says and on the descriptor
+        // the kernel returned.
+        unsafe {
+            let fd = libc::syscall(
+                libc::SYS_open_by_handle_at,
+                FD_NSFS_ROOT,
+                h.as_mut_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            let Ok(fd) = i32::try_from(fd) else {
+                return "OPEN-RANGE".into();
+            };
+            if fd < 0 {
+                return fail("OPEN");
+            }
+            let r = libc::setns(fd, CLONE_NEWUTS);
+            libc::close(fd);
+            if r != 0 {
+                return fail("SETNS");
+            }
+            let name = b"probe-entered";
+            if libc::sethostname(name.as_ptr().cast(), name.len()) != 0 {
+                return fail("SETHOSTNAME");
+            }
+        }
+        "OK".into()
     }
 }
 

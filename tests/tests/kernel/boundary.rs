@@ -1534,3 +1534,63 @@ fn a_symlink_never_moves_a_grant() {
     let _ = std::fs::remove_dir(home.join(".gemini"));
     let _ = std::fs::remove_dir(home.join(".claude"));
 }
+
+/// A user's namespaces outside the sandbox (a rootless container's, a Flatpak
+/// application's, made by the agent user) stay closed: `setns` has no hook, so their files
+/// do not open, whatever the route: `/proc/PID/ns` (the ptrace check, every kernel) or a
+/// namespace's file handle (6.18+), which passes no ptrace check (the kernels here want
+/// `CAP_SYS_ADMIN` for another namespace's handle: a root command that kept every
+/// capability shows it). Each route enters the namespace outside. The command's own
+/// namespaces open.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn namespaces_outside_stay_closed() {
+    use std::io::BufRead as _;
+    let d = agent_dir("namespaces");
+    let mut holder = Command::new(bins().probe)
+        .args(["ns-hold"])
+        .uid(User::Agent.uid())
+        .gid(User::Agent.uid())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "PROBE ns-hold -> READY", "the holder");
+    let uts = format!("/proc/{}/ns/uts", holder.id());
+    let by_proc = ["open", uts.as_str(), "r"];
+    assert_eq!(probe_outside_as_agent(&[&by_proc]), vec!["OK"], "outside");
+    let own: Vec<[&str; 3]> = ["uts", "ipc", "net", "user"]
+        .iter()
+        .map(|n| ["open", ["/proc/self/ns/", n].concat().leak(), "r"])
+        .collect();
+    let mut ops: Vec<&[&str]> = own.iter().map(<[&str; 3]>::as_slice).collect();
+    ops.push(&by_proc);
+    let r = probe_as_agent(&d, None, &ops);
+    for o in &own {
+        r.expect(&o.join(" "), "OK");
+    }
+    r.expect(&by_proc.join(" "), "EACCES");
+    // A namespace's handle, opened by a root command that kept `CAP_SYS_ADMIN`.
+    if kernel_version() >= (6, 18) {
+        let h = probe_outside(&["ns-handle-of", &uts]);
+        let hex = h
+            .strip_prefix("HANDLE=")
+            .unwrap_or_else(|| panic!("the handle: {h}"));
+        let by_handle = ["ns-handle", hex];
+        assert_eq!(probe_outside(&by_handle), OK, "outside, by handle");
+        let policy = "process:\n  keep_capabilities: [all]\n";
+        let r = probe(&d, Some(policy), &[&own[0], &by_handle]);
+        r.expect(&own[0].join(" "), "OK");
+        r.expect(&by_handle.join(" "), "OPEN-EACCES");
+        let rec = r.one_record("/unmapped/reason", "foreign_namespace");
+        assert_eq!(
+            rec["unmapped"]["rule"], "(a namespace the command did not start in: other processes')",
+            "{rec:#}"
+        );
+    }
+    holder.kill().unwrap();
+    let _ = holder.wait();
+}
