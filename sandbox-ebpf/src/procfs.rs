@@ -30,12 +30,6 @@ use crate::kread;
 /// `PROC_SUPER_MAGIC` (include/uapi/linux/magic.h).
 pub const PROC_SUPER_MAGIC: u64 = 0x9fa0;
 
-/// `dentry`, typed by the verifier, is on a procfs.
-#[inline(always)]
-pub fn on_procfs(dentry: *const u8, off: &KernelOffsets) -> bool {
-    crate::nsfs::magic(dentry, off) == PROC_SUPER_MAGIC
-}
-
 /// Names searched from a procfs file up to `/proc` for the process it is about:
 /// `/proc/PID/net/`'s files and directories are the network namespace's own
 /// (`proc_net`: no pid of their own), some levels below `net` (`net/stat/...`,
@@ -100,11 +94,12 @@ pub extern "C" fn sandbox_proc_outside(dentry: u64, bound: u64) -> u32 {
     u32::from(!crate::scope::task_within(task, bound))
 }
 
-/// The file (`dentry`: typed by the verifier, on a file system of magic `magic`) is an
-/// entry of a process outside the sandbox bound at `bound`.
+/// The file (`dentry`: typed by the verifier) is an entry of a process outside the
+/// sandbox bound at `bound`.
 #[inline(always)]
-pub fn outside(dentry: *const u8, magic: u64, bound: u64) -> bool {
-    magic == PROC_SUPER_MAGIC && sandbox_proc_outside(kread::untyped(dentry), bound) != 0
+pub fn outside(dentry: *const u8, off: &KernelOffsets, bound: u64) -> bool {
+    crate::nsfs::magic(dentry, off) == PROC_SUPER_MAGIC
+        && sandbox_proc_outside(kread::untyped(dentry), bound) != 0
 }
 
 /// The entry's name is one a process lister reads first: `stat` or `status`.

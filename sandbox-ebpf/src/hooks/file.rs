@@ -37,11 +37,30 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
     }
     let escape = f_mode & fmode::WRITE != 0 && path::cgroup_write_refused(file, scope.cgroup, &off);
     let facts = path::typed_file_facts(file, &off);
-    // Another process's `stat` or `status` (a process lister's first read of it): refused
-    // without a record (`procfs.rs`); its other entries are refused after the resolve,
-    // with one.
-    if TERMINALS && quiet_other_process(file, scope, off) {
-        return if audit { 0 } else { -errno::EACCES };
+    if TERMINALS {
+        let dentry: *const u8 =
+            kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
+        let magic = crate::nsfs::magic(dentry, off);
+        // A namespace's file (`nsfs.rs`): decided here, by the namespace. It has no path
+        // a policy could name, and a bind mount of one (`ip netns`) places nsfs, whose
+        // files then resolve to no mounted directory.
+        if magic == crate::nsfs::NSFS_MAGIC {
+            if !crate::nsfs::foreign(facts.ino, off) {
+                return 0;
+            }
+            let mut rep = Report::bare(hook::FILE_OPEN, scope.policy_id);
+            rep.ino = facts.ino;
+            rep.dev = facts.dev;
+            rep.access = f_mode;
+            let v = Deny::because(reason::FOREIGN_NAMESPACE);
+            return finish(scope.mem, rep, v, audit, errno::EACCES);
+        }
+        // Another process's `stat` or `status` (a process lister's first read of it):
+        // refused without a record (`procfs.rs`); its other entries are refused after the
+        // resolve, with one.
+        if magic == crate::procfs::PROC_SUPER_MAGIC && quiet_other_process(dentry, scope, off) {
+            return if audit { 0 } else { -errno::EACCES };
+        }
     }
     check_with::<true>(
         hook::FILE_OPEN,
@@ -68,9 +87,9 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
 
 /// What `file_open` refuses by the inode, whatever the path: a terminal that is not the
 /// command's own (`terminal.rs`); shared memory that no confined process made (`shm.rs`;
-/// one compare of the device for every other file); a namespace the command did not
-/// start in (`nsfs.rs`) or an entry in `/proc` of a process outside the sandbox
-/// (`procfs.rs`; a superblock's magic read, and compared twice, for every other file).
+/// one compare of the device for every other file); an entry in `/proc` of a process
+/// outside the sandbox (`procfs.rs`; a superblock's magic read for every other file).
+/// (Namespace files are decided before the resolve.)
 #[inline(always)]
 fn refused_by_inode(
     file: *const u8,
@@ -91,20 +110,15 @@ fn refused_by_inode(
     if shm_dev != 0 && facts.dev == shm_dev && crate::shm::foreign(dentry(), inode(), off) {
         return Some(Deny::because(reason::FOREIGN_SHARED_MEMORY));
     }
-    let magic = crate::nsfs::magic(dentry(), off);
-    if magic == crate::nsfs::NSFS_MAGIC && crate::nsfs::foreign(facts.ino, off) {
-        return Some(Deny::because(reason::FOREIGN_NAMESPACE));
-    }
-    crate::procfs::outside(dentry(), magic, scope.cgroup)
+    crate::procfs::outside(dentry(), off, scope.cgroup)
         .then_some(Deny::because(reason::OUTSIDE_SCOPE))
 }
 
-/// `file` is the `stat` or `status` of a process outside the sandbox (`procfs.rs`).
+/// The procfs file `dentry` is the `stat` or `status` of a process outside the sandbox
+/// (`procfs.rs`).
 #[inline(always)]
-fn quiet_other_process(file: *const u8, scope: Scope, off: &KernelOffsets) -> bool {
-    let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
-    crate::procfs::on_procfs(dentry, off)
-        && crate::procfs::listed_first(dentry, off)
+fn quiet_other_process(dentry: *const u8, scope: Scope, off: &KernelOffsets) -> bool {
+    crate::procfs::listed_first(dentry, off)
         && crate::procfs::sandbox_proc_outside(kread::untyped(dentry), scope.cgroup) != 0
 }
 

@@ -349,9 +349,11 @@ name_hook!(inode_file_setattr, "inode_file_setattr", hook::SETATTR, dentry 0, NO
 /// for reading too (include/uapi/linux/fs.h, fsverity.h, fscrypt.h): `FS_IOC_SETFLAGS`
 /// (and its 32-bit form), `FS_IOC_FSSETXATTR`, `FS_IOC_SETVERSION` (and its 32-bit form),
 /// `FS_IOC_ENABLE_VERITY` (read-only for good), `FS_IOC_SET_ENCRYPTION_POLICY` (an empty
-/// directory's files encrypted from then on, with a key of the caller's). Before 6.17
-/// only `file_ioctl` sees them: each is judged as a write to the file's name.
-const FILE_ATTR_IOCTLS: [u32; 7] = [
+/// directory's files encrypted from then on, with a key of the caller's); ext4's
+/// `EXT4_IOC_SETVERSION` (and its 32-bit form) and btrfs's `BTRFS_IOC_SUBVOL_SETFLAGS` (a
+/// subvolume made read-only or writable again). Before 6.17 only `file_ioctl` sees them:
+/// each is judged as a write to the file's name.
+const FILE_ATTR_IOCTLS: [u32; 10] = [
     0x4008_6602,
     0x4004_6602,
     0x401c_5820,
@@ -359,6 +361,9 @@ const FILE_ATTR_IOCTLS: [u32; 7] = [
     0x4004_7602,
     0x4080_6685,
     0x800c_6613,
+    0x4008_6604,
+    0x4004_6604,
+    0x4008_941a,
 ];
 
 /// `cmd` changes the attributes of the file it is given (checked before the scope lookup:

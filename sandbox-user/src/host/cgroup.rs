@@ -326,34 +326,45 @@ impl Names {
         if cache.len() >= Self::KEPT {
             cache.clear();
         }
-        let name = match self.by_id(id) {
-            Some(n) => Some(n),
-            None => {
+        match self.by_id(id) {
+            Ok(name) => {
+                // Found, or gone (kept as a miss: ids are never used again).
+                cache.insert(id, name.clone());
+                name
+            }
+            Err(()) => {
+                // Not opened by id here: a walk, whose misses are not kept.
                 self.walk(&mut cache);
                 cache.get(&id).cloned().flatten()
             }
-        };
-        cache.insert(id, name.clone());
-        name
+        }
     }
 
-    /// The cgroup opened by its id, its path read back.
-    fn by_id(&self, id: u64) -> Option<String> {
-        let root = std::fs::File::open(&self.root).ok()?;
+    /// The cgroup opened by its id, its path read back: `Ok(None)` when it is gone (or is
+    /// not below the hierarchy's root), `Err` when it could not be looked up this way.
+    fn by_id(&self, id: u64) -> Result<Option<String>, ()> {
+        let root = std::fs::File::open(&self.root).map_err(|_| ())?;
         let fd = match crate::sys::open_cgroup_by_id(std::os::fd::AsFd::as_fd(&root), id) {
             Ok(fd) => fd,
+            Err(e) if e.source.raw_os_error() == Some(libc::ESTALE) => return Ok(None),
             Err(e) => {
                 tracing::debug!("cgroup {id}: {e}; looked for by a walk");
-                return None;
+                return Err(());
             }
         };
         let path = std::fs::read_link(format!(
             "/proc/self/fd/{}",
             std::os::fd::AsRawFd::as_raw_fd(&fd)
         ))
-        .ok()?;
-        let rel = path.strip_prefix(&self.root).ok()?;
-        Some(format!("/{}", rel.display()))
+        .map_err(|_| ())?;
+        let text = path.to_string_lossy();
+        if text.ends_with(" (deleted)") {
+            return Ok(None);
+        }
+        Ok(path
+            .strip_prefix(&self.root)
+            .ok()
+            .map(|rel| format!("/{}", rel.display())))
     }
 
     /// Every cgroup under the runs' parents, into `cache`.

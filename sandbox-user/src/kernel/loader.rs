@@ -106,6 +106,10 @@ pub struct Enforcer {
     holder: Option<std::os::fd::OwnedFd>,
     /// The directory cache's control value as last written (`generation` 0: off).
     dir_cache: sandbox_common::DirCacheCtl,
+    /// A file of each namespace in `NAMESPACES`, by inode number: held so that none dies
+    /// while its number is allowed (the kernel gives a dead namespace's number to the next
+    /// one made, anyone's).
+    namespaces: StdHashMap<u32, std::fs::File>,
 }
 
 /// Files protected by identity: every existing file named by a literal deny, `read_only` or
@@ -307,6 +311,7 @@ impl Enforcer {
             pin_dir: None,
             holder: None,
             dir_cache: sandbox_common::DirCacheCtl::default(),
+            namespaces: StdHashMap::new(),
         })
     }
 
@@ -911,26 +916,48 @@ impl Enforcer {
 
     /// Lets in-scope tasks open the files of process `pid`'s namespaces (`/proc/PID/ns/*`:
     /// the namespaces the command starts in); the others' stay closed (`nsfs.rs` in the
-    /// programs). A namespace's inode number is the one `stat` shows through its link.
-    /// The number of namespaces found (0: the process is gone).
+    /// programs). Each is held open while the set lives, so that its number names it only.
+    /// The number of namespaces added (0: none new, or the process is gone).
     pub fn allow_namespaces_of(&mut self, pid: u32) -> Result<usize, LoadError> {
-        use std::os::unix::fs::MetadataExt;
-        let mut inums = Vec::new();
+        let mut files = Vec::new();
         if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/ns")) {
             for e in rd.flatten() {
-                if let Ok(m) = std::fs::metadata(e.path())
-                    && let Ok(inum) = u32::try_from(m.ino())
-                {
-                    inums.push(inum);
+                if let Ok(f) = std::fs::File::open(e.path()) {
+                    files.push(f);
                 }
             }
         }
-        let mut maps = self.maps();
-        let mut h = maps.namespaces()?;
-        for inum in &inums {
-            h.insert(*inum, 1, 0).map_err(h.err())?;
+        self.allow_namespaces(files)
+    }
+
+    /// Allows what `other` allows (a reload: the namespaces the command started in, not
+    /// those its processes are in now).
+    pub fn allow_namespaces_like(&mut self, other: &Enforcer) -> Result<usize, LoadError> {
+        let files = other
+            .namespaces
+            .values()
+            .filter_map(|f| f.try_clone().ok())
+            .collect();
+        self.allow_namespaces(files)
+    }
+
+    fn allow_namespaces(&mut self, files: Vec<std::fs::File>) -> Result<usize, LoadError> {
+        use std::os::unix::fs::MetadataExt;
+        let mut added = 0;
+        for f in files {
+            let Some(inum) = f.metadata().ok().and_then(|m| u32::try_from(m.ino()).ok()) else {
+                continue;
+            };
+            if self.namespaces.contains_key(&inum) {
+                continue;
+            }
+            let mut maps = self.maps();
+            let mut h = maps.namespaces()?;
+            h.insert(inum, 1, 0).map_err(h.err())?;
+            self.namespaces.insert(inum, f);
+            added += 1;
         }
-        Ok(inums.len())
+        Ok(added)
     }
 
     /// Records dropped because the ring buffer was full, summed over CPUs.

@@ -235,7 +235,7 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
 /// neither hold nor made are refused to them (`terminal.rs`, `shm.rs` in the programs).
 /// At a reload (`old`: the set in force), only what the old set had marked is marked
 /// again: a descriptor a bound process was sent meanwhile gives the cgroup no name. Only
-/// with BPF LSM on, as for `run`.
+/// with BPF LSM on, as for `run`. The same for the namespaces whose files open to them.
 fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &Host) {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     if host.backend.is_fallback() {
@@ -259,6 +259,18 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
             }
         })
     };
+    // The namespaces the bound processes are in when they are bound are theirs to open (a
+    // service's private mount namespace); at a reload, those the old set allowed (not the
+    // ones its processes have made since).
+    let namespaces = match old.as_deref() {
+        Some(old) => armed.enforcer.allow_namespaces_like(&old.enforcer),
+        None => armed.cgroup.pids().into_iter().try_fold(0, |n, pid| {
+            Ok(n + armed.enforcer.allow_namespaces_of(pid)?)
+        }),
+    };
+    if let Err(e) = namespaces {
+        tracing::warn!("the bound processes' namespaces: {e}: their files do not open");
+    }
     let (mut terminals, mut segments) = (0, 0);
     let mut mark = |armed: &mut Armed, f: &std::fs::File| {
         let Some(tty) = kind(f) else {
@@ -282,11 +294,6 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
         }
     };
     for pid in armed.cgroup.pids() {
-        // The namespaces the bound processes are in are theirs to open (a service's
-        // private mount namespace); the others' stay closed.
-        if let Err(e) = armed.enforcer.allow_namespaces_of(pid) {
-            tracing::warn!("the namespaces of process {pid}: {e}: their files do not open");
-        }
         if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for entry in fds.flatten() {
                 let wanted = std::fs::metadata(entry.path())

@@ -155,14 +155,7 @@ impl<'a> Session<'a> {
     }
 
     /// From now on the session also waits for `child` to exit ([`Event::Exited`]).
-    /// Watches the command's first process, whose namespaces (its IPC namespace is its
-    /// own) become the ones the command may open the files of.
     pub fn watch_child(&mut self, child: tokio::process::Child) {
-        if let Some(pid) = child.id()
-            && let Err(e) = self.enforcer.allow_namespaces_of(pid)
-        {
-            tracing::warn!("the command's namespaces: {e}: their files do not open");
-        }
         self.child = Some(child);
     }
 

@@ -1638,7 +1638,7 @@ fn run_op(words: &[String]) -> String {
         "tiocsti" | "tiocsti-own" => boundary::tiocsti(a(0), a(1)),
         "pty-made" | "pty-peer" => boundary::pty_made(a(0)),
         "socket" => boundary::socket(a(1), a(2), a(3)),
-        "ns-hold" | "ns-handle-of" | "ns-handle" => namespaces::op(a(0), a(1)),
+        "ns-hold" | "ns-handle-of" | "ns-handle" | "ns-enter" => namespaces::op(a(0), a(1), a(2)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
         "clone-into-cgroup" | "umount" | "finit-module" | "ioperm" | "prlimit" | "sigio-parent" => {
             kernel::op(a(0), a(1))
@@ -1963,7 +1963,8 @@ mod boundary {
 }
 
 /// Namespaces of other processes: held outside (`ns-hold`), reached by a file handle
-/// (`ns-handle-of`, `ns-handle`, 6.18+), then entered with `setns`.
+/// (`ns-handle-of`, `ns-handle`, 6.18+) or a bind mount (`ns-enter`), then entered with
+/// `setns`.
 mod namespaces {
     use super::{cstr, errno_name, last_errno};
 
@@ -1977,12 +1978,61 @@ mod namespaces {
         format!("{step}-{}", errno_name(last_errno()))
     }
 
-    pub fn op(op: &str, arg: &str) -> String {
+    pub fn op(op: &str, arg: &str, arg2: &str) -> String {
         match op {
             "ns-hold" => hold(),
             "ns-handle-of" => handle_of(arg),
+            "ns-enter" => by_path(arg, arg2),
             _ => by_handle(arg),
         }
+    }
+
+    /// `ns-enter USER UTS`: opens the user namespace file USER and the UTS namespace file
+    /// UTS (bind mounts of them, as `ip netns` makes), enters the user namespace (its
+    /// owner's to enter; a UTS namespace wants `CAP_SYS_ADMIN` in the caller's own too),
+    /// then the UTS namespace, and names it.
+    fn by_path(user: &str, uts: &str) -> String {
+        let open = |path: &str| {
+            let p = cstr(path);
+            // SAFETY: plain syscall on a valid C string.
+            unsafe { libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }
+        };
+        let fd = open(user);
+        if fd < 0 {
+            return fail("OPEN");
+        }
+        // SAFETY: plain syscalls on a descriptor of this process.
+        let r = unsafe {
+            let r = libc::setns(fd, CLONE_NEWUSER);
+            libc::close(fd);
+            r
+        };
+        if r != 0 {
+            return fail("SETNS-USER");
+        }
+        let fd = open(uts);
+        if fd < 0 {
+            return fail("OPEN-UTS");
+        }
+        enter_uts(fd)
+    }
+
+    /// Enters the UTS namespace of `fd` (closed) and names it: the route's effect.
+    fn enter_uts(fd: i32) -> String {
+        // SAFETY: plain syscalls on a descriptor of this process and a buffer of the
+        // length given.
+        unsafe {
+            let r = libc::setns(fd, CLONE_NEWUTS);
+            libc::close(fd);
+            if r != 0 {
+                return fail("SETNS");
+            }
+            let name = b"probe-entered";
+            if libc::sethostname(name.as_ptr().cast(), name.len()) != 0 {
+                return fail("SETHOSTNAME");
+            }
+        }
+        "OK".into()
     }
 
     /// `ns-hold`: a user, UTS and mount namespace of this process's own, held until it is
@@ -2051,17 +2101,8 @@ mod namespaces {
             if fd < 0 {
                 return fail("OPEN");
             }
-            let r = libc::setns(fd, CLONE_NEWUTS);
-            libc::close(fd);
-            if r != 0 {
-                return fail("SETNS");
-            }
-            let name = b"probe-entered";
-            if libc::sethostname(name.as_ptr().cast(), name.len()) != 0 {
-                return fail("SETHOSTNAME");
-            }
+            enter_uts(fd)
         }
-        "OK".into()
     }
 }
 

@@ -1537,11 +1537,11 @@ fn a_symlink_never_moves_a_grant() {
 
 /// A user's namespaces outside the sandbox (a rootless container's, a Flatpak
 /// application's, made by the agent user) stay closed: `setns` has no hook, so their files
-/// do not open, whatever the route: `/proc/PID/ns` (the ptrace check, every kernel) or a
-/// namespace's file handle (6.18+), which passes no ptrace check (the kernels here want
-/// `CAP_SYS_ADMIN` for another namespace's handle: a root command that kept every
-/// capability shows it). Each route enters the namespace outside. The command's own
-/// namespaces open.
+/// do not open, whatever the route: `/proc/PID/ns` (the ptrace check, every kernel), a
+/// bind mount of the file (`ip netns`'s way; every kernel) or a namespace's file handle
+/// (6.18+), which pass no ptrace check (the kernels here want `CAP_SYS_ADMIN` for another
+/// namespace's handle: a root command that kept every capability shows it). Each route
+/// enters the namespace outside. The command's own namespaces open.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn namespaces_outside_stay_closed() {
@@ -1561,18 +1561,54 @@ fn namespaces_outside_stay_closed() {
     assert_eq!(line.trim(), "PROBE ns-hold -> READY", "the holder");
     let uts = format!("/proc/{}/ns/uts", holder.id());
     let by_proc = ["open", uts.as_str(), "r"];
-    assert_eq!(probe_outside_as_agent(&[&by_proc]), vec!["OK"], "outside");
+    // The user and UTS namespaces' files bound on files of the agent's directory.
+    let bind = |ns: &str| {
+        let bound = path_str(&d, &format!("{ns}-bound"));
+        write(Path::new(&bound), "");
+        let src = std::ffi::CString::new(format!("/proc/{}/ns/{ns}", holder.id())).unwrap();
+        let dst = std::ffi::CString::new(bound.clone()).unwrap();
+        // SAFETY: plain syscall on valid C strings.
+        let r = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "bind mount of {ns}");
+        (bound, dst)
+    };
+    let ((user_bound, user_dst), (uts_bound, uts_dst)) = (bind("user"), bind("uts"));
+    let by_mount = ["ns-enter", user_bound.as_str(), uts_bound.as_str()];
+    assert_eq!(
+        probe_outside_as_agent(&[&by_proc, &by_mount]),
+        vec!["OK"; 2],
+        "outside"
+    );
     let own: Vec<[&str; 3]> = ["uts", "ipc", "net", "user"]
         .iter()
         .map(|n| ["open", ["/proc/self/ns/", n].concat().leak(), "r"])
         .collect();
     let mut ops: Vec<&[&str]> = own.iter().map(<[&str; 3]>::as_slice).collect();
     ops.push(&by_proc);
+    ops.push(&by_mount);
     let r = probe_as_agent(&d, None, &ops);
     for o in &own {
         r.expect(&o.join(" "), "OK");
     }
     r.expect(&by_proc.join(" "), "EACCES");
+    r.expect(&by_mount.join(" "), "OPEN-EACCES");
+    let rec = r.one_record("/unmapped/reason", "foreign_namespace");
+    assert_eq!(
+        rec["unmapped"]["rule"], "(a namespace the command did not start in: other processes')",
+        "{rec:#}"
+    );
+    for dst in [user_dst, uts_dst] {
+        // SAFETY: plain syscall on a valid C string.
+        assert_eq!(unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) }, 0);
+    }
     // A namespace's handle, opened by a root command that kept `CAP_SYS_ADMIN`.
     if kernel_version() >= (6, 18) {
         let h = probe_outside(&["ns-handle-of", &uts]);
