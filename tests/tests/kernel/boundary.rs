@@ -1561,26 +1561,15 @@ fn namespaces_outside_stay_closed() {
     assert_eq!(line.trim(), "PROBE ns-hold -> READY", "the holder");
     let uts = format!("/proc/{}/ns/uts", holder.id());
     let by_proc = ["open", uts.as_str(), "r"];
-    // The user and UTS namespaces' files bound on files of the agent's directory.
+    // The user and UTS namespaces' files bound on files of the agent's directory (the
+    // guards unmount them).
     let bind = |ns: &str| {
-        let bound = path_str(&d, &format!("{ns}-bound"));
-        write(Path::new(&bound), "");
-        let src = std::ffi::CString::new(format!("/proc/{}/ns/{ns}", holder.id())).unwrap();
-        let dst = std::ffi::CString::new(bound.clone()).unwrap();
-        // SAFETY: plain syscall on valid C strings.
-        let r = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                dst.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(r, 0, "bind mount of {ns}");
-        (bound, dst)
+        let bound = d.join(format!("{ns}-bound"));
+        write(&bound, "");
+        let guard = Bind::mount(Path::new(&format!("/proc/{}/ns/{ns}", holder.id())), &bound);
+        (bound.display().to_string(), guard)
     };
-    let ((user_bound, user_dst), (uts_bound, uts_dst)) = (bind("user"), bind("uts"));
+    let ((user_bound, _user_guard), (uts_bound, _uts_guard)) = (bind("user"), bind("uts"));
     let by_mount = ["ns-enter", user_bound.as_str(), uts_bound.as_str()];
     assert_eq!(
         probe_outside_as_agent(&[&by_proc, &by_mount]),
@@ -1605,10 +1594,6 @@ fn namespaces_outside_stay_closed() {
         rec["unmapped"]["rule"], "(a namespace the command did not start in: other processes')",
         "{rec:#}"
     );
-    for dst in [user_dst, uts_dst] {
-        // SAFETY: plain syscall on a valid C string.
-        assert_eq!(unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) }, 0);
-    }
     // A namespace's handle, opened by a root command that kept `CAP_SYS_ADMIN`.
     if kernel_version() >= (6, 18) {
         let h = probe_outside(&["ns-handle-of", &uts]);
