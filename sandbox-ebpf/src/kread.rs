@@ -53,6 +53,14 @@ pub fn field<T: Copy>(base: *const u8, off: u32) -> Result<T, i32> {
     Ok(unsafe { core::ptr::read_volatile(base.wrapping_add(off as usize).cast::<T>()) })
 }
 
+/// The magic number of the file system of `dentry` (typed by the verifier): what
+/// `procfs.rs` and `nsfs.rs` tell their files by.
+#[inline(always)]
+pub fn sb_magic(dentry: *const u8, off: &KernelOffsets) -> u64 {
+    let sb: *const u8 = field(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
+    field::<u64>(sb, off.super_block_s_magic).unwrap_or(0)
+}
+
 /// Reads a kernel pointer at `base + off`.
 #[inline(always)]
 pub fn read_ptr(base: *const u8, off: u32) -> Result<*const u8, i32> {

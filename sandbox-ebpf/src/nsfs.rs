@@ -28,13 +28,6 @@ use crate::maps::NAMESPACES;
 /// `NSFS_MAGIC` (include/uapi/linux/magic.h).
 pub const NSFS_MAGIC: u64 = 0x6e73_6673;
 
-/// The magic number of the file system of `dentry` (typed by the verifier).
-#[inline(always)]
-pub fn magic(dentry: *const u8, off: &KernelOffsets) -> u64 {
-    let sb: *const u8 = kread::field(dentry, off.dentry_d_sb).unwrap_or(core::ptr::null());
-    kread::field::<u64>(sb, off.super_block_s_magic).unwrap_or(0)
-}
-
 /// The namespace file of inode number `ino` is neither one the command started in nor the
 /// opener's own IPC namespace (the command's first process makes its own before exec, so
 /// the loader learns it only after the command has started).

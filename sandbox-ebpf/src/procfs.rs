@@ -98,7 +98,7 @@ pub extern "C" fn sandbox_proc_outside(dentry: u64, bound: u64) -> u32 {
 /// sandbox bound at `bound`.
 #[inline(always)]
 pub fn outside(dentry: *const u8, off: &KernelOffsets, bound: u64) -> bool {
-    crate::nsfs::magic(dentry, off) == PROC_SUPER_MAGIC
+    kread::sb_magic(dentry, off) == PROC_SUPER_MAGIC
         && sandbox_proc_outside(kread::untyped(dentry), bound) != 0
 }
 

@@ -40,7 +40,7 @@ pub(crate) fn open<const TERMINALS: bool>(file: *const u8, scope: Scope) -> i32 
     if TERMINALS {
         let dentry: *const u8 =
             kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
-        let magic = crate::nsfs::magic(dentry, off);
+        let magic = kread::sb_magic(dentry, off);
         // A namespace's file (`nsfs.rs`): decided here, by the namespace. It has no path
         // a policy could name, and a bind mount of one (`ip netns`) places nsfs, whose
         // files then resolve to no mounted directory.
