@@ -111,6 +111,20 @@ fn main() -> anyhow::Result<()> {
     // Results kept as long as a run keeps them (the tree and the first loads took well
     // over the 100 ms the tick rate needs).
     let _ = MAX_AGE.set(dircache::max_age(ticks, dircache::Ticks::now(false)));
+    if let Ok(prog) = std::env::var("SANDBOX_BENCH_SPIN_SYS") {
+        // For a profiler (`perf record -a` meanwhile): one `sys_exit` program, 1,000 rules,
+        // the cache on, the loop process opening each file of the tree in turn for 15 s.
+        let compiled = compiled(&policy(1_000, false))?;
+        let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
+        h.load_at_exit(&kernel, &prog)?;
+        let _link = h.at_exit(&prog)?.attach()?;
+        let t = Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(15) {
+            looper.run(Loop::Tree)?;
+        }
+        println!("{prog}: ran for 15 s");
+        return Ok(());
+    }
     let native = Native::measure(&files);
     // In the syscall, before the run statistics are on (they would add their clock reads
     // to every run of the programs timed here by the wall clock).
@@ -134,8 +148,14 @@ fn main() -> anyhow::Result<()> {
             rename_lock,
             holder.pid(),
         )?;
-        h.in_syscall_records(&kernel, &mut looper, files.len())?;
-        InSyscall { inside, outside }
+        let grep_tree_opens = h.in_syscall_records(&kernel, &mut looper, files.len())?;
+        InSyscall {
+            inside,
+            outside,
+            files: files.len(),
+            grep_tree_opens,
+            grep_opens: grep_opens(),
+        }
     };
     if std::env::var_os("SANDBOX_BENCH_SYSCALL").is_some() {
         // The in-syscall figures alone: for work on the hot path.
@@ -476,7 +496,7 @@ impl Harness {
         kernel: &KernelFit,
         looper: &mut Looper,
         names: &[&'static str],
-    ) -> anyhow::Result<Vec<[f64; 2]>> {
+    ) -> anyhow::Result<AtExit> {
         for name in names {
             self.load_at_exit(kernel, name)?;
         }
@@ -484,7 +504,7 @@ impl Harness {
             .into_iter()
             .chain(names.iter().map(|n| Some(*n)))
             .collect();
-        let mut xs = vec![[Vec::new(), Vec::new()]; configs.len()];
+        let mut xs = vec![[Vec::new(), Vec::new(), Vec::new(), Vec::new()]; configs.len()];
         // Round 0 is not counted: the first open of each file under the program fills the
         // caches, as the iterators' first passes do.
         for round in 0..=SYSCALL_ROUNDS {
@@ -495,19 +515,68 @@ impl Harness {
                     None => None,
                 };
                 let (tree, single) = (looper.run(Loop::Tree)?, looper.run(Loop::One)?);
+                // A first grep: the caches' new generation (as a new run's) keeps nothing
+                // of the passes before; then the same grep again.
+                self.cache(Cache::On)?;
+                let first = looper.run(Loop::Grep)?;
+                let again = looper.run(Loop::Grep)?;
                 if round > 0 {
-                    xs[c][0].push(tree);
-                    xs[c][1].push(single);
+                    for (i, v) in [tree, single, first, again].into_iter().enumerate() {
+                        xs[c][i].push(v);
+                    }
                 }
                 if let Some((name, id)) = link {
                     self.at_exit(name)?.detach(id)?;
                 }
             }
         }
-        Ok(xs
-            .into_iter()
-            .map(|[t, o]| [median(t), median(o)])
-            .collect())
+        let wall = xs.into_iter().map(|v| v.map(median)).collect();
+        let program = self.program_ns(looper, names)?;
+        Ok(AtExit { wall, program })
+    }
+
+    /// The time spent in each of `names` (`sys_exit` programs) while the loops run, by the
+    /// kernel's run statistics: ns per unit of each loop (an open+close; for `grep -r`, a
+    /// file of the tree), median of [`SYSCALL_ROUNDS`] rounds that take the two programs in
+    /// turn. The programs run at every syscall's exit on the host: the difference of the
+    /// two over the same loop is what the second does more at the opens it decides, in the
+    /// very syscall and with the data as the workload leaves them, without the wall
+    /// clock's noise (this machine's is larger than the difference).
+    fn program_ns(
+        &mut self,
+        looper: &mut Looper,
+        names: &[&'static str],
+    ) -> anyhow::Result<Vec<[f64; 4]>> {
+        let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .map_err(|e| anyhow::anyhow!("BPF_ENABLE_STATS: {e}"))?;
+        let units = [
+            (5 * TREE_FILES) as f64,
+            (5 * TREE_FILES) as f64,
+            TREE_FILES as f64,
+            TREE_FILES as f64,
+        ];
+        let mut xs: Vec<[Vec<f64>; 4]> = vec![Default::default(); names.len()];
+        for round in 0..=SYSCALL_ROUNDS {
+            for (k, name) in names.iter().enumerate() {
+                let id = self.at_exit(name)?.attach()?;
+                for (i, which) in [Loop::Tree, Loop::One, Loop::Grep, Loop::Grep]
+                    .into_iter()
+                    .enumerate()
+                {
+                    if i == 2 {
+                        self.cache(Cache::On)?;
+                    }
+                    let (_, t0) = self.stats(name)?;
+                    looper.run(which)?;
+                    let (_, t1) = self.stats(name)?;
+                    if round > 0 {
+                        xs[k][i].push((t1 - t0) as f64 / units[i]);
+                    }
+                }
+                self.at_exit(name)?.detach(id)?;
+            }
+        }
+        Ok(xs.into_iter().map(|v| v.map(median)).collect())
     }
 
     /// The `sys_exit` program `name`, loaded.
@@ -527,32 +596,44 @@ impl Harness {
     }
 
     /// Checks that `bench_sys_open` decides in the syscall: every file of the tree opened
-    /// once under a policy that denies the tree is a record in the ring.
+    /// once under a policy that denies the tree is a record in the ring, and so is every
+    /// file and directory a `grep -r` of the tree opens (its process started by the loop
+    /// process: a table of few descriptors too). Returns the grep's records.
     fn in_syscall_records(
         &mut self,
         kernel: &KernelFit,
         looper: &mut Looper,
         files: usize,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<usize> {
         let name = "bench_sys_open";
         let mut ring = self.enforcer.take_events()?;
         self.load_at_exit(kernel, name)?;
-        let id = self.at_exit(name)?.attach()?;
-        looper.run(Loop::TreeOnce)?;
-        self.at_exit(name)?.detach(id)?;
-        let mut records = 0;
-        while let Some(item) = ring.next() {
-            // The path is relative to its file system's root: the tree's own part.
-            if let Ok(e) = Event::decode(&item) {
-                records += usize::from(e.sb_path.windows(14).any(|w| w == b"/work/project/"));
+        let mut count = |which: Loop| -> anyhow::Result<usize> {
+            let id = self.at_exit(name)?.attach()?;
+            looper.run(which)?;
+            self.at_exit(name)?.detach(id)?;
+            let mut records = 0;
+            while let Some(item) = ring.next() {
+                // The path is relative to its file system's root: the tree's own part.
+                if let Ok(e) = Event::decode(&item) {
+                    records += usize::from(e.sb_path.windows(13).any(|w| w == b"/work/project"));
+                }
             }
-        }
+            Ok(records)
+        };
+        let records = count(Loop::TreeOnce)?;
         anyhow::ensure!(
             records == files,
             "bench_sys_open sent {records} records of the tree's {files} files: it does not \
              decide in the syscall"
         );
-        Ok(())
+        let grep = count(Loop::Grep)?;
+        anyhow::ensure!(
+            grep > files,
+            "bench_sys_open sent {grep} records of a grep -r of the tree's {files} files (and \
+             its directories): it does not decide in grep's syscalls"
+        );
+        Ok(grep)
     }
 
     /// The denial path: ns per file of the `file_open` body that denies and sends a
@@ -701,6 +782,51 @@ enum Loop {
     One,
     /// open+close of each file once.
     TreeOnce,
+    /// `grep -r` of the tree (a text found in no file: every file read to its end).
+    Grep,
+}
+
+/// The realistic workload of the in-syscall loops: a `grep -r` of the tree, as an agent
+/// searching its project runs it (every directory listed, every file opened and read).
+/// `LC_ALL=C`: the locale's files are not looked for at each start.
+fn grep_tree() -> f64 {
+    let t = Instant::now();
+    let status = Command::new("grep")
+        .args(["-r", "-F", "zq-in-no-file-qz", TREE])
+        .env("LC_ALL", "C")
+        .stdout(Stdio::null())
+        .status()
+        .expect("grep runs");
+    // 1: nothing found, every file read.
+    assert_eq!(status.code(), Some(1), "grep -r of the tree: {status}");
+    t.elapsed().as_nanos() as f64
+}
+
+/// How many opens one `grep -r` of the tree makes that succeed (what a `file_open`
+/// program judges: a failed lookup never reaches the hook), counted by `strace`; `None`
+/// without it.
+fn grep_opens() -> Option<f64> {
+    let out = Command::new("strace")
+        .args([
+            "-f",
+            "-c",
+            "-e",
+            "trace=open,openat,openat2",
+            "-o",
+            "/dev/stdout",
+        ])
+        .args(["grep", "-r", "-F", "zq-in-no-file-qz", TREE])
+        .env("LC_ALL", "C")
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    // The summary's "total" line: % time, seconds, usecs/call, calls, errors, "total".
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = text.lines().find(|l| l.trim_end().ends_with("total"))?;
+    let cols: Vec<&str> = total.split_whitespace().collect();
+    let calls: f64 = cols.get(3)?.parse().ok()?;
+    let errors: f64 = cols.get(4).and_then(|e| e.parse().ok()).unwrap_or(0.0);
+    Some(calls - errors)
 }
 
 /// A process of this benchmark (`native loop`) that runs the open+close loops when told
@@ -766,6 +892,7 @@ fn looper() -> anyhow::Result<()> {
         let ns = match line?.trim() {
             "0" => open_close(&all, n),
             "1" => open_close(&all[..1], n),
+            "3" => grep_tree() / all.len() as f64,
             _ => open_close(&all, all.len()),
         };
         println!("{ns}");
@@ -783,6 +910,14 @@ const SYSCALL_PHASES: [&str; 5] = [
     "bench_sys_lookup",
     "bench_sys_open",
 ];
+/// The in-syscall loops' figures (see [`Harness::at_exit_loops`]).
+struct AtExit {
+    /// Wall clock, ns per unit: no program, then each program.
+    wall: Vec<[f64; 4]>,
+    /// Time in each program, ns per unit, by the run statistics.
+    program: Vec<[f64; 4]>,
+}
+
 /// Out of scope: the file found, and the body (which stops at the scope lookup).
 const SYSCALL_OUTSIDE: [&str; 2] = ["bench_sys_empty", "bench_sys_open"];
 /// Rounds of the in-syscall loops (one more first, not counted).
@@ -792,19 +927,32 @@ const SYSCALL_ROUNDS: usize = 11;
 /// clock, in the loop process: with no program, then with each program of
 /// [`SYSCALL_PHASES`] (in scope) and of [`SYSCALL_OUTSIDE`] (out of scope) alone.
 struct InSyscall {
-    inside: Vec<[f64; 2]>,
-    outside: Vec<[f64; 2]>,
+    inside: AtExit,
+    outside: AtExit,
+    /// The tree's files.
+    files: usize,
+    /// The tree's files and directories one `grep -r` opens (records under a denial).
+    grep_tree_opens: usize,
+    /// Every open of one `grep -r` that succeeds (its own start's too), by `strace`.
+    grep_opens: Option<f64>,
 }
 
 impl InSyscall {
     fn print(&self) {
         println!(
             "in the syscall (1,000 rules; programs on sys_exit of each openat, which find the \
-             file by its descriptor; wall clock, ns per open+close, median of \
-             {SYSCALL_ROUNDS} rounds taken in turns; statistics off):"
+             file by its descriptor; wall clock, ns per open+close (grep: per file of the \
+             tree, its whole run), median of {SYSCALL_ROUNDS} rounds taken in turns; \
+             statistics off):"
         );
-        println!("  {:<44} {:>14} {:>10}", "", "each file of", "one file");
-        println!("  {:<44} {:>14} {:>10}", "", "the tree", "");
+        println!(
+            "  {:<44} {:>14} {:>10} {:>10} {:>10}",
+            "", "each file of", "one file", "grep -r", "grep -r"
+        );
+        println!(
+            "  {:<44} {:>14} {:>10} {:>10} {:>10}",
+            "", "the tree", "", "first", "again"
+        );
         let labels = [
             "the file found (sys_exit's program)",
             "+ the scope lookup",
@@ -812,46 +960,94 @@ impl InSyscall {
             "+ the file cache's lookup",
             "the whole file_open body",
         ];
-        for (scope, rows, labels) in [
+        // Trampolines per unit of each column: one per open+close; a grep's opens (every
+        // one that succeeds, its start's too) per file of the tree.
+        let grep_opens = self.grep_opens.unwrap_or(self.grep_tree_opens as f64);
+        let per_grep = grep_opens / self.files as f64;
+        let per_unit = [1.0, 1.0, per_grep, per_grep];
+        for (scope, at_exit, labels) in [
             ("in scope", &self.inside, &labels[..]),
             ("out of scope", &self.outside, &[labels[0], labels[4]][..]),
         ] {
+            let rows = &at_exit.wall;
             let [none, found] = [rows[0], rows[1]];
-            println!(
-                "  {:<44} {:>14.0} {:>10.0}",
-                format!("{scope}: no program"),
-                none[0],
-                none[1]
-            );
-            println!(
-                "  {:<44} {:>+14.0} {:>+10.0}",
-                format!("  {}", labels[0]),
-                found[0] - none[0],
-                found[1] - none[1]
-            );
-            for (label, v) in labels.iter().zip(&rows[1..]).skip(1) {
+            let line = |label: String, v: [f64; 4], sign: bool| {
+                let f = |x: f64, w: usize| {
+                    if x.is_nan() {
+                        format!("{:>w$}", "")
+                    } else if sign {
+                        format!("{x:>+w$.0}")
+                    } else {
+                        format!("{x:>w$.0}")
+                    }
+                };
                 println!(
-                    "  {:<44} {:>+14.0} {:>+10.0}",
-                    format!("    {label}"),
-                    v[0] - found[0],
-                    v[1] - found[1]
+                    "  {label:<44} {} {} {} {}",
+                    f(v[0], 14),
+                    f(v[1], 10),
+                    f(v[2], 10),
+                    f(v[3], 10)
                 );
+            };
+            let over = |a: [f64; 4], b: [f64; 4]| std::array::from_fn(|i| a[i] - b[i]);
+            line(format!("{scope}: no program"), none, false);
+            line(format!("  {}", labels[0]), over(found, none), true);
+            for (label, v) in labels.iter().zip(&rows[1..]).skip(1) {
+                line(format!("    {label}"), over(*v, found), true);
             }
             let body = rows[rows.len() - 1];
-            let est =
-                |i: usize| (none[i] + (body[i] - found[i]).max(0.0) + TRAMPOLINE_NS) / none[i];
+            let est = |i: usize| {
+                (none[i] + (body[i] - found[i]).max(0.0) + TRAMPOLINE_NS * per_unit[i]) / none[i]
+            };
             println!(
-                "  {:<44} {:>13.3}x {:>9.3}x",
-                "    estimated, (none + body + trampoline) / none",
+                "  {:<44} {:>13.3}x {:>9.3}x {:>9.3}x {:>9.3}x",
+                "    estimated, (none + body + trampolines) / none",
                 est(0),
-                est(1)
+                est(1),
+                est(2),
+                est(3)
+            );
+            // The same by the run statistics: the time in the body over the time in the
+            // program that only finds the file, in the same loops.
+            let prog = &at_exit.program;
+            let found_ns = prog[0];
+            let body = over(prog[prog.len() - 1], found_ns);
+            line(
+                "  in the programs (run statistics):".into(),
+                [f64::NAN; 4],
+                false,
+            );
+            line(format!("    {}", labels[0]), found_ns, false);
+            for (label, v) in labels.iter().zip(prog).skip(1) {
+                line(format!("      {label}"), over(*v, found_ns), true);
+            }
+            let est =
+                |i: usize| (none[i] + body[i].max(0.0) + TRAMPOLINE_NS * per_unit[i]) / none[i];
+            println!(
+                "  {:<44} {:>13.3}x {:>9.3}x {:>9.3}x {:>9.3}x",
+                "    estimated, (none + body + trampolines) / none",
+                est(0),
+                est(1),
+                est(2),
+                est(3)
             );
         }
         println!(
             "  (\"the file found\" is the tracepoint's own cost, with the syscalls' slow path \
              it turns on, against no program; the rows below it are over it: what the \
              decision costs in the very syscall it judges, its data as the open left them. \
-             The trampoline of a BPF-LSM hook, ~{TRAMPOLINE_NS:.0} ns, is estimated.)"
+             The trampoline of a BPF-LSM hook, ~{TRAMPOLINE_NS:.0} ns, is estimated: one per \
+             open+close; for grep -r (first: in a new generation of the caches, as in a new \
+             run; again: right after) one per open that succeeds, {grep_opens:.0} a run ({}; \
+             the body decided {} of them, the tree's files and directories, checked by their \
+             records under a denial) over the tree's {} files.)",
+            if self.grep_opens.is_some() {
+                "counted by strace"
+            } else {
+                "no strace: the tree's own opens only"
+            },
+            self.grep_tree_opens,
+            self.files
         );
     }
 }
