@@ -119,8 +119,14 @@ fn main() -> anyhow::Result<()> {
         h.load_at_exit(&kernel, &prog)?;
         let _link = h.at_exit(&prog)?.attach()?;
         let t = Instant::now();
+        // `SANDBOX_BENCH_SPIN_ONE=1`: one file again and again instead.
+        let which = if std::env::var_os("SANDBOX_BENCH_SPIN_ONE").is_some() {
+            Loop::One
+        } else {
+            Loop::Tree
+        };
         while t.elapsed() < std::time::Duration::from_secs(15) {
-            looper.run(Loop::Tree)?;
+            looper.run(which)?;
         }
         println!("{prog}: ran for 15 s");
         return Ok(());
