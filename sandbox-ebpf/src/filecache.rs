@@ -54,8 +54,11 @@ use crate::namecache::Hit;
 use crate::path::FileFacts;
 use crate::work::Work;
 
-/// Slots (a power of two): files opened again and again by confined processes.
-pub const SLOTS: u32 = 16384;
+/// Slots (a power of two): files opened again and again by confined processes. Sized for a
+/// project with its dependencies (tens of thousands of files): in two ways, a file whose
+/// two slots are taken by files opened as often misses on every pass (18,200 files in
+/// 16,384 slots: about one in three). 64 bytes a slot: 4 MB.
+pub const SLOTS: u32 = 65536;
 
 /// One dentry's result.
 #[repr(C)]
