@@ -94,7 +94,7 @@ pub const MAX_AGE_CAP: u64 = 30_000;
 
 /// The age limit of kept states, in jiffies, from the loader's control value.
 #[inline(always)]
-fn max_age(ctl: &DirCacheCtl) -> u64 {
+pub fn max_age(ctl: &DirCacheCtl) -> u64 {
     match ctl.max_age {
         0 => MAX_AGE_JIFFIES,
         a if a > MAX_AGE_CAP => MAX_AGE_CAP,

@@ -229,27 +229,44 @@ pub fn fill(w: Work, policy_id: u32, facts: &FileFacts, found: u64) {
     );
 }
 
-/// Which of the two slots a new result goes to: the dentry's own, an empty or expired
-/// one, else the older.
+/// Which of the two slots a new result goes to: the dentry's own, an empty one or one no
+/// lookup can use any more (another generation or rename count), else the older if it
+/// was filled more than [`young`] ago; none when both were filled since (two files opened
+/// as often keep their slots, and a third misses, rather than all three in turn: a
+/// `grep -r` of a tree takes its files in the same order every time).
 #[inline(always)]
-fn victim(i: u32, k: &Key, time: u64) -> u32 {
+fn victim(i: u32, k: &Key, stamp: &Stamp) -> Option<u32> {
     let age = |i: u32| {
         FILE_CACHE.get(i).map_or(0, |v| {
-            // SAFETY: a map value; a torn read only picks the other slot.
-            let (d, t) = unsafe {
+            // SAFETY: a map value; a torn read only picks the other slot, or none.
+            let (d, t, g, seq) = unsafe {
                 (
                     core::ptr::read_volatile(&raw const v.dentry),
                     core::ptr::read_volatile(&raw const v.time),
+                    core::ptr::read_volatile(&raw const v.generation),
+                    core::ptr::read_volatile(&raw const v.rename_seq),
                 )
             };
-            if d == k.dentry as u64 || d == 0 {
+            if d == k.dentry as u64 || d == 0 || g != stamp.generation || seq != stamp.seq {
                 u64::MAX
             } else {
-                time.wrapping_sub(t)
+                stamp.time.wrapping_sub(t)
             }
         })
     };
-    if age(i ^ 1) > age(i) { i ^ 1 } else { i }
+    let (a, b) = (age(i), age(i ^ 1));
+    let (v, oldest) = if b > a { (i ^ 1, b) } else { (i, a) };
+    (oldest >= young()).then_some(v)
+}
+
+/// How long a filled slot is kept from other files (jiffies): about a second, a
+/// thirty-second of a result's life. Read from the control value here (not passed in: a
+/// fill's frame is at the edge of the stack `file_open` may use on 6.1).
+#[inline(always)]
+pub fn young() -> u64 {
+    crate::maps::DIR_CACHE_CTL
+        .get(0)
+        .map_or(0, |ctl| dircache::max_age(ctl) >> 5)
 }
 
 /// Keeps `kinds` as what the path of the file `k` matched under `stamp`.
@@ -258,7 +275,9 @@ fn put(stamp: Stamp, policy_id: u32, k: &Key, kinds: u32, sb_known: bool) {
     if stamp.generation == 0 || k.dentry.is_null() {
         return;
     }
-    let i = victim(index_of(k), k, stamp.time);
+    let Some(i) = victim(index_of(k), k, &stamp) else {
+        return;
+    };
     let Some(p) = FILE_CACHE.get_ptr_mut(i) else {
         return;
     };

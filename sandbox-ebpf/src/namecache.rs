@@ -186,27 +186,33 @@ fn get_at(i: u32, now: &Now, policy_id: u32, name: &Name) -> Option<Hit> {
     }
 }
 
-/// Which of the two slots of a name a new result goes to: an empty or expired one, else
-/// the older.
+/// Which of the two slots of a name a new result goes to: an empty one or one no lookup
+/// can use any more (another generation or rename count), else the older if it was
+/// filled more than `filecache::young` ago; none when both were filled since (as file
+/// slots: names read as often keep their slots rather than take each other's in turn).
 #[inline(always)]
-fn victim(i: u32, now: &Now) -> u32 {
+fn victim(i: u32, now: &Now) -> Option<u32> {
     let age = |i: u32| {
         NAME_CACHE.get(i).map_or(0, |v| {
-            // SAFETY: a map value; a torn read only picks the other slot.
-            let (inode, time) = unsafe {
+            // SAFETY: a map value; a torn read only picks the other slot, or none.
+            let (inode, time, g, seq) = unsafe {
                 (
                     core::ptr::read_volatile(&raw const v.dir_inode),
                     core::ptr::read_volatile(&raw const v.time),
+                    core::ptr::read_volatile(&raw const v.generation),
+                    core::ptr::read_volatile(&raw const v.rename_seq),
                 )
             };
-            if inode == 0 {
+            if inode == 0 || g != now.generation || seq != now.seq {
                 u64::MAX
             } else {
                 now.time.wrapping_sub(time)
             }
         })
     };
-    if age(i ^ 1) > age(i) { i ^ 1 } else { i }
+    let (a, b) = (age(i), age(i ^ 1));
+    let (v, oldest) = if b > a { (i ^ 1, b) } else { (i, a) };
+    (oldest >= crate::filecache::young()).then_some(v)
 }
 
 /// Keeps `kinds` as what `name` matched from the directory state `dir` (as copied from its
@@ -216,7 +222,9 @@ pub fn put(now: &Now, policy_id: u32, name: &Name, dir: &DirSlot, kinds: u32, sb
     if now.generation == 0 || now.parent_inode == 0 || name.len == 0 {
         return;
     }
-    let i = victim(index_of(now.parent_inode, name), now);
+    let Some(i) = victim(index_of(now.parent_inode, name), now) else {
+        return;
+    };
     let Some(p) = NAME_CACHE.get_ptr_mut(i) else {
         return;
     };
