@@ -1001,18 +1001,20 @@ impl InSyscall {
             for (label, v) in labels.iter().zip(&rows[1..]).skip(1) {
                 line(format!("    {label}"), over(*v, found), true);
             }
-            let body = rows[rows.len() - 1];
-            let est = |i: usize| {
-                (none[i] + (body[i] - found[i]).max(0.0) + TRAMPOLINE_NS * per_unit[i]) / none[i]
+            // (none + body + trampolines) / none, per column.
+            let estimated = |body: [f64; 4]| {
+                let est =
+                    |i: usize| (none[i] + body[i].max(0.0) + TRAMPOLINE_NS * per_unit[i]) / none[i];
+                println!(
+                    "  {:<44} {:>13.3}x {:>9.3}x {:>9.3}x {:>9.3}x",
+                    "    estimated, (none + body + trampolines) / none",
+                    est(0),
+                    est(1),
+                    est(2),
+                    est(3)
+                );
             };
-            println!(
-                "  {:<44} {:>13.3}x {:>9.3}x {:>9.3}x {:>9.3}x",
-                "    estimated, (none + body + trampolines) / none",
-                est(0),
-                est(1),
-                est(2),
-                est(3)
-            );
+            estimated(over(rows[rows.len() - 1], found));
             // The same by the run statistics: the time in the body over the time in the
             // program that only finds the file, in the same loops.
             let prog = &at_exit.program;
@@ -1027,16 +1029,7 @@ impl InSyscall {
             for (label, v) in labels.iter().zip(prog).skip(1) {
                 line(format!("      {label}"), over(*v, found_ns), true);
             }
-            let est =
-                |i: usize| (none[i] + body[i].max(0.0) + TRAMPOLINE_NS * per_unit[i]) / none[i];
-            println!(
-                "  {:<44} {:>13.3}x {:>9.3}x {:>9.3}x {:>9.3}x",
-                "    estimated, (none + body + trampolines) / none",
-                est(0),
-                est(1),
-                est(2),
-                est(3)
-            );
+            estimated(body);
         }
         println!(
             "  (\"the file found\" is the tracepoint's own cost, with the syscalls' slow path \
