@@ -49,7 +49,21 @@ use sandbox_user::runtime::session::Pump;
 const BASE: &str = "/tmp/sandbox-native-bench";
 /// The tree of `sandbox-bench`'s realistic workload (tests/src/bin/bench.rs), same shape.
 const TREE: &str = "/tmp/sandbox-native-bench/work/project";
-const TREE_FILES: usize = 2_000;
+
+/// Dependencies in the tree: 30 (`sandbox-bench`'s), or `SANDBOX_BENCH_DEPS` (300: a
+/// project of 18,200 files, past the kept results' capacity of old; with
+/// `SANDBOX_BENCH_SYSCALL=1`: the denial path's samples are sized for 2,000 files).
+fn deps() -> usize {
+    std::env::var("SANDBOX_BENCH_DEPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30)
+}
+
+/// Files in the tree: 200 of `src/`, 60 per dependency.
+fn tree_len() -> usize {
+    200 + 60 * deps()
+}
 /// Iterator passes over the held files per sample, and samples per figure (median).
 const PASSES: u32 = 20;
 const SAMPLES: usize = 7;
@@ -556,10 +570,10 @@ impl Harness {
         let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
             .map_err(|e| anyhow::anyhow!("BPF_ENABLE_STATS: {e}"))?;
         let units = [
-            (5 * TREE_FILES) as f64,
-            (5 * TREE_FILES) as f64,
-            TREE_FILES as f64,
-            TREE_FILES as f64,
+            (5 * tree_len()) as f64,
+            (5 * tree_len()) as f64,
+            tree_len() as f64,
+            tree_len() as f64,
         ];
         let mut xs: Vec<[Vec<f64>; 4]> = vec![Default::default(); names.len()];
         for round in 0..=SYSCALL_ROUNDS {
@@ -666,7 +680,7 @@ impl Harness {
             }
             let (r1, t1) = self.stats(name)?;
             kernel.push((t1 - t0) as f64 / (r1 - r0).max(1) as f64);
-            let records = u64::from(DENY_PASSES) * TREE_FILES as u64;
+            let records = u64::from(DENY_PASSES) * tree_len() as u64;
             let t = Instant::now();
             pump.drain(&mut ring, usize::MAX)?;
             user.push(t.elapsed().as_nanos() as f64 / records as f64);
@@ -731,9 +745,9 @@ impl Harness {
             .count() as u64;
         // The first pass's records are in the log too.
         anyhow::ensure!(
-            lines == written + TREE_FILES as u64,
+            lines == written + tree_len() as u64,
             "{lines} records of the tree in the log, {} sent",
-            written + TREE_FILES as u64
+            written + tree_len() as u64
         );
         Ok(Denials {
             kernel: median(kernel),
@@ -1187,14 +1201,14 @@ fn compiled_deny(n: usize) -> anyhow::Result<CompiledPolicy> {
     compiled(&policy(n, true))
 }
 
-/// `src/` with 200 files in 10 modules, and 30 dependencies of 60 files each spread over
-/// three levels (`node_modules/dep/lib/sub/file.js`): `sandbox-bench`'s tree.
+/// `src/` with 200 files in 10 modules, and [`deps`] dependencies (30: `sandbox-bench`'s
+/// tree) of 60 files each spread over three levels (`node_modules/dep/lib/sub/file.js`).
 fn make_tree() {
     let _ = std::fs::remove_dir_all(TREE);
     let body = "export function f(a, b) {\n  return a + b; // a line of code\n}\n".repeat(20);
     let dirs = (0..10)
         .map(|m| (format!("{TREE}/src/module{m}"), "rs"))
-        .chain((0..90).map(|i| {
+        .chain((0..3 * deps()).map(|i| {
             let (dep, sub) = (i / 3, i % 3);
             (format!("{TREE}/node_modules/dep{dep}/lib/sub{sub}"), "js")
         }));
@@ -1224,7 +1238,7 @@ fn tree_files() -> Vec<CString> {
     }
     let mut out = Vec::new();
     walk(Path::new(TREE), &mut out);
-    assert_eq!(out.len(), TREE_FILES);
+    assert_eq!(out.len(), tree_len());
     out
 }
 
