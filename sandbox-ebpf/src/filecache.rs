@@ -231,9 +231,9 @@ pub fn fill(w: Work, policy_id: u32, facts: &FileFacts, found: u64) {
 
 /// Which of the two slots a new result goes to: the dentry's own, an empty one or one no
 /// lookup can use any more (another generation or rename count), else the older if it
-/// was filled more than [`young`] ago; none when both were filled since (two files opened
-/// as often keep their slots, and a third misses, rather than all three in turn: a
-/// `grep -r` of a tree takes its files in the same order every time).
+/// was filled more than about a second ago ([`older_of`]); none when both were filled
+/// since (two files opened as often keep their slots, and a third misses, rather than all
+/// three in turn: a `grep -r` of a tree takes its files in the same order every time).
 #[inline(always)]
 fn victim(i: u32, k: &Key, stamp: &Stamp) -> Option<u32> {
     let age = |i: u32| {
@@ -254,19 +254,20 @@ fn victim(i: u32, k: &Key, stamp: &Stamp) -> Option<u32> {
             }
         })
     };
-    let (a, b) = (age(i), age(i ^ 1));
-    let (v, oldest) = if b > a { (i ^ 1, b) } else { (i, a) };
-    (oldest >= young()).then_some(v)
+    older_of(i, age(i), age(i ^ 1))
 }
 
-/// How long a filled slot is kept from other files (jiffies): about a second, a
-/// thirty-second of a result's life. Read from the control value here (not passed in: a
-/// fill's frame is at the edge of the stack `file_open` may use on 6.1).
+/// Of the pair `i`, `i ^ 1` whose slots are `a` and `b` jiffies old (`u64::MAX`: free to
+/// take), the older, if it was filled more than about a second ago (a thirty-second of a
+/// result's life; read from the control value here, not passed in: a fill's frame is at
+/// the edge of the stack `file_open` may use on 6.1). The name cache's rule too.
 #[inline(always)]
-pub fn young() -> u64 {
-    crate::maps::DIR_CACHE_CTL
+pub fn older_of(i: u32, a: u64, b: u64) -> Option<u32> {
+    let young = crate::maps::DIR_CACHE_CTL
         .get(0)
-        .map_or(0, |ctl| dircache::max_age(ctl) >> 5)
+        .map_or(0, |ctl| dircache::max_age(ctl) >> 5);
+    let (v, oldest) = if b > a { (i ^ 1, b) } else { (i, a) };
+    (oldest >= young).then_some(v)
 }
 
 /// Keeps `kinds` as what the path of the file `k` matched under `stamp`.

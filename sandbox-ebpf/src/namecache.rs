@@ -34,11 +34,11 @@ use crate::dircache::{self, DirSlot, Now};
 use crate::kread;
 use crate::maps::NAME_CACHE;
 
-/// Slots (a power of two): names in use at once by confined processes. 65,536: a project with its
-/// dependencies is tens of thousands of files, and a name whose two slots are both taken
-/// by names read as often misses on every pass (16,384 slots: `grep -r` of 18,200 files
-/// 1.15x, 65,536 with the file cache's: 1.10x; `cargo xtask bench --native`, session 32).
-/// 104 bytes a slot: 6.8 MB.
+/// Slots (a power of two): names in use at once by confined processes. 65,536: a project
+/// with its dependencies is tens of thousands of files, and a name whose two slots are
+/// both taken by names read as often misses on every pass (16,384 slots: `grep -r` of
+/// 18,200 files 1.15x, 65,536 with the file cache's: 1.10x; `cargo xtask bench --native`,
+/// session 32). 104 bytes a slot: 6.8 MB.
 pub const SLOTS: u32 = 65536;
 
 /// Longest name kept (bytes), in [`NAME_WORDS`] words.
@@ -188,8 +188,8 @@ fn get_at(i: u32, now: &Now, policy_id: u32, name: &Name) -> Option<Hit> {
 
 /// Which of the two slots of a name a new result goes to: an empty one or one no lookup
 /// can use any more (another generation or rename count), else the older if it was
-/// filled more than `filecache::young` ago; none when both were filled since (as file
-/// slots: names read as often keep their slots rather than take each other's in turn).
+/// filled more than about a second ago, else none (`filecache::older_of`: names read as
+/// often keep their slots rather than take each other's in turn).
 #[inline(always)]
 fn victim(i: u32, now: &Now) -> Option<u32> {
     let age = |i: u32| {
@@ -210,9 +210,7 @@ fn victim(i: u32, now: &Now) -> Option<u32> {
             }
         })
     };
-    let (a, b) = (age(i), age(i ^ 1));
-    let (v, oldest) = if b > a { (i ^ 1, b) } else { (i, a) };
-    (oldest >= crate::filecache::young()).then_some(v)
+    crate::filecache::older_of(i, age(i), age(i ^ 1))
 }
 
 /// Keeps `kinds` as what `name` matched from the directory state `dir` (as copied from its

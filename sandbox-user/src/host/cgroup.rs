@@ -297,8 +297,9 @@ pub fn run_cgroup(root: &Path, pid: u32) -> Option<PathBuf> {
 
 /// Names of cgroups by id (the directory's inode number): opened by id where the kernel
 /// allows (`open_by_handle_at`, as root), else found by a walk of the hierarchy under
-/// `root/sandbox`; kept, misses too (ids are never used again), in a cache of at most
-/// [`Names::KEPT`] entries that starts anew when full.
+/// `root/sandbox`; kept, and so are misses by id of a cgroup that is gone (ids are never
+/// used again; a walk's misses are not kept: each asks the walk again), in a cache of at
+/// most [`Names::KEPT`] entries that starts anew when full.
 #[derive(Debug)]
 pub struct Names {
     root: PathBuf,

@@ -1570,6 +1570,14 @@ fn namespaces_outside_stay_closed() {
         (bound.display().to_string(), guard)
     };
     let ((user_bound, _user_guard), (uts_bound, _uts_guard)) = (bind("user"), bind("uts"));
+    // The command's own UTS namespace (the host's, which it starts in) bound the same way,
+    // as `ip netns` binds namespaces: it opens inside too (decided by the namespace, not
+    // by a path of a bind-mounted nsfs).
+    let own_bound = d.join("own-uts-bound");
+    write(&own_bound, "");
+    let _own_guard = Bind::mount(Path::new("/proc/self/ns/uts"), &own_bound);
+    let own_bound = own_bound.display().to_string();
+    let own_by_mount = ["open", own_bound.as_str(), "r"];
     let by_mount = ["ns-enter", user_bound.as_str(), uts_bound.as_str()];
     assert_eq!(
         probe_outside_as_agent(&[&by_proc, &by_mount]),
@@ -1583,10 +1591,12 @@ fn namespaces_outside_stay_closed() {
     let mut ops: Vec<&[&str]> = own.iter().map(<[&str; 3]>::as_slice).collect();
     ops.push(&by_proc);
     ops.push(&by_mount);
+    ops.push(&own_by_mount);
     let r = probe_as_agent(&d, None, &ops);
     for o in &own {
         r.expect(&o.join(" "), "OK");
     }
+    r.expect(&own_by_mount.join(" "), "OK");
     r.expect(&by_proc.join(" "), "EACCES");
     r.expect(&by_mount.join(" "), "OPEN-EACCES");
     let rec = r.one_record("/unmapped/reason", "foreign_namespace");
