@@ -30,6 +30,7 @@ pub mod map_names {
     pub const AGG: &str = "AGG";
     pub const DIR_CACHE_CTL: &str = "DIR_CACHE_CTL";
     pub const DIR_CACHE_PROBE: &str = "DIR_CACHE_PROBE";
+    pub const DIR_MOVES: &str = "DIR_MOVES";
     pub const LOOKUP_FILTER: &str = "LOOKUP_FILTER";
     pub const OWN_INODES: &str = "OWN_INODES";
     pub const NAMESPACES: &str = "NAMESPACES";
@@ -290,8 +291,20 @@ pub struct DirCacheCtl {
     /// the programs' conservative default, 2,000 jiffies; they never take more than
     /// 30,000).
     pub max_age: u64,
+    /// Nonzero: directory states and names' results are stamped with the count of
+    /// directory moves (`DIR_MOVES`, kept by the move programs, [`programs::MOVE_PROGRAMS`]),
+    /// which a file's rename leaves alone; 0: with `rename_lock`'s count, which every
+    /// rename on the host moves. Set only while every move program is attached and the
+    /// loader saw the count follow a directory rename of its own.
+    pub own_moves: u64,
 }
-const _: () = assert!(size_of::<DirCacheCtl>() == 24);
+const _: () = assert!(size_of::<DirCacheCtl>() == 32);
+
+/// `DIR_MOVES` value: directory moves in progress in the low [`MOVES_IN_FLIGHT_BITS`]
+/// bits, above them the count of moves begun and ended (each move adds 1 when it begins
+/// and 1 when it ends). A kept directory state is used only while none is in progress and
+/// the count is the one it was made under.
+pub const MOVES_IN_FLIGHT_BITS: u32 = 16;
 
 /// `ScanStart::flags`: the file system has roots other than its superblock's (NFS, SMB,
 /// Ceph, 9p mount server directories as separate roots), so a walk ending at a root that is
@@ -508,11 +521,14 @@ pub struct KernelOffsets {
     pub task_struct_nsproxy: u32,
     pub nsproxy_ipc_ns: u32,
     pub ipc_namespace_inum: u32,
+    /// `inode.i_dentry` (its `first`): the inode's dentries; a directory that has one
+    /// already is moved, not given another (`d_splice_alias`, `moves.rs`).
+    pub inode_i_dentry: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 264);
+const _: () = assert!(size_of::<KernelOffsets>() == 268);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -880,6 +896,7 @@ impl KernelOffsets {
         task_struct_nsproxy: 0,
         nsproxy_ipc_ns: 0,
         ipc_namespace_inum: 0,
+        inode_i_dentry: 0,
         valid: 0,
     };
 }

@@ -102,6 +102,57 @@ pub const PROGRAMS: &[Program] = &[
     prog("file_send_sigiotask", "file_send_sigiotask", 3),
 ];
 
+/// A program that counts directory moves (`sandbox-ebpf/src/moves.rs`): `fentry` or
+/// `fexit` of a kernel function that moves dentries (`__d_move`'s callers). Every path to
+/// `__d_move` goes through one of these functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoveProgram {
+    /// The program's function name in the object.
+    pub name: &'static str,
+    /// The kernel function it is attached to.
+    pub function: &'static str,
+    /// `fexit` (runs after the function returns); else `fentry`.
+    pub exit: bool,
+    /// Absent from some kernels (`d_splice_alias_ops`, 6.15+): skipped when the kernel's
+    /// BTF has no such function.
+    pub optional: bool,
+}
+
+const fn mover(
+    name: &'static str,
+    function: &'static str,
+    exit: bool,
+    optional: bool,
+) -> MoveProgram {
+    MoveProgram {
+        name,
+        function,
+        exit,
+        optional,
+    }
+}
+
+/// The move programs, in attach order: every `fexit` before any `fentry`, so that no call
+/// ends counted that did not begin counted (`moves.rs` matches them per task besides).
+/// `vfs_rename` (a frame for the beginnings `inode_rename` counts), `d_move` and
+/// `d_exchange` (renames, and file systems' own moves), `d_splice_alias` and
+/// `d_splice_alias_ops` (6.15+: what it calls) end the moves `d_instantiate` began.
+pub const MOVE_PROGRAMS: &[MoveProgram] = &[
+    mover("move_exit_vfs_rename", "vfs_rename", true, false),
+    mover("move_exit_d_move", "d_move", true, false),
+    mover("move_exit_d_exchange", "d_exchange", true, false),
+    mover("move_exit_d_splice_alias", "d_splice_alias", true, false),
+    mover(
+        "move_exit_d_splice_alias_ops",
+        "d_splice_alias_ops",
+        true,
+        true,
+    ),
+    mover("move_enter_vfs_rename", "vfs_rename", false, false),
+    mover("move_enter_d_move", "d_move", false, false),
+    mover("move_enter_d_exchange", "d_exchange", false, false),
+];
+
 /// The program the backend probe loads to learn whether this kernel runs BPF-LSM programs:
 /// the cheapest to verify (a few dozen instructions; `file_open` takes seconds under
 /// emulation).

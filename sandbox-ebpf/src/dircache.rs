@@ -37,7 +37,7 @@
 use sandbox_common::DirCacheCtl;
 
 use crate::kread;
-use crate::maps::{DIR_CACHE, DIR_CACHE_CTL, DIR_CACHE_PROBE};
+use crate::maps::{DIR_CACHE, DIR_CACHE_CTL, DIR_CACHE_PROBE, DIR_MOVES};
 
 /// `DCACHE_OP_REVALIDATE` (include/linux/dcache.h, the same bit in every kernel since
 /// 2.6.38): the file system checks this dentry's name against a server or another view
@@ -127,6 +127,10 @@ pub struct Now {
     /// Set by [`crate::path::resolve_typed`]: the name's bytes are in `Scratch::name`
     /// already (read from the dentry itself, where a short name lives).
     pub name_read: u32,
+    /// The count directory states and names' results are stamped with: of directory
+    /// moves (`moves.rs`) when the loader turned it on, else [`Now::seq`].
+    pub dir_seq: u32,
+    pub _pad: u32,
 }
 
 /// The cache's state when a file cache lookup starts: its generation, the rename count
@@ -173,6 +177,15 @@ pub fn now(n: &mut Now) -> bool {
     let Some(seq) = rename_seq(ctl.rename_lock) else {
         return false;
     };
+    let dir_seq = if ctl.own_moves != 0 {
+        let Some(m) = dir_moves() else {
+            return false;
+        };
+        m
+    } else {
+        seq
+    };
+    n.dir_seq = dir_seq;
     n.rename_lock = ctl.rename_lock;
     // SAFETY: plain helper call.
     n.time = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
@@ -187,6 +200,16 @@ pub fn now(n: &mut Now) -> bool {
 pub fn rename_seq(rename_lock: u64) -> Option<u32> {
     let seq: u32 = kread::read(rename_lock as *const u8, 0).ok()?;
     (seq & 1 == 0).then_some(seq)
+}
+
+/// The count of directory moves (`moves.rs`), if none is in progress.
+#[inline(always)]
+fn dir_moves() -> Option<u32> {
+    let p = DIR_MOVES.get_ptr(0)?;
+    // SAFETY: a value of this array, written by the move programs with atomic adds.
+    let w = unsafe { core::ptr::read_volatile(p) };
+    let in_flight = w & ((1 << sandbox_common::MOVES_IN_FLIGHT_BITS) - 1);
+    (in_flight == 0).then_some((w >> sandbox_common::MOVES_IN_FLIGHT_BITS) as u32)
 }
 
 /// No move since `now`.
@@ -237,7 +260,7 @@ pub fn get(now: &Now, policy_id: u32, out: &mut DirSlot) -> bool {
             && out.dentry == dentry
             && out.policy_id == policy_id
             && out.generation == now.generation
-            && out.rename_seq == now.seq
+            && out.rename_seq == now.dir_seq
             && now.time.wrapping_sub(out.time) < now.max_age
     }
 }
@@ -295,7 +318,7 @@ pub fn keep(now: &Now, policy_id: u32, snap: &crate::path::Snap, len: u32, sb_kn
         set!(dentry, get!(now.parent_dentry));
         set!(generation, get!(now.generation));
         set!(time, get!(now.time));
-        set!(rename_seq, get!(now.seq));
+        set!(rename_seq, get!(now.dir_seq));
         set!(hash, get!(snap.hash));
         set!(sb_hash, get!(snap.sb_hash));
         set!(anchored, get!(snap.anchored));

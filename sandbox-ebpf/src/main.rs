@@ -19,6 +19,7 @@ mod filecache;
 mod hooks;
 mod kread;
 mod maps;
+mod moves;
 mod namecache;
 mod nsfs;
 mod own;

@@ -163,7 +163,7 @@ fn get_at(i: u32, now: &Now, policy_id: u32, name: &Name) -> Option<Hit> {
             && same!(len, name.len)
             && same!(policy_id, policy_id)
             && same!(generation, now.generation)
-            && same!(rename_seq, now.seq);
+            && same!(rename_seq, now.dir_seq);
         let mut w = 0;
         while ok && w < NAME_WORDS {
             ok = core::ptr::read_volatile(&raw const (*p).words[w]) == name.words[w];
@@ -203,7 +203,7 @@ fn victim(i: u32, now: &Now) -> Option<u32> {
                     core::ptr::read_volatile(&raw const v.rename_seq),
                 )
             };
-            if inode == 0 || g != now.generation || seq != now.seq {
+            if inode == 0 || g != now.generation || seq != now.dir_seq {
                 u64::MAX
             } else {
                 now.time.wrapping_sub(time)
@@ -250,7 +250,7 @@ pub fn put(now: &Now, policy_id: u32, name: &Name, dir: &DirSlot, kinds: u32, sb
             i += 1;
         }
         set!(len, name.len);
-        set!(rename_seq, now.seq);
+        set!(rename_seq, now.dir_seq);
         set!(policy_id, policy_id);
         set!(kinds, kinds);
         set!(sb_known, u32::from(sb_known));

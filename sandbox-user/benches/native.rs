@@ -460,6 +460,7 @@ impl Harness {
             },
             rename_lock: self.rename_lock,
             max_age: MAX_AGE.get().copied().unwrap_or(0),
+            own_moves: 0,
         };
         let mut maps = self.enforcer.maps();
         let mut a = maps.dir_cache_ctl()?;

@@ -26,6 +26,8 @@ const KERNEL_ONLY: &[&str] = &[
     "NAME_CACHE",
     // What opened files' paths matched (`sandbox-ebpf/src/filecache.rs`).
     "FILE_CACHE",
+    // Each task's frames of calls that move dentries (`sandbox-ebpf/src/moves.rs`).
+    "MOVE_FRAMES",
     // The programs' diagnostics (aya-log; read by `aya_log::EbpfLogger` when on).
     "AYA_LOGS",
 ];

@@ -285,6 +285,8 @@ pub fn d_instantiate(ctx: aya_ebpf::programs::LsmContext) -> i32 {
     let dentry: *const u8 = ctx.arg(0);
     let inode: *const u8 = ctx.arg(1);
     let off = kread::offsets();
+    // A directory that has a dentry already: a move may begin (`moves.rs`).
+    crate::moves::splice_begins(dentry, inode);
     // A pty made by a confined process (`terminal.rs`); a device node made by one on a
     // tmpfs (`/tmp`, `/dev`: a root command that kept `CAP_MKNOD`), its name only (what it
     // reaches is the host's device); a file made by one in the shared memory (`shm.rs`).

@@ -259,6 +259,7 @@ hook!(
     check_name::<true>(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard, NO_MODE)
     },
     if crate::dircache::note_rename()
+        && crate::moves::rename_begins(ctx.arg::<*const u8>(1), ctx.arg::<*const u8>(3))
 );
 hook!(path_rename, "path_rename", |ctx, scope| {
     let (old, new): (*const u8, *const u8) = (ctx.arg(1), ctx.arg(3));

@@ -93,6 +93,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         files_struct_fd_array: f("files_struct", &["fd_array"], None).unwrap_or(0),
         fdtable_fd: f("fdtable", &["fd"], Some(8)).unwrap_or(0),
         inode_i_nlink: f("inode", &["i_nlink"], Some(4))?,
+        inode_i_dentry: f("inode", &["i_dentry", "first"], Some(8))?,
         proc_inode_pid: f("proc_inode", &["pid"], Some(8))?,
         proc_inode_vfs_inode: f("proc_inode", &["vfs_inode"], None)?,
         pid_tasks: f("pid", &["tasks"], None)?,

@@ -187,6 +187,68 @@ pub fn max_age(start: Option<Ticks>, end: Option<Ticks>) -> u64 {
     age
 }
 
+/// Renames a directory of a fresh directory and back; `count` (the move programs' count
+/// of directory moves) must have gone up by two or more for each (other moves on the host
+/// may come between).
+pub fn dir_rename_counted(count: impl Fn() -> Result<u64, String>) -> Result<(), String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        ".sandbox-move-check-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    let run = || -> Result<[u64; 3], String> {
+        std::fs::create_dir(&a).map_err(|e| format!("{}: {e}", a.display()))?;
+        let before = count()?;
+        std::fs::rename(&a, &b).map_err(|e| format!("rename: {e}"))?;
+        let between = count()?;
+        std::fs::rename(&b, &a).map_err(|e| format!("rename: {e}"))?;
+        Ok([before, between, count()?])
+    };
+    let seen = run();
+    let _ = std::fs::remove_dir(&a);
+    let _ = std::fs::remove_dir(&b);
+    let _ = std::fs::remove_dir(&dir);
+    let [x, y, z] = seen?;
+    moves_counted([x, y, z])
+}
+
+/// Whether three counts of directory moves, read around two renames of a directory, show
+/// each rename's beginning and end.
+fn moves_counted(seen: [u64; 3]) -> Result<(), String> {
+    let [x, y, z] = seen;
+    if y.wrapping_sub(x) >= 2 && z.wrapping_sub(y) >= 2 && z.wrapping_sub(x) < 1 << 32 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the count of directory moves did not follow a directory's rename ({x}, {y}, {z})"
+        ))
+    }
+}
+
+/// Waits up to a second for `in_progress` (directory moves under way) to read 0.
+pub fn none_in_progress(in_progress: impl Fn() -> Result<u64, String>) -> Result<(), String> {
+    let mut n = 0;
+    for _ in 0..100 {
+        n = in_progress()?;
+        if n == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(format!(
+        "{n} directory moves still in progress a second after the check (one began while the programs were attached)"
+    ))
+}
+
+/// Says (a debug diagnostic) why kept states go with every rename on the host.
+pub fn renames_void(why: &str) {
+    tracing::debug!("directory moves not counted, every rename voids kept states: {why}");
+}
+
 /// Says (a debug diagnostic) why the cache is off.
 pub fn off(why: &str) {
     tracing::debug!("directory cache off: {why}");
@@ -199,7 +261,7 @@ pub fn on(max_age: u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Ticks, max_age, moved_by_one_rename, schedstat_jiffies, symbol};
+    use super::{Ticks, max_age, moved_by_one_rename, moves_counted, schedstat_jiffies, symbol};
     use std::time::{Duration, Instant};
 
     #[test]
@@ -226,6 +288,16 @@ mod tests {
         let text = "version 17\ntimestamp 4295187743\ncpu0 0 0 0 0 0 0 1 2 3\n";
         assert_eq!(schedstat_jiffies(text), Some(4_295_187_743));
         assert_eq!(schedstat_jiffies("version 17\n"), None);
+    }
+
+    #[test]
+    fn directory_moves_counted_at_both_ends() {
+        assert!(moves_counted([10, 12, 14]).is_ok());
+        assert!(moves_counted([10, 20, 30]).is_ok());
+        // Only begun (the end not counted), or not at all.
+        assert!(moves_counted([10, 11, 12]).is_err());
+        assert!(moves_counted([10, 10, 10]).is_err());
+        assert!(moves_counted([10, 12, 12]).is_err());
     }
 
     #[test]

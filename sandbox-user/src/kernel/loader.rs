@@ -225,6 +225,10 @@ impl Enforcer {
                     })
                     .ok();
         }
+        // Before the LSM programs, which count where moves begin only once these are
+        // attached (`moves.rs`).
+        let movers = e.attach_movers(btf);
+        t.lap("move programs attached");
         if let Err(err) = e.attach(&kernel.programs, btf) {
             e.release();
             return Err(err);
@@ -241,10 +245,18 @@ impl Enforcer {
         match checked {
             Ok(addr) => {
                 let max_age = super::dircache::max_age(ticks, super::dircache::Ticks::now(false));
+                let own_moves = movers.and_then(|()| e.check_move_count());
+                match &own_moves {
+                    Ok(()) => tracing::debug!(
+                        "directory moves counted: kept states outlive renames of files"
+                    ),
+                    Err(why) => super::dircache::renames_void(why),
+                }
                 e.set_dir_cache(sandbox_common::DirCacheCtl {
                     generation: 1,
                     rename_lock: addr,
                     max_age,
+                    own_moves: u64::from(own_moves.is_ok()),
                 })?;
                 super::dircache::on(max_age);
             }
@@ -457,12 +469,28 @@ impl Enforcer {
         name: &str,
         link: aya::programs::links::FdLink,
     ) -> Result<(), LoadError> {
+        self.keep_link(name, link).map_err(|e| match e {
+            LoadError::Attach { detail, .. } => LoadError::Attach {
+                hook: format!("cgroup/{name}"),
+                detail,
+            },
+            e => e,
+        })
+    }
+
+    /// Keeps a link: pinned in the pin directory as `name` when there is one (it outlives
+    /// sandbox then), else held until this object is dropped.
+    fn keep_link(
+        &mut self,
+        name: &str,
+        link: aya::programs::links::FdLink,
+    ) -> Result<(), LoadError> {
         let Some(pin) = &self.pin_dir else {
             self.cgroup_links.push(link);
             return Ok(());
         };
         let pinned = link.pin(pin.join(name)).map_err(|e| LoadError::Attach {
-            hook: format!("cgroup/{name}"),
+            hook: name.to_owned(),
             detail: format!("pinning the link in {}: {e}", pin.display()),
         })?;
         self.pinned.push(pinned);
@@ -712,6 +740,7 @@ impl Enforcer {
             generation: 0,
             rename_lock: addr,
             max_age: 0,
+            own_moves: 0,
         };
         self.set_dir_cache(off).map_err(|e| e.to_string())?;
         let mut maps = self.maps();
@@ -731,6 +760,70 @@ impl Enforcer {
             },
         )?;
         super::dircache::moved_by_one_rename(seen)
+    }
+
+    /// Loads and attaches the programs that count directory moves
+    /// (`sandbox_common::programs::MOVE_PROGRAMS`, in table order: every `fexit` first), so
+    /// that kept directory states outlive the host's renames of files. An error says why
+    /// they cannot be used (the cache then goes by every rename, as without them).
+    fn attach_movers(&mut self, btf: &Btf) -> Result<(), String> {
+        use aya::programs::{FEntry, FExit, ProgramError};
+        let _turn = super::pins::attach_turn();
+        for m in sandbox_common::programs::MOVE_PROGRAMS {
+            let err = |e: &dyn std::error::Error| {
+                format!("{} of {}: {}", m.name, m.function, error_chain(e))
+            };
+            let prog = self
+                .ebpf
+                .program_mut(m.name)
+                .ok_or_else(|| format!("{} is missing from the object", m.name))?;
+            // A function this kernel does not have (`m.optional` only): nothing to attach.
+            let absent = |e: &ProgramError| {
+                m.optional
+                    && matches!(
+                        e,
+                        ProgramError::Btf(aya::BtfError::UnknownBtfTypeName { .. })
+                    )
+            };
+            let link: aya::programs::links::FdLink = if m.exit {
+                let p: &mut FExit = prog.try_into().map_err(|e| err(&e))?;
+                match p.load(m.function, btf) {
+                    Err(e) if absent(&e) => continue,
+                    r => r.map_err(|e| err(&e))?,
+                }
+                let id = p.attach().map_err(|e| err(&e))?;
+                p.take_link(id).map_err(|e| err(&e))?.into()
+            } else {
+                let p: &mut FEntry = prog.try_into().map_err(|e| err(&e))?;
+                match p.load(m.function, btf) {
+                    Err(e) if absent(&e) => continue,
+                    r => r.map_err(|e| err(&e))?,
+                }
+                let id = p.attach().map_err(|e| err(&e))?;
+                p.take_link(id).map_err(|e| err(&e))?.into()
+            };
+            self.keep_link(m.name, link).map_err(|e| e.to_string())?;
+        }
+        let mut maps = self.maps();
+        let mut moves = maps.dir_moves().map_err(|e| e.to_string())?;
+        moves.set(1, 1, 0).map_err(|e| e.to_string())
+    }
+
+    /// Checks that the move programs count a directory's rename: this process renames a
+    /// directory of its own, and the count (`DIR_MOVES`) must have gone up by the
+    /// rename's beginning and end; then that no move is left in progress (one that began
+    /// while the programs were being attached may never be seen to end: the count is not
+    /// used then).
+    fn check_move_count(&mut self) -> Result<(), String> {
+        let mut maps = self.maps();
+        let moves = maps.dir_moves().map_err(|e| e.to_string())?;
+        let word = || moves.get(&0, 0).map_err(|e| e.to_string());
+        super::dircache::dir_rename_counted(|| {
+            word().map(|w| w >> sandbox_common::MOVES_IN_FLIGHT_BITS)
+        })?;
+        super::dircache::none_in_progress(|| {
+            word().map(|w| w & ((1 << sandbox_common::MOVES_IN_FLIGHT_BITS) - 1))
+        })
     }
 
     /// Turns the directory cache off (before any program detaches).

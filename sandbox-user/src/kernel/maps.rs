@@ -350,4 +350,6 @@ maps! {
     dir_cache_ctl -> DIR_CACHE_CTL: array [u32 => DirCacheCtl];
     /// What `inode_rename` read of the rename count, for the loader's own check.
     dir_cache_probe -> DIR_CACHE_PROBE: array [u32 => u64];
+    /// Directory moves begun and in progress (`moves.rs`), for the loader's own check.
+    dir_moves -> DIR_MOVES: array [u32 => u64];
 }

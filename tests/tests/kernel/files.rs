@@ -451,6 +451,13 @@ fn kept_directory_states_follow_moves_and_removals() {
         ("open r/x/f r", OK),
         ("rename r/x o/x", OK),
         ("open o/x/f r", EACCES),
+        // Files renamed (the kept states stay): each file at its new name.
+        ("open r/a/b/f r", OK),
+        ("rename r/a/b/f r/a/b/g", OK),
+        ("open r/a/b/g r", OK),
+        ("rename r/a/b/g r/a/b/f", OK),
+        ("rename r/a o/a", OK),
+        ("open o/a/b/f r", EACCES),
     ]
     .iter()
     .map(|(op, want)| ((*op).to_owned(), *want))
@@ -482,18 +489,22 @@ fn kept_directory_states_follow_moves_and_removals() {
         &[("SANDBOX_DEBUG", "1")],
         &table,
     );
-    // The cache was on (else this test shows nothing about it).
-    assert!(
-        r.stderr.contains("sandbox: debug: directory cache on"),
-        "{}",
-        r.stderr
-    );
+    // The cache was on (else this test shows nothing about it), with its states stamped
+    // by the count of directory moves (`moves.rs`), which the moves above must move.
+    for said in [
+        "sandbox: debug: directory cache on",
+        "sandbox: debug: directory moves counted",
+    ] {
+        assert!(r.stderr.contains(said), "{said}: {}", r.stderr);
+    }
     r.check_records(&[
         rec("/file/path", path_str(&d, "r/p/k.pem")).has("/unmapped/rule", "files.deny[0]"),
         rec("/file/path", path_str(&d, &format!("r/p/{a28}.pem")))
             .count(3)
             .has("/unmapped/rule", "files.deny[0]"),
-        rec("/file/path", path_str(&d, "o/a/b/f")).has("/unmapped/reason", "not_in_read_allowlist"),
+        rec("/file/path", path_str(&d, "o/a/b/f"))
+            .count(2)
+            .has("/unmapped/reason", "not_in_read_allowlist"),
         rec("/file/path", path_str(&d, "o/x/f")).has("/unmapped/reason", "not_in_read_allowlist"),
     ]);
     // Outside the sandbox the files refused are readable.
