@@ -304,7 +304,7 @@ const _: () = assert!(size_of::<DirCacheCtl>() == 32);
 /// bits, above them the count of moves begun and ended (each move adds 1 when it begins
 /// and 1 when it ends). A kept directory state is used only while none is in progress and
 /// the count is the one it was made under.
-pub const MOVES_IN_FLIGHT_BITS: u32 = 16;
+pub const MOVES_IN_FLIGHT_BITS: u32 = 32;
 
 /// `ScanStart::flags`: the file system has roots other than its superblock's (NFS, SMB,
 /// Ceph, 9p mount server directories as separate roots), so a walk ending at a root that is

@@ -128,7 +128,8 @@ pub struct Now {
     /// already (read from the dentry itself, where a short name lives).
     pub name_read: u32,
     /// The count directory states and names' results are stamped with: of directory
-    /// moves (`moves.rs`) when the loader turned it on, else [`Now::seq`].
+    /// moves (`moves.rs`), made odd, when the loader turned it on and no move is in
+    /// progress, else [`Now::seq`] (even).
     pub dir_seq: u32,
     pub _pad: u32,
 }
@@ -177,13 +178,12 @@ pub fn now(n: &mut Now) -> bool {
     let Some(seq) = rename_seq(ctl.rename_lock) else {
         return false;
     };
-    let dir_seq = if ctl.own_moves != 0 {
-        let Some(m) = dir_moves() else {
-            return false;
-        };
-        m
-    } else {
-        seq
+    // Two kinds of stamp that never meet: `rename_lock`'s count is even where it is used,
+    // the count of directory moves is made odd. While a directory move is in progress (or
+    // one was never seen to end), `rename_lock`'s.
+    let dir_seq = match ctl.own_moves {
+        0 => seq,
+        _ => dir_moves().map_or(seq, |m| m << 1 | 1),
     };
     n.dir_seq = dir_seq;
     n.rename_lock = ctl.rename_lock;

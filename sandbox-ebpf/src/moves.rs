@@ -9,43 +9,51 @@
 //! change a directory's path (the moved dentry's inode, or the spliced one, is a directory,
 //! or its mode cannot be read) is counted when it **begins**, before the move, and when it
 //! **ends**, after it:
-//! - a rename (`vfs_rename`) begins at `inode_rename` (an LSM program: the kernel never
-//!   skips it) and ends when `vfs_rename` returns (`fexit`), moved or failed;
+//! - a rename (`vfs_rename`) begins at `inode_rename` (an LSM program, which kernels from
+//!   6.1.54 and 6.2 never skip: the loader uses the count on those only) and ends when
+//!   `vfs_rename` returns (`fexit`), moved or failed;
 //! - a directory spliced into a lookup's place (`d_splice_alias`: a network file system's
 //!   directory moved on the server, a disconnected dentry reconnected) begins at
 //!   `d_instantiate` (LSM, called before the search for the other dentry) when the
 //!   directory has a dentry already, and ends when `d_splice_alias(_ops)` returns;
-//! - a file system's own `d_move`/`d_exchange` outside a rename (debugfs renaming its
-//!   directories) begins at their `fentry` and ends at their `fexit`.
+//! - a file system's own `d_move`/`d_exchange` (inside a rename, and outside one: debugfs
+//!   renaming its directories, selinuxfs swapping its own) begins at their `fentry` and
+//!   ends at their `fexit`.
 //!
 //! Invariants:
-//! - `DIR_MOVES[0]` holds the moves in progress in its low `MOVES_IN_FLIGHT_BITS` bits and
-//!   the count above them. A beginning adds one to both; an ending adds one to the count
-//!   and takes one from those in progress: one atomic add each, so a reader's single load
-//!   sees both together.
-//! - A kept state is used only while no move is in progress and the count is the one it
-//!   was made under (`dircache::now`). So a state made before a move is never used once
-//!   the move began; one whose walk a move overlapped is either refused by the decision's
-//!   own check of `rename_lock` (the move happened before it ended: every `__d_move` moves
-//!   that count) or stamped with a count the move's beginning already moved on.
+//! - `DIR_MOVES[0]` holds the moves in progress in its low `MOVES_IN_FLIGHT_BITS` (32) bits
+//!   and the count above them. A beginning adds one to both; an ending adds one to the
+//!   count and takes one from those in progress: one atomic add each (`lock add`, a full
+//!   barrier), so a reader's single load sees both together.
+//! - A kept state stamped with this count is used only while no move is in progress and
+//!   the count is the one it was made under (`dircache::now`: the count made odd, so it
+//!   never equals `rename_lock`'s, which is even where it is used; while a move is in
+//!   progress decisions stamp and compare with `rename_lock`'s, as without these
+//!   programs). So a state made before a move is never used once the move began; one
+//!   whose walk a move overlapped is either refused by the decision's own check of
+//!   `rename_lock` (the move happened before it ended: every `__d_move` moves that
+//!   count) or stamped with a count the move's beginning already moved on.
 //! - Endings are matched to beginnings by frames, per task (`MOVE_FRAMES`): the `fentry`
-//!   or LSM program that opens a call's frame names it (`vfs_rename`'s `renamedata`, the
-//!   moved or spliced dentry), and the `fexit` that closes it ends exactly the beginnings
-//!   made since, and only when the task's newest frame is its own. A frame the kernel
-//!   never opened (a tracing program skipped because it was running on that CPU, or
-//!   attached mid-call) or never closed leaves its beginnings in progress for good: kept
-//!   states then go unused until the next run (slower, never stale). So does a beginning
-//!   that finds no room (`MOVE_FRAMES` full, frames nested past [`FRAMES`]).
+//!   or LSM program that opens a call's frame names it (`vfs_rename`'s `renamedata`,
+//!   marked [`RENAME`]; the moved or spliced dentry), and the `fexit` that closes it ends
+//!   exactly the beginnings made since, and only when the task's newest frame is its own.
+//!   `inode_rename` counts into the newest frame only if it is a rename's. A frame the
+//!   kernel never opened (a tracing program skipped because it was running on that CPU,
+//!   or attached mid-call) or never closed leaves its beginnings in progress for good:
+//!   decisions then go by `rename_lock`'s count until the next run (slower, never stale).
+//!   So does a beginning that finds no room (`MOVE_FRAMES` full, frames nested past
+//!   [`FRAMES`]).
 //! - Only the `fentry` beginnings of `d_move`/`d_exchange` can be skipped by the kernel
 //!   (a tracing program that another task preempted on the same CPU is not run again
-//!   there meanwhile): a file system's own move of a directory outside a rename, then,
-//!   goes uncounted. Renames and splices are counted by LSM programs, which are never
-//!   skipped.
+//!   there meanwhile): a file system's own move of a directory outside a rename (debugfs,
+//!   selinuxfs: kernel-internal, by privileged writers), then, goes uncounted. Renames and
+//!   splices are counted by LSM programs.
 //! - The directory cache uses this count only while the loader says every program here is
-//!   attached, it saw the count follow a directory rename of its own and no move was in
-//!   progress (`DirCacheCtl::own_moves`); else `rename_lock`'s. The LSM programs count
-//!   only once the loader turned counting on (`DIR_MOVES[1]`), after attaching every
-//!   `fexit` and then every `fentry` here.
+//!   attached, it saw the count follow a directory rename of its own (by 4: the rename's
+//!   and its `d_move`'s beginnings and ends) and no move was in progress, on a kernel that
+//!   never skips LSM programs (`DirCacheCtl::own_moves`); else `rename_lock`'s. The LSM
+//!   programs count only once the loader turned counting on (`DIR_MOVES[1]`), after
+//!   attaching every `fexit` and then every `fentry` here, before the LSM programs.
 
 use aya_ebpf::macros::{fentry, fexit};
 use aya_ebpf::programs::{FEntryContext, FExitContext};
@@ -174,18 +182,31 @@ fn open(id: u64, begin: bool) {
     }
 }
 
-/// Counts a beginning in this task's newest frame.
+/// Counts a beginning in this task's newest frame if it is a rename's (`vfs_rename`'s,
+/// [`RENAME`]); else it is never ended.
 #[inline(always)]
-fn begin() {
+fn begin_in_rename() {
     let Some(w) = DIR_MOVES.get_ptr_mut(0) else {
         return;
     };
-    if let Some(f) = frames(task()) {
+    if let Some(f) = MOVE_FRAMES.get_ptr_mut(&task()) {
         // SAFETY: a value of this map, this task's only.
-        unsafe { (*f).depth += 1 };
+        unsafe {
+            let n = (*f).open;
+            if n != 0 && n as usize <= FRAMES {
+                let i = kread::opaque(n - 1) as usize & (FRAMES - 1);
+                if (*f).ids[i] & RENAME != 0 {
+                    (*f).depth += 1;
+                }
+            }
+        }
     }
     kread::atomic_add(w, BEGIN);
 }
+
+/// The mark of a rename's frame name (a `renamedata` address, 8-aligned; dentries, the
+/// other names, are too, and never carry it).
+const RENAME: u64 = 1;
 
 /// Closes this task's newest frame if it is `id`'s, ending the beginnings counted since it
 /// opened.
@@ -215,7 +236,7 @@ fn close(id: u64) {
         if n == 1 && at == 0 {
             let _ = MOVE_FRAMES.remove(&t);
         }
-        if ended != 0 && ended < 1 << MOVES_IN_FLIGHT_BITS {
+        if ended != 0 {
             kread::atomic_add(w, u64::from(ended) * END);
         }
     }
@@ -226,7 +247,7 @@ fn close(id: u64) {
 #[inline(always)]
 pub fn rename_begins(old: *const u8, new: *const u8) -> bool {
     if counting() && (dir_dentry(old) || (!new.is_null() && dir_inode_of(new))) {
-        begin();
+        begin_in_rename();
     }
     true
 }
@@ -262,13 +283,13 @@ pub fn splice_begins(dentry: *const u8, inode: *const u8) {
 
 #[fentry(function = "vfs_rename")]
 pub fn move_enter_vfs_rename(ctx: FEntryContext) -> i32 {
-    open(ctx.arg::<u64>(0), false);
+    open(ctx.arg::<u64>(0) | RENAME, false);
     0
 }
 
 #[fexit(function = "vfs_rename")]
 pub fn move_exit_vfs_rename(ctx: FExitContext) -> i32 {
-    close(ctx.arg::<u64>(0));
+    close(ctx.arg::<u64>(0) | RENAME);
     0
 }
 

@@ -460,7 +460,10 @@ impl Harness {
             },
             rename_lock: self.rename_lock,
             max_age: MAX_AGE.get().copied().unwrap_or(0),
-            own_moves: 0,
+            // As a run whose move programs count directory moves (none attach here: the
+            // count stays where it is, as it does while no directory moves);
+            // `SANDBOX_BENCH_OWN_MOVES=0`: stamped with `rename_lock`'s count.
+            own_moves: u64::from(std::env::var("SANDBOX_BENCH_OWN_MOVES").as_deref() != Ok("0")),
         };
         let mut maps = self.enforcer.maps();
         let mut a = maps.dir_cache_ctl()?;
@@ -525,7 +528,7 @@ impl Harness {
             .into_iter()
             .chain(names.iter().map(|n| Some(*n)))
             .collect();
-        let mut xs = vec![[Vec::new(), Vec::new(), Vec::new(), Vec::new()]; configs.len()];
+        let mut xs: Vec<[Vec<f64>; COLS]> = vec![Default::default(); configs.len()];
         // Round 0 is not counted: the first open of each file under the program fills the
         // caches, as the iterators' first passes do.
         for round in 0..=SYSCALL_ROUNDS {
@@ -541,8 +544,12 @@ impl Harness {
                 self.cache(Cache::On)?;
                 let first = looper.run(Loop::Grep)?;
                 let again = looper.run(Loop::Grep)?;
+                let renamed = looper.run(Loop::GrepRenamed)?;
                 if round > 0 {
-                    for (i, v) in [tree, single, first, again].into_iter().enumerate() {
+                    for (i, v) in [tree, single, first, again, renamed]
+                        .into_iter()
+                        .enumerate()
+                    {
                         xs[c][i].push(v);
                     }
                 }
@@ -567,7 +574,7 @@ impl Harness {
         &mut self,
         looper: &mut Looper,
         names: &[&'static str],
-    ) -> anyhow::Result<Vec<[f64; 4]>> {
+    ) -> anyhow::Result<Vec<[f64; COLS]>> {
         let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
             .map_err(|e| anyhow::anyhow!("BPF_ENABLE_STATS: {e}"))?;
         let units = [
@@ -575,14 +582,21 @@ impl Harness {
             (5 * tree_len()) as f64,
             tree_len() as f64,
             tree_len() as f64,
+            tree_len() as f64,
         ];
-        let mut xs: Vec<[Vec<f64>; 4]> = vec![Default::default(); names.len()];
+        let mut xs: Vec<[Vec<f64>; COLS]> = vec![Default::default(); names.len()];
         for round in 0..=SYSCALL_ROUNDS {
             for (k, name) in names.iter().enumerate() {
                 let id = self.at_exit(name)?.attach()?;
-                for (i, which) in [Loop::Tree, Loop::One, Loop::Grep, Loop::Grep]
-                    .into_iter()
-                    .enumerate()
+                for (i, which) in [
+                    Loop::Tree,
+                    Loop::One,
+                    Loop::Grep,
+                    Loop::Grep,
+                    Loop::GrepRenamed,
+                ]
+                .into_iter()
+                .enumerate()
                 {
                     if i == 2 {
                         self.cache(Cache::On)?;
@@ -805,6 +819,19 @@ enum Loop {
     TreeOnce,
     /// `grep -r` of the tree (a text found in no file: every file read to its end).
     Grep,
+    /// A file outside the tree renamed (and back), then `grep -r` of the tree: an agent's
+    /// search after the host renamed a file (`git` writing its index, an editor's save).
+    GrepRenamed,
+}
+
+/// Renames a file outside the tree and back (`Loop::GrepRenamed`).
+fn rename_elsewhere() {
+    let dir = std::env::temp_dir().join(format!("sandbox-bench-rename-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for the rename");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    std::fs::write(&a, b"").expect("a file to rename");
+    std::fs::rename(&a, &b).expect("rename");
+    std::fs::rename(&b, &a).expect("rename back");
 }
 
 /// The realistic workload of the in-syscall loops: a `grep -r` of the tree, as an agent
@@ -914,6 +941,10 @@ fn looper() -> anyhow::Result<()> {
             "0" => open_close(&all, n),
             "1" => open_close(&all[..1], n),
             "3" => grep_tree() / all.len() as f64,
+            "4" => {
+                rename_elsewhere();
+                grep_tree() / all.len() as f64
+            }
             _ => open_close(&all, all.len()),
         };
         println!("{ns}");
@@ -934,10 +965,14 @@ const SYSCALL_PHASES: [&str; 5] = [
 /// The in-syscall loops' figures (see [`Harness::at_exit_loops`]).
 struct AtExit {
     /// Wall clock, ns per unit: no program, then each program.
-    wall: Vec<[f64; 4]>,
+    wall: Vec<[f64; COLS]>,
     /// Time in each program, ns per unit, by the run statistics.
-    program: Vec<[f64; 4]>,
+    program: Vec<[f64; COLS]>,
 }
+
+/// Columns of the in-syscall loops: each file of the tree, one file, `grep -r` first,
+/// again, and again after a file's rename elsewhere on the host.
+const COLS: usize = 5;
 
 /// Out of scope: the file found, and the body (which stops at the scope lookup).
 const SYSCALL_OUTSIDE: [&str; 2] = ["bench_sys_empty", "bench_sys_open"];
@@ -967,12 +1002,12 @@ impl InSyscall {
              statistics off):"
         );
         println!(
-            "  {:<44} {:>14} {:>10} {:>10} {:>10}",
-            "", "each file of", "one file", "grep -r", "grep -r"
+            "  {:<44} {:>14} {:>10} {:>10} {:>10} {:>10}",
+            "", "each file of", "one file", "grep -r", "grep -r", "grep -r"
         );
         println!(
-            "  {:<44} {:>14} {:>10} {:>10} {:>10}",
-            "", "the tree", "", "first", "again"
+            "  {:<44} {:>14} {:>10} {:>10} {:>10} {:>10}",
+            "", "the tree", "", "first", "again", "renamed"
         );
         let labels = [
             "the file found (sys_exit's program)",
@@ -985,14 +1020,14 @@ impl InSyscall {
         // one that succeeds, its start's too) per file of the tree.
         let grep_opens = self.grep_opens.unwrap_or(self.grep_tree_opens as f64);
         let per_grep = grep_opens / self.files as f64;
-        let per_unit = [1.0, 1.0, per_grep, per_grep];
+        let per_unit = [1.0, 1.0, per_grep, per_grep, per_grep];
         for (scope, at_exit, labels) in [
             ("in scope", &self.inside, &labels[..]),
             ("out of scope", &self.outside, &[labels[0], labels[4]][..]),
         ] {
             let rows = &at_exit.wall;
             let [none, found] = [rows[0], rows[1]];
-            let line = |label: String, v: [f64; 4], sign: bool| {
+            let line = |label: String, v: [f64; COLS], sign: bool| {
                 let f = |x: f64, w: usize| {
                     if x.is_nan() {
                         format!("{:>w$}", "")
@@ -1003,30 +1038,32 @@ impl InSyscall {
                     }
                 };
                 println!(
-                    "  {label:<44} {} {} {} {}",
+                    "  {label:<44} {} {} {} {} {}",
                     f(v[0], 14),
                     f(v[1], 10),
                     f(v[2], 10),
-                    f(v[3], 10)
+                    f(v[3], 10),
+                    f(v[4], 10)
                 );
             };
-            let over = |a: [f64; 4], b: [f64; 4]| std::array::from_fn(|i| a[i] - b[i]);
+            let over = |a: [f64; COLS], b: [f64; COLS]| std::array::from_fn(|i| a[i] - b[i]);
             line(format!("{scope}: no program"), none, false);
             line(format!("  {}", labels[0]), over(found, none), true);
             for (label, v) in labels.iter().zip(&rows[1..]).skip(1) {
                 line(format!("    {label}"), over(*v, found), true);
             }
             // (none + body + trampolines) / none, per column.
-            let estimated = |body: [f64; 4]| {
+            let estimated = |body: [f64; COLS]| {
                 let est =
                     |i: usize| (none[i] + body[i].max(0.0) + TRAMPOLINE_NS * per_unit[i]) / none[i];
                 println!(
-                    "  {:<44} {:>13.3}x {:>9.3}x {:>9.3}x {:>9.3}x",
+                    "  {:<44} {:>13.3}x {:>9.3}x {:>9.3}x {:>9.3}x {:>9.3}x",
                     "    estimated, (none + body + trampolines) / none",
                     est(0),
                     est(1),
                     est(2),
-                    est(3)
+                    est(3),
+                    est(4)
                 );
             };
             estimated(over(rows[rows.len() - 1], found));
@@ -1037,7 +1074,7 @@ impl InSyscall {
             let body = over(prog[prog.len() - 1], found_ns);
             line(
                 "  in the programs (run statistics):".into(),
-                [f64::NAN; 4],
+                [f64::NAN; COLS],
                 false,
             );
             line(format!("    {}", labels[0]), found_ns, false);
@@ -1052,7 +1089,8 @@ impl InSyscall {
              decision costs in the very syscall it judges, its data as the open left them. \
              The trampoline of a BPF-LSM hook, ~{TRAMPOLINE_NS:.0} ns, is estimated: one per \
              open+close; for grep -r (first: in a new generation of the caches, as in a new \
-             run; again: right after) one per open that succeeds, {grep_opens:.0} a run ({}; \
+             run; again: right after; renamed: again, after a file outside the tree was \
+             renamed) one per open that succeeds, {grep_opens:.0} a run ({}; \
              the body decided {} of them, the tree's files and directories, checked by their \
              records under a denial) over the tree's {} files.)",
             if self.grep_opens.is_some() {

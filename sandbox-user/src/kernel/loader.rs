@@ -225,6 +225,11 @@ impl Enforcer {
                     })
                     .ok();
         }
+        if let Some(old) = super::dircache::lsm_skipping_kernel() {
+            tracing::warn!(
+                "kernel {old} may skip a BPF-LSM program on a CPU where another task was preempted inside the same program (fixed in 6.1.54 and 6.2): a process that wins that race gets past one check; upgrade the kernel"
+            );
+        }
         // Before the LSM programs, which count where moves begin only once these are
         // attached (`moves.rs`).
         let movers = e.attach_movers(btf);
@@ -245,19 +250,26 @@ impl Enforcer {
         match checked {
             Ok(addr) => {
                 let max_age = super::dircache::max_age(ticks, super::dircache::Ticks::now(false));
-                let own_moves = movers.and_then(|()| e.check_move_count());
+                let own_moves = super::dircache::lsm_never_skipped()
+                    .and(movers)
+                    .and_then(|()| e.check_move_count());
                 match &own_moves {
                     Ok(()) => tracing::debug!(
                         "directory moves counted: kept states outlive renames of files"
                     ),
                     Err(why) => super::dircache::renames_void(why),
                 }
-                e.set_dir_cache(sandbox_common::DirCacheCtl {
-                    generation: 1,
+                let mut ctl = sandbox_common::DirCacheCtl {
+                    generation: 0,
                     rename_lock: addr,
                     max_age,
                     own_moves: u64::from(own_moves.is_ok()),
-                })?;
+                };
+                // The kind of stamp first, the cache on after: a program never reads the
+                // new generation with the old kind (a value is written as a plain copy).
+                e.set_dir_cache(ctl)?;
+                ctl.generation = 1;
+                e.set_dir_cache(ctl)?;
                 super::dircache::on(max_age);
             }
             Err(why) => super::dircache::off(&why),
