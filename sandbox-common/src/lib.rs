@@ -524,11 +524,16 @@ pub struct KernelOffsets {
     /// `inode.i_dentry` (its `first`): the inode's dentries; a directory that has one
     /// already is moved, not given another (`d_splice_alias`, `moves.rs`).
     pub inode_i_dentry: u32,
+    /// `dentry.d_seq` (its `sequence`): moved on by every move of the dentry
+    /// (`__d_move`), so a file's kept result stamped with it and with the count of
+    /// directory moves goes with the file's own renames only (`filecache.rs`); 0 when the
+    /// kernel's BTF does not say (the file cache then goes by `rename_lock`'s count).
+    pub dentry_d_seq: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 268);
+const _: () = assert!(size_of::<KernelOffsets>() == 272);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -897,6 +902,7 @@ impl KernelOffsets {
         nsproxy_ipc_ns: 0,
         ipc_namespace_inum: 0,
         inode_i_dentry: 0,
+        dentry_d_seq: 0,
         valid: 0,
     };
 }

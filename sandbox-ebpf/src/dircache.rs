@@ -131,18 +131,24 @@ pub struct Now {
     /// moves (`moves.rs`), made odd, when the loader turned it on and no move is in
     /// progress, else [`Now::seq`] (even).
     pub dir_seq: u32,
-    pub _pad: u32,
+    /// The file's dentry's `d_seq`, read before its parent and name (`file_open`,
+    /// [`crate::path::resolve_typed`]); odd: unread (no move count for the file cache).
+    pub dseq: u32,
 }
 
-/// The cache's state when a file cache lookup starts: its generation, the rename count
-/// and the time (`filecache::lookup` needs nothing more).
+/// The cache's state when a file cache lookup starts: its generation, the count its
+/// slots are stamped with and the time (`filecache::lookup` needs nothing more).
 #[derive(Clone, Copy)]
 pub struct Clock {
     pub generation: u64,
     pub time: u64,
     /// How old a slot may be ([`max_age`]).
     pub max_age: u64,
+    /// The count of directory moves made odd ([`Clock::own`]), or `rename_lock`'s.
     pub seq: u32,
+    /// Stamped with the count of directory moves and the file's dentry's `d_seq`
+    /// ([`file_stamp`]).
+    pub own: bool,
 }
 
 /// The cache's state now, if it can be used (not off, no move in progress).
@@ -153,14 +159,36 @@ pub fn clock() -> Option<Clock> {
     if ctl.generation == 0 {
         return None;
     }
-    let seq = rename_seq(ctl.rename_lock)?;
+    let own = match ctl.own_moves {
+        0 => None,
+        _ if kread::offsets().dentry_d_seq == 0 => None,
+        _ => dir_moves(),
+    };
+    let (seq, own) = match own {
+        Some(m) => (m << 1 | 1, true),
+        None => (rename_seq(ctl.rename_lock)?, false),
+    };
     Some(Clock {
         generation: ctl.generation,
         // SAFETY: plain helper call (inlined by the verifier on 64-bit JITs).
         time: unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() },
         max_age: max_age(ctl),
         seq,
+        own,
     })
+}
+
+/// What a file's kept result is stamped with, from the decision's state (`now`): the
+/// count of directory moves and the dentry's `d_seq` (both read before the file's parent
+/// and name) when the decision read both, and [`clock`] would read them; else
+/// `rename_lock`'s count, and no `d_seq`.
+#[inline(always)]
+pub fn file_stamp(now: &Now) -> (u32, u32) {
+    if now.dir_seq & 1 != 0 && now.dseq & 1 == 0 && kread::offsets().dentry_d_seq != 0 {
+        (now.dir_seq, now.dseq)
+    } else {
+        (now.seq, 0)
+    }
 }
 
 /// Fills `n` with the cache's generation and the rename count now; whether the cache can

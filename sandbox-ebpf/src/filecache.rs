@@ -78,7 +78,9 @@ pub struct FileSlot {
     /// The kinds of rule the path matched (`FileMatch::path`).
     pub kinds: u32,
     pub sb_known: u32,
-    pub _pad: u32,
+    /// The dentry's `d_seq` when filled, with the count of directory moves in
+    /// `rename_seq` (`dircache::file_stamp`); 0 with `rename_lock`'s.
+    pub dseq: u32,
 }
 
 /// The file's identity, as the slots are chosen by.
@@ -140,11 +142,22 @@ pub fn lookup(policy_id: u32, dentry: *const u8, ino: u64, dev: u32) -> u64 {
     let Some(c) = dircache::clock() else {
         return 0;
     };
+    // With the count of directory moves: the dentry's own moves, by its `d_seq` (odd
+    // while it moves).
+    let dseq: u32 = if c.own {
+        let s = kread::field(dentry, kread::offsets().dentry_d_seq).unwrap_or(1);
+        if s & 1 != 0 {
+            return 0;
+        }
+        s
+    } else {
+        0
+    };
     let k = Key { dentry, ino, dev };
     let i = index_of(&k);
-    let hit = match get_at(i, &c, policy_id, &k) {
+    let hit = match get_at(i, &c, dseq, policy_id, &k) {
         Some(h) => h,
-        None => match get_at(i ^ 1, &c, policy_id, &k) {
+        None => match get_at(i ^ 1, &c, dseq, policy_id, &k) {
             Some(h) => h,
             None => return 0,
         },
@@ -153,7 +166,7 @@ pub fn lookup(policy_id: u32, dentry: *const u8, ino: u64, dev: u32) -> u64 {
 }
 
 #[inline(always)]
-fn get_at(i: u32, c: &Clock, policy_id: u32, k: &Key) -> Option<Hit> {
+fn get_at(i: u32, c: &Clock, dseq: u32, policy_id: u32, k: &Key) -> Option<Hit> {
     let p = FILE_CACHE.get_ptr_mut(i)?;
     // SAFETY: `p` is a map value of this array; volatile reads keep the lock reads around
     // the others (x86-64 keeps loads in order, as for directory slots).
@@ -172,7 +185,8 @@ fn get_at(i: u32, c: &Clock, policy_id: u32, k: &Key) -> Option<Hit> {
             && same!(dev, k.dev)
             && same!(policy_id, policy_id)
             && same!(generation, c.generation)
-            && same!(rename_seq, c.seq))
+            && same!(rename_seq, c.seq)
+            && same!(dseq, dseq))
         {
             return None;
         }
@@ -192,15 +206,18 @@ pub struct Stamp {
     pub generation: u64,
     pub time: u64,
     pub seq: u32,
+    pub dseq: u32,
 }
 
 impl Stamp {
     #[inline(always)]
     pub fn of(now: &Now) -> Self {
+        let (seq, dseq) = dircache::file_stamp(now);
         Stamp {
             generation: now.generation,
             time: now.time,
-            seq: now.seq,
+            seq,
+            dseq,
         }
     }
 }
@@ -299,6 +316,7 @@ fn put(stamp: Stamp, policy_id: u32, k: &Key, kinds: u32, sb_known: bool) {
         set!(generation, stamp.generation);
         set!(time, stamp.time);
         set!(rename_seq, stamp.seq);
+        set!(dseq, stamp.dseq);
         set!(policy_id, policy_id);
         set!(kinds, kinds);
         set!(sb_known, u32::from(sb_known));

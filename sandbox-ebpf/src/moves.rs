@@ -35,7 +35,7 @@
 //!   count) or stamped with a count the move's beginning already moved on.
 //! - Endings are matched to beginnings by frames, per task (`MOVE_FRAMES`): the `fentry`
 //!   or LSM program that opens a call's frame names it (`vfs_rename`'s `renamedata`,
-//!   marked [`RENAME`]; the moved or spliced dentry), and the `fexit` that closes it ends
+//!   its depth marked [`RENAME`]; the moved or spliced dentry), and the `fexit` that closes it ends
 //!   exactly the beginnings made since, and only when the task's newest frame is its own.
 //!   `inode_rename` counts into the newest frame only if it is a rename's. A frame the
 //!   kernel never opened (a tracing program skipped because it was running on that CPU,
@@ -152,7 +152,7 @@ fn frames(t: u64) -> Option<*mut Frames> {
 /// Opens a frame named `id` for this task, and with `begin` counts a beginning in it.
 /// Without room the beginning is counted still, and never ended.
 #[inline(always)]
-fn open(id: u64, begin: bool) {
+fn open(id: u64, begin: bool, mark: u32) {
     let Some(w) = DIR_MOVES.get_ptr_mut(0) else {
         return;
     };
@@ -163,7 +163,7 @@ fn open(id: u64, begin: bool) {
             if (n as usize) < FRAMES {
                 let i = kread::opaque(n) as usize & (FRAMES - 1);
                 (*f).ids[i] = id;
-                (*f).at[i] = (*f).depth;
+                (*f).at[i] = (*f).depth | mark;
                 (*f).open = n + 1;
             } else if !begin {
                 // No frame: what begins inside is never ended.
@@ -195,7 +195,7 @@ fn begin_in_rename() {
             let n = (*f).open;
             if n != 0 && n as usize <= FRAMES {
                 let i = kread::opaque(n - 1) as usize & (FRAMES - 1);
-                if (*f).ids[i] & RENAME != 0 {
+                if (*f).at[i] & RENAME != 0 {
                     (*f).depth += 1;
                 }
             }
@@ -204,9 +204,9 @@ fn begin_in_rename() {
     kread::atomic_add(w, BEGIN);
 }
 
-/// The mark of a rename's frame name (a `renamedata` address, 8-aligned; dentries, the
-/// other names, are too, and never carry it).
-const RENAME: u64 = 1;
+/// The mark of a rename's frame, on the depth it opened at (a depth never comes near it:
+/// beginnings are counted per task, a few at once).
+const RENAME: u32 = 1 << 31;
 
 /// Closes this task's newest frame if it is `id`'s, ending the beginnings counted since it
 /// opened.
@@ -229,7 +229,7 @@ fn close(id: u64) {
         if (*f).ids[i] != id {
             return;
         }
-        let at = (*f).at[i];
+        let at = (*f).at[i] & !RENAME;
         let ended = (*f).depth.wrapping_sub(at);
         (*f).depth = at;
         (*f).open = n - 1;
@@ -277,19 +277,19 @@ pub fn splice_begins(dentry: *const u8, inode: *const u8) {
     let aliased =
         off.valid == 0 || !matches!(kread::field::<u64>(inode, off.inode_i_dentry), Ok(0));
     if aliased {
-        open(dentry as u64, true);
+        open(dentry as u64, true, 0);
     }
 }
 
 #[fentry(function = "vfs_rename")]
 pub fn move_enter_vfs_rename(ctx: FEntryContext) -> i32 {
-    open(ctx.arg::<u64>(0) | RENAME, false);
+    open(ctx.arg::<u64>(0), false, RENAME);
     0
 }
 
 #[fexit(function = "vfs_rename")]
 pub fn move_exit_vfs_rename(ctx: FExitContext) -> i32 {
-    close(ctx.arg::<u64>(0) | RENAME);
+    close(ctx.arg::<u64>(0));
     0
 }
 
@@ -298,7 +298,7 @@ pub fn move_exit_vfs_rename(ctx: FExitContext) -> i32 {
 pub fn move_enter_d_move(ctx: FEntryContext) -> i32 {
     let dentry: *const u8 = ctx.arg(0);
     if dir_dentry(dentry) {
-        open(dentry as u64, true);
+        open(dentry as u64, true, 0);
     }
     0
 }
@@ -314,7 +314,7 @@ pub fn move_exit_d_move(ctx: FExitContext) -> i32 {
 pub fn move_enter_d_exchange(ctx: FEntryContext) -> i32 {
     let (a, b): (*const u8, *const u8) = (ctx.arg(0), ctx.arg(1));
     if dir_dentry(a) || dir_dentry(b) {
-        open(a as u64, true);
+        open(a as u64, true, 0);
     }
     0
 }

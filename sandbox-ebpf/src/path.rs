@@ -592,10 +592,16 @@ pub fn resolve_typed(mem: Claim, policy_id: u32, facts: &mut FileFacts) -> Resol
     kread::zero(&mut s.now.parent_inode);
     s.now.name = 0;
     s.now.name_len = u32::MAX;
+    s.now.dseq = 1;
     let mut known = None;
     if dircache::now(&mut s.now) {
         let off = offsets();
         let dentry = facts.dentry;
+        // Before the parent and the name (volatile loads, kept in order; x86-64 keeps
+        // loads in order): a move after it moves it on (`filecache.rs`).
+        if off.dentry_d_seq != 0 {
+            s.now.dseq = kread::field(dentry, off.dentry_d_seq).unwrap_or(1);
+        }
         let parent: *const u8 =
             kread::field(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
         if !parent.is_null() && parent != dentry {
@@ -834,6 +840,7 @@ fn resolve_here(
     } else {
         s.now.prepared = 0;
         s.now.name_read = 0;
+        s.now.dseq = 1;
         let on = dircache::now(&mut s.now);
         if on {
             parent_of(facts.dentry, &mut s.now);

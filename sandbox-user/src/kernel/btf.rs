@@ -94,6 +94,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         fdtable_fd: f("fdtable", &["fd"], Some(8)).unwrap_or(0),
         inode_i_nlink: f("inode", &["i_nlink"], Some(4))?,
         inode_i_dentry: f("inode", &["i_dentry", "first"], Some(8))?,
+        dentry_d_seq: f("dentry", &["d_seq", "seqcount", "sequence"], Some(4)).unwrap_or(0),
         proc_inode_pid: f("proc_inode", &["pid"], Some(8))?,
         proc_inode_vfs_inode: f("proc_inode", &["vfs_inode"], None)?,
         pid_tasks: f("pid", &["tasks"], None)?,
@@ -401,6 +402,9 @@ mod tests {
         // Every kernel we support keeps short names in the dentry (32 or 40 bytes).
         assert!(off.dentry_d_iname > off.dentry_d_name_name);
         assert_eq!(off.dentry_d_iname % 8, 0);
+        // `d_seq` (a `seqcount_spinlock_t`) is found through its `seqcount`: without it the
+        // file cache would go by every rename on the host.
+        assert!(off.dentry_d_seq > 0 && off.dentry_d_seq < off.dentry_d_name_len);
     }
 }
 

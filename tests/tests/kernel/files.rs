@@ -491,9 +491,12 @@ fn kept_directory_states_follow_moves_and_removals() {
     );
     // The cache was on (else this test shows nothing about it), with its states stamped
     // by the count of directory moves (`moves.rs`), which the moves above must move.
+    // Every move it saw began and ended in step (none left in progress, which would give
+    // the stamps back to `rename_lock`'s count for the rest of the run).
     for said in [
         "sandbox: debug: directory cache on",
         "sandbox: debug: directory moves counted",
+        " counted, 0 in progress",
     ] {
         assert!(r.stderr.contains(said), "{said}: {}", r.stderr);
     }
@@ -526,7 +529,8 @@ fn kept_directory_states_follow_moves_and_removals() {
 /// another name of the same file, or for a new dentry. The agent user, under a read
 /// allowlist (`r` readable, `o` not), opens each file four times (the fourth is decided
 /// from the file's slot), then: moves the file itself into `o` (the same dentry, a new
-/// path: refused there, readable again once moved back); opens a second name in `o` of a
+/// path: refused there, readable again once moved back; this part fails if the slot's
+/// `d_seq` is not compared, as no directory moved); opens a second name in `o` of a
 /// file read through `r` (a hard link: the same inode, another dentry; this part fails
 /// if the slot's dentry is not compared); and, five times, removes a file it read in `r`
 /// and makes one in `o` (a new dentry, which the allocator may place where the old one
@@ -575,11 +579,14 @@ fn kept_file_results_follow_moves_links_and_new_dentries() {
         &[("SANDBOX_DEBUG", "1")],
         &table,
     );
-    assert!(
-        r.stderr.contains("sandbox: debug: directory cache on"),
-        "{}",
-        r.stderr
-    );
+    // On, its file results stamped with the count of directory moves and each dentry's
+    // own `d_seq` (which the file's moves above must move).
+    for said in [
+        "sandbox: debug: directory cache on",
+        "sandbox: debug: directory moves counted",
+    ] {
+        assert!(r.stderr.contains(said), "{said}: {}", r.stderr);
+    }
     r.check_records(&[
         rec("/file/path", path_str(&d, "o/f"))
             .some()
