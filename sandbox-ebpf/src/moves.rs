@@ -53,7 +53,9 @@
 //!   and its `d_move`'s beginnings and ends) and no move was in progress, on a kernel that
 //!   never skips LSM programs (`DirCacheCtl::own_moves`); else `rename_lock`'s. The LSM
 //!   programs count only once the loader turned counting on (`DIR_MOVES[1]`), after
-//!   attaching every `fexit` and then every `fentry` here, before the LSM programs.
+//!   attaching every `fexit` and then every `fentry` here, and the LSM programs, before the
+//!   cache is on: a rename whose `inode_rename` ran before that is counted by its
+//!   `d_move`'s `fentry`.
 
 use aya_ebpf::macros::{fentry, fexit};
 use aya_ebpf::programs::{FEntryContext, FExitContext};

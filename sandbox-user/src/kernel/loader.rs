@@ -10,7 +10,9 @@ use std::path::Path;
 
 use aya::maps::{MapData, RingBuf};
 use aya::programs::Lsm;
+use aya::programs::links::FdLink;
 use aya::{Btf, Ebpf, EbpfLoader};
+use sandbox_common::programs::MoveProgram;
 use sandbox_common::{
     ByteClasses, DfaAccept, InodeKey, KernelOffsets, LISTEN_ID_BASE, LiteralKey, OFFSETS_GLOBAL,
     SbKey, SbRootKey, ScanStart, ScopeCtl,
@@ -230,15 +232,16 @@ impl Enforcer {
                 "kernel {old} may skip a BPF-LSM program on a CPU where another task was preempted inside the same program (fixed in 6.1.54 and 6.2): a process that wins that race gets past one check; upgrade the kernel"
             );
         }
-        // Before the LSM programs, which count where moves begin only once these are
-        // attached (`moves.rs`).
-        let movers = e.attach_movers(btf);
-        t.lap("move programs attached");
-        if let Err(err) = e.attach(&kernel.programs, btf) {
-            e.release();
-            return Err(err);
-        }
+        let movers = match e.attach(&kernel.programs, btf) {
+            Ok(movers) => movers,
+            Err(err) => {
+                e.release();
+                return Err(err);
+            }
+        };
         t.lap("programs loaded and attached");
+        // The LSM programs count where moves begin only from now (`moves.rs`).
+        let movers = movers.and_then(|links| e.keep_movers(links));
         e.protect(std::process::id())?;
         e.allow_namespaces_of(std::process::id())?;
         // Only now: the program that clears a freed directory's state is attached.
@@ -364,8 +367,9 @@ impl Enforcer {
     }
 
     /// Loads and attaches `programs`: loaded side by side ([`load_all`]), attached in
-    /// table order.
-    fn attach(&mut self, programs: &[Program], btf: &Btf) -> Result<(), LoadError> {
+    /// table order. Beside their verification, the move programs are loaded and attached
+    /// ([`attach_movers`]); their links, or why they cannot be used, are returned.
+    fn attach(&mut self, programs: &[Program], btf: &Btf) -> Result<Movers, LoadError> {
         let attach_err = |p: &Program, detail: String| LoadError::Attach {
             hook: p.hook.into(),
             detail,
@@ -382,8 +386,20 @@ impl Enforcer {
                 .map_err(|e: aya::programs::ProgramError| attach_err(p, e.to_string()))?;
             lsms.push((p, lsm));
         }
+        let movers: Vec<_> = sandbox_common::programs::MOVE_PROGRAMS
+            .iter()
+            .map(|m| (m, by_name.remove(m.name)))
+            .collect();
         let t = std::time::Instant::now();
-        load_all(&mut lsms, btf)?;
+        let (loaded, movers) = std::thread::scope(|s| {
+            let movers = s.spawn(|| attach_movers(movers, btf));
+            let loaded = load_all(&mut lsms, btf);
+            let movers = movers
+                .join()
+                .unwrap_or_else(|_| Err("the move programs' thread panicked".into()));
+            (loaded, movers)
+        });
+        loaded?;
         tracing::debug!("programs loaded: {} ms", t.elapsed().as_millis());
         let _turn = super::pins::attach_turn();
         for (p, prog) in lsms {
@@ -402,7 +418,7 @@ impl Enforcer {
                 self.pinned.push(pinned);
             }
         }
-        Ok(())
+        Ok(movers)
     }
 
     /// The fallback backend (no BPF-LSM): the maps as [`Enforcer::load`] makes them, and no
@@ -774,47 +790,11 @@ impl Enforcer {
         super::dircache::moved_by_one_rename(seen)
     }
 
-    /// Loads and attaches the programs that count directory moves
-    /// (`sandbox_common::programs::MOVE_PROGRAMS`, in table order: every `fexit` first), so
-    /// that kept directory states outlive the host's renames of files. An error says why
-    /// they cannot be used (the cache then goes by every rename, as without them).
-    fn attach_movers(&mut self, btf: &Btf) -> Result<(), String> {
-        use aya::programs::{FEntry, FExit, ProgramError};
-        let _turn = super::pins::attach_turn();
-        for m in sandbox_common::programs::MOVE_PROGRAMS {
-            let err = |e: &dyn std::error::Error| {
-                format!("{} of {}: {}", m.name, m.function, error_chain(e))
-            };
-            let prog = self
-                .ebpf
-                .program_mut(m.name)
-                .ok_or_else(|| format!("{} is missing from the object", m.name))?;
-            // A function this kernel does not have (`m.optional` only): nothing to attach.
-            let absent = |e: &ProgramError| {
-                m.optional
-                    && matches!(
-                        e,
-                        ProgramError::Btf(aya::BtfError::UnknownBtfTypeName { .. })
-                    )
-            };
-            let link: aya::programs::links::FdLink = if m.exit {
-                let p: &mut FExit = prog.try_into().map_err(|e| err(&e))?;
-                match p.load(m.function, btf) {
-                    Err(e) if absent(&e) => continue,
-                    r => r.map_err(|e| err(&e))?,
-                }
-                let id = p.attach().map_err(|e| err(&e))?;
-                p.take_link(id).map_err(|e| err(&e))?.into()
-            } else {
-                let p: &mut FEntry = prog.try_into().map_err(|e| err(&e))?;
-                match p.load(m.function, btf) {
-                    Err(e) if absent(&e) => continue,
-                    r => r.map_err(|e| err(&e))?,
-                }
-                let id = p.attach().map_err(|e| err(&e))?;
-                p.take_link(id).map_err(|e| err(&e))?.into()
-            };
-            self.keep_link(m.name, link).map_err(|e| e.to_string())?;
+    /// Keeps the move programs' links (pinned with the others when there is a pin
+    /// directory) and turns counting on for the LSM programs (`DIR_MOVES[1]`).
+    fn keep_movers(&mut self, links: Vec<(&'static str, FdLink)>) -> Result<(), String> {
+        for (name, link) in links {
+            self.keep_link(name, link).map_err(|e| e.to_string())?;
         }
         let mut maps = self.maps();
         let mut moves = maps.dir_moves().map_err(|e| e.to_string())?;
@@ -1295,6 +1275,56 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
     });
     failed.sort_by_key(|(i, _)| *i);
     failed.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
+}
+
+/// The move programs' links by name, or why they cannot be used.
+type Movers = Result<Vec<(&'static str, FdLink)>, String>;
+
+/// Loads and attaches the programs that count directory moves (`movers`, from
+/// `sandbox_common::programs::MOVE_PROGRAMS`, in table order: every `fexit` first), so that
+/// kept directory states outlive the host's renames of files. An error says why they
+/// cannot be used (the cache then goes by every rename, as without them).
+fn attach_movers(
+    movers: Vec<(&'static MoveProgram, Option<&mut aya::programs::Program>)>,
+    btf: &Btf,
+) -> Movers {
+    use aya::programs::{FEntry, FExit, ProgramError};
+    let t = std::time::Instant::now();
+    let _turn = super::pins::attach_turn();
+    let mut links = Vec::with_capacity(movers.len());
+    for (m, prog) in movers {
+        let err =
+            |e: &dyn std::error::Error| format!("{} of {}: {}", m.name, m.function, error_chain(e));
+        let prog = prog.ok_or_else(|| format!("{} is missing from the object", m.name))?;
+        // A function this kernel does not have (`m.optional` only): nothing to attach.
+        let absent = |e: &ProgramError| {
+            m.optional
+                && matches!(
+                    e,
+                    ProgramError::Btf(aya::BtfError::UnknownBtfTypeName { .. })
+                )
+        };
+        let link: FdLink = if m.exit {
+            let p: &mut FExit = prog.try_into().map_err(|e| err(&e))?;
+            match p.load(m.function, btf) {
+                Err(e) if absent(&e) => continue,
+                r => r.map_err(|e| err(&e))?,
+            }
+            let id = p.attach().map_err(|e| err(&e))?;
+            p.take_link(id).map_err(|e| err(&e))?.into()
+        } else {
+            let p: &mut FEntry = prog.try_into().map_err(|e| err(&e))?;
+            match p.load(m.function, btf) {
+                Err(e) if absent(&e) => continue,
+                r => r.map_err(|e| err(&e))?,
+            }
+            let id = p.attach().map_err(|e| err(&e))?;
+            p.take_link(id).map_err(|e| err(&e))?.into()
+        };
+        links.push((m.name, link));
+    }
+    tracing::debug!("move programs attached: {} ms", t.elapsed().as_millis());
+    Ok(links)
 }
 
 /// `SANDBOX_LOG=debug`: what verifying one program cost (instructions the verifier processed,
