@@ -11,6 +11,7 @@
 //! ([`moved_by_one_rename`]).
 
 use std::io::BufRead;
+use std::path::PathBuf;
 
 /// The address of `rename_lock` from `/proc/kallsyms` (needs `CONFIG_KALLSYMS_ALL`, which
 /// lists data symbols, and addresses readable by root: `kernel.kptr_restrict` below 2).
@@ -61,6 +62,21 @@ fn symbol(line: &str, name: &str) -> Option<u64> {
     u64::from_str_radix(addr, 16).ok()
 }
 
+/// A fresh directory of this process's for a check (`.sandbox-<what>-check-...` in the
+/// temporary directory), and the names `a` and `b` in it.
+fn fresh_dir(what: &str) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        ".sandbox-{what}-check-{}-{nanos}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    Ok((dir, a, b))
+}
+
 /// Renames a file of a fresh directory twice, with `watch(true)` before and `watch(false)`
 /// after; returns what `read` gave after each rename (the count `inode_rename` saw, bit
 /// 32 set once written).
@@ -68,15 +84,7 @@ pub fn renames_seen(
     read: impl Fn() -> Result<u64, String>,
     watch: impl Fn(bool) -> Result<(), String>,
 ) -> Result<[u64; 2], String> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        ".sandbox-rename-check-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let (a, b) = (dir.join("a"), dir.join("b"));
+    let (dir, a, b) = fresh_dir("rename")?;
     let run = || -> Result<[u64; 2], String> {
         std::fs::write(&a, b"").map_err(|e| format!("{}: {e}", a.display()))?;
         watch(true)?;
@@ -188,18 +196,10 @@ pub fn max_age(start: Option<Ticks>, end: Option<Ticks>) -> u64 {
 }
 
 /// Renames a directory of a fresh directory and back; `count` (the move programs' count
-/// of directory moves) must have gone up by two or more for each (other moves on the host
+/// of directory moves) must have gone up by four or more for each (other moves on the host
 /// may come between).
 pub fn dir_rename_counted(count: impl Fn() -> Result<u64, String>) -> Result<(), String> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        ".sandbox-move-check-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let (a, b) = (dir.join("a"), dir.join("b"));
+    let (dir, a, b) = fresh_dir("move")?;
     let run = || -> Result<[u64; 3], String> {
         std::fs::create_dir(&a).map_err(|e| format!("{}: {e}", a.display()))?;
         let before = count()?;
