@@ -41,6 +41,13 @@
 //!   cannot come round: the name's result it came from was itself at most that old, so a
 //!   slot vouches for a count read at most twice that long ago, still far from 2^31
 //!   renames).
+//! - With the count of directory moves (`moves.rs`; `dircache::clock`, `file_stamp`) the
+//!   stamp is that count, made odd (never equal to `rename_lock`'s, even), and the
+//!   dentry's `d_seq`, read before its parent and name: the path of a dentry changes only
+//!   if a directory above it moves (the count) or the dentry itself does (`__d_move` moves
+//!   the `d_seq` of both dentries it moves, odd meanwhile: an odd one is a miss). The
+//!   count keeps 31 bits and a directory's rename adds 4 to it: 2^29 renames of
+//!   directories in the minute a slot may vouch for before it could come round.
 //! - The rules by identity (`INODE_RULES`) are looked up on every decision, as for a
 //!   name's result.
 //! - Slots are written under a per-slot sequence lock, as directory slots are; a torn copy

@@ -160,11 +160,10 @@ pub static DIR_CACHE_CTL: Array<sandbox_common::DirCacheCtl> = Array::with_max_e
 #[map]
 pub static DIR_CACHE_PROBE: Array<u64> = Array::with_max_entries(2, 0);
 
-/// Directory moves (`moves.rs`): [0] begun and in progress (the layout is
-/// `sandbox_common::MOVES_IN_FLIGHT_BITS`'s), written by the move programs; [1] nonzero
-/// once the loader turned counting on.
+/// Directory moves (`moves.rs`): begun and in progress (the layout is
+/// `sandbox_common::MOVES_IN_FLIGHT_BITS`'s), written by the move programs.
 #[map]
-pub static DIR_MOVES: Array<u64> = Array::with_max_entries(2, 0);
+pub static DIR_MOVES: Array<u64> = Array::with_max_entries(1, 0);
 
 /// Each task's frames of calls that move dentries, and the beginnings of moves counted in
 /// them (`moves.rs`). Written and read by the move programs only.

@@ -51,11 +51,17 @@
 //! - The directory cache uses this count only while the loader says every program here is
 //!   attached, it saw the count follow a directory rename of its own (by 4: the rename's
 //!   and its `d_move`'s beginnings and ends) and no move was in progress, on a kernel that
-//!   never skips LSM programs (`DirCacheCtl::own_moves`); else `rename_lock`'s. The LSM
-//!   programs count only once the loader turned counting on (`DIR_MOVES[1]`), after
-//!   attaching every `fexit` and then every `fentry` here, and the LSM programs, before the
-//!   cache is on: a rename whose `inode_rename` ran before that is counted by its
-//!   `d_move`'s `fentry`.
+//!   never skips LSM programs (`DirCacheCtl::own_moves`); else `rename_lock`'s. The loader
+//!   attaches every `fexit` here, then every `fentry`, then the LSM programs, which count
+//!   from then on (a rename whose `inode_rename` ran before is counted by its `d_move`'s
+//!   `fentry`), and turns the cache on last.
+//! - Left uncounted, so a state made after the cache is on could outlive it: a move whose
+//!   beginning passed before its program was attached and whose `__d_move` comes after the
+//!   cache is on (a task stalled inside `d_splice_alias` or `d_move` across the whole
+//!   start); and a directory spliced by two lookups at once, both before its first dentry
+//!   was bound (`splice_begins` reads `i_dentry` unlocked): only on file systems whose
+//!   names are revalidated (network, FUSE: never kept) or for disconnected dentries (whose
+//!   walks fail closed, never kept).
 
 use aya_ebpf::macros::{fentry, fexit};
 use aya_ebpf::programs::{FEntryContext, FExitContext};
@@ -130,12 +136,6 @@ fn dir_dentry(dentry: *const u8) -> bool {
 fn task() -> u64 {
     // SAFETY: plain helper call.
     unsafe { aya_ebpf::helpers::generated::bpf_get_current_pid_tgid() }
-}
-
-/// Whether the loader turned counting on (the LSM programs count only then).
-#[inline(always)]
-fn counting() -> bool {
-    DIR_MOVES.get(1).is_some_and(|v| *v != 0)
 }
 
 /// This task's frames, made empty if it has none; `None` if the map is full.
@@ -248,7 +248,7 @@ fn close(id: u64) {
 /// moves a directory (`old`; `new` too for `RENAME_EXCHANGE`) begins. Always true.
 #[inline(always)]
 pub fn rename_begins(old: *const u8, new: *const u8) -> bool {
-    if counting() && (dir_dentry(old) || (!new.is_null() && dir_inode_of(new))) {
+    if dir_dentry(old) || (!new.is_null() && dir_inode_of(new)) {
         begin_in_rename();
     }
     true
@@ -272,7 +272,7 @@ fn dir_inode_of(dentry: *const u8) -> bool {
 /// one (the other callers), so a move begins, in a frame named by `dentry`.
 #[inline(always)]
 pub fn splice_begins(dentry: *const u8, inode: *const u8) {
-    if !counting() || !dir_inode(inode) {
+    if !dir_inode(inode) {
         return;
     }
     let off = kread::offsets();

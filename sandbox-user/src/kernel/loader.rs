@@ -240,7 +240,6 @@ impl Enforcer {
             }
         };
         t.lap("programs loaded and attached");
-        // The LSM programs count where moves begin only from now (`moves.rs`).
         let movers = movers.and_then(|links| e.keep_movers(links));
         e.protect(std::process::id())?;
         e.allow_namespaces_of(std::process::id())?;
@@ -791,14 +790,12 @@ impl Enforcer {
     }
 
     /// Keeps the move programs' links (pinned with the others when there is a pin
-    /// directory) and turns counting on for the LSM programs (`DIR_MOVES[1]`).
+    /// directory).
     fn keep_movers(&mut self, links: Vec<(&'static str, FdLink)>) -> Result<(), String> {
         for (name, link) in links {
             self.keep_link(name, link).map_err(|e| e.to_string())?;
         }
-        let mut maps = self.maps();
-        let mut moves = maps.dir_moves().map_err(|e| e.to_string())?;
-        moves.set(1, 1, 0).map_err(|e| e.to_string())
+        Ok(())
     }
 
     /// Checks that the move programs count a directory's rename: this process renames a
