@@ -305,9 +305,14 @@ pub fn move_enter_d_move(ctx: FEntryContext) -> i32 {
     0
 }
 
+// The ends check what the beginnings did (the inodes do not change in the call): a file's
+// rename, or a lookup's splice of a file or of nothing, looks up no frame.
 #[fexit(function = "d_move")]
 pub fn move_exit_d_move(ctx: FExitContext) -> i32 {
-    close(ctx.arg::<u64>(0));
+    let dentry: *const u8 = ctx.arg(0);
+    if dir_dentry(dentry) {
+        close(dentry as u64);
+    }
     0
 }
 
@@ -323,7 +328,10 @@ pub fn move_enter_d_exchange(ctx: FEntryContext) -> i32 {
 
 #[fexit(function = "d_exchange")]
 pub fn move_exit_d_exchange(ctx: FExitContext) -> i32 {
-    close(ctx.arg::<u64>(0));
+    let (a, b): (*const u8, *const u8) = (ctx.arg(0), ctx.arg(1));
+    if dir_dentry(a) || dir_dentry(b) {
+        close(a as u64);
+    }
     0
 }
 
@@ -331,12 +339,16 @@ pub fn move_exit_d_exchange(ctx: FExitContext) -> i32 {
 // `d_instantiate` opened for `dentry`.
 #[fexit(function = "d_splice_alias")]
 pub fn move_exit_d_splice_alias(ctx: FExitContext) -> i32 {
-    close(ctx.arg::<u64>(1));
+    if dir_inode(ctx.arg::<*const u8>(0)) {
+        close(ctx.arg::<u64>(1));
+    }
     0
 }
 
 #[fexit(function = "d_splice_alias_ops")]
 pub fn move_exit_d_splice_alias_ops(ctx: FExitContext) -> i32 {
-    close(ctx.arg::<u64>(1));
+    if dir_inode(ctx.arg::<*const u8>(0)) {
+        close(ctx.arg::<u64>(1));
+    }
     0
 }
