@@ -458,7 +458,11 @@ impl Enforcer {
                 .ok_or_else(|| err(p.name, "missing from the object".into()))?
                 .try_into()
                 .map_err(|e: aya::programs::ProgramError| err(p.name, e.to_string()))?;
+            let t = std::time::Instant::now();
             prog.load().map_err(|e| err(p.name, error_chain(&e)))?;
+            if crate::diag::debug_on() {
+                debug_line(p.name, prog.info(), t.elapsed());
+            }
             // A BPF link (5.7+) coexists with other programs on the cgroup whatever the
             // mode, and the kernel wants no flags for it: `Single` is that.
             let link = prog
@@ -477,7 +481,11 @@ impl Enforcer {
             .ok_or_else(|| err(EGRESS.name, "missing from the object".into()))?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| err(EGRESS.name, e.to_string()))?;
+        let t = std::time::Instant::now();
         prog.load().map_err(|e| err(EGRESS.name, error_chain(&e)))?;
+        if crate::diag::debug_on() {
+            debug_line(EGRESS.name, prog.info(), t.elapsed());
+        }
         let link = prog
             .attach(&dir, CgroupSkbAttachType::Egress, CgroupAttachMode::Single)
             .map_err(|e| err(EGRESS.name, error_chain(&e)))?;
@@ -1255,7 +1263,7 @@ fn load_all(progs: &mut [(&Program, &mut Lsm)], btf: &Btf) -> Result<(), LoadErr
                                 },
                             ));
                         } else if debug {
-                            debug_line(p.name, prog, t.elapsed());
+                            debug_line(p.name, prog.info(), t.elapsed());
                         }
                     }
                 })
@@ -1326,9 +1334,12 @@ fn attach_movers(
 
 /// `SANDBOX_LOG=debug`: what verifying one program cost (instructions the verifier processed,
 /// the kernel's `verified_insns`, and the time to load it).
-fn debug_line(name: &str, prog: &Lsm, took: std::time::Duration) {
-    let insns = prog
-        .info()
+fn debug_line(
+    name: &str,
+    info: Result<aya::programs::ProgramInfo, aya::programs::ProgramError>,
+    took: std::time::Duration,
+) {
+    let insns = info
         .ok()
         .and_then(|i| i.verified_instruction_count())
         .map_or_else(|| "?".to_owned(), |n| n.to_string());
