@@ -1339,11 +1339,16 @@ fn debug_line(
     info: Result<aya::programs::ProgramInfo, aya::programs::ProgramError>,
     took: std::time::Duration,
 ) {
+    let info = info.ok();
     let insns = info
-        .ok()
+        .as_ref()
         .and_then(|i| i.verified_instruction_count())
         .map_or_else(|| "?".to_owned(), |n| n.to_string());
-    tracing::debug!("verified {name}: {insns} instructions in {took:.0?}");
+    let size = info
+        .as_ref()
+        .and_then(|i| i.size_translated())
+        .map_or_else(|| "?".to_owned(), |n| (n / 8).to_string());
+    tracing::debug!("verified {name}: {insns} instructions in {took:.0?} ({size} long)");
 }
 
 /// Whether the fallback backend's cgroup programs load here (loaded, not attached).
