@@ -1342,11 +1342,11 @@ fn debug_line(
     let info = info.ok();
     let insns = info
         .as_ref()
-        .and_then(|i| i.verified_instruction_count())
+        .and_then(aya::programs::ProgramInfo::verified_instruction_count)
         .map_or_else(|| "?".to_owned(), |n| n.to_string());
     let size = info
         .as_ref()
-        .and_then(|i| i.size_translated())
+        .and_then(aya::programs::ProgramInfo::size_translated)
         .map_or_else(|| "?".to_owned(), |n| (n / 8).to_string());
     tracing::debug!("verified {name}: {insns} instructions in {took:.0?} ({size} long)");
 }
