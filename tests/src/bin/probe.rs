@@ -572,18 +572,20 @@ fn op_sockopt(how: &str, arg: &str) -> String {
 /// control message that routes it (`IP_RETOPTS`: a loose source route through 127.0.0.1,
 /// where the packet goes first); its errno. `ip-retopts-sendmmsg`: a `sendmmsg` of two
 /// messages to the address, the second with the route behind a NOP (the options' walk
-/// steps over it); `SENT<n>`, the messages sent.
+/// steps over it); `ip-rr-sendmmsg`: the same with a record route (no route: the packet
+/// goes to the address) in place of the source route; `SENT<n>`, the messages sent.
 fn op_retopts(how: &str, addr: &str, port: &str) -> String {
     let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
         return "BADARGS".into();
     };
-    let mmsg = how == "ip-retopts-sendmmsg";
+    let mmsg = how != "ip-retopts";
     // One cmsghdr (16 bytes) and the 8 bytes of options: LSRR through 127.0.0.1 (type,
-    // length 7, pointer 4, the hop) and a NOP, the NOP first for `sendmmsg`.
-    let options = if mmsg {
-        [1, 131, 7, 4, 127, 0, 0, 1]
-    } else {
-        [131, 7, 4, 127, 0, 0, 1, 1]
+    // length 7, pointer 4, the hop) and a NOP, the NOP first for `sendmmsg`; a record
+    // route (type 7, length 7, pointer 4, one empty slot) behind a NOP.
+    let options = match how {
+        "ip-retopts-sendmmsg" => [1, 131, 7, 4, 127, 0, 0, 1],
+        "ip-rr-sendmmsg" => [1, 7, 7, 4, 0, 0, 0, 0],
+        _ => [131, 7, 4, 127, 0, 0, 1, 1],
     };
     let mut control = [0u8; 24];
     control[..8].copy_from_slice(&24u64.to_ne_bytes());
@@ -1605,7 +1607,7 @@ fn run_op(words: &[String]) -> String {
         "connect" | "connect-mapped" => op_connect(a(0), a(1), a(2)),
         "udp" => op_udp(a(1), a(2)),
         "tcp-ulp" | "ip-options" | "flowlabel" => op_sockopt(a(0), a(1)),
-        "ip-retopts" | "ip-retopts-sendmmsg" => op_retopts(a(0), a(1), a(2)),
+        "ip-retopts" | "ip-retopts-sendmmsg" | "ip-rr-sendmmsg" => op_retopts(a(0), a(1), a(2)),
         "rthdr-send" | "rthdr-sendmmsg" => op_rthdr_send(a(0), a(1), a(2), a(3)),
         "proc-events" => op_proc_events(),
         "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),

@@ -297,16 +297,21 @@ fn routing_headers_sent_past_the_hook_are_dropped() {
         .has("/unmapped/socket_option/level", 41)
         .has("/unmapped/socket_option/option", 57)
         .has("/unmapped/activity", "setsockopt")]);
-    // IPv4: a loose source route (behind a NOP) in the second message, as root (a root
-    // agent may set IP options). Outside, both messages are sent.
-    let route = ["ip-retopts-sendmmsg", "127.0.0.1", "9"];
-    assert_eq!(probe_outside(&route), "SENT2", "outside: {route:?}");
+    // IPv4, as root (IP_RETOPTS is refused to the agent's user by the kernel): a loose
+    // source route (behind a NOP) in the second message; a record route there, which
+    // routes nowhere. Outside, both messages are sent.
+    for op in ["ip-retopts-sendmmsg", "ip-rr-sendmmsg"] {
+        let route = [op, "127.0.0.1", "9"];
+        assert_eq!(probe_outside(&route), "SENT2", "outside: {route:?}");
+    }
     check(
         &d,
         Some("network:\n  allow: ['127.0.0.1:9']\n"),
         &[
             // The second message passes no hook: its packet is dropped.
             ("ip-retopts-sendmmsg 127.0.0.1 9", "SENT1"),
+            // Options without a route are walked and sent.
+            ("ip-rr-sendmmsg 127.0.0.1 9", "SENT2"),
             ("sendmmsg 127.0.0.1 9", OK),
         ],
     );
