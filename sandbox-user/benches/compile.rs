@@ -83,15 +83,12 @@ fn main() {
                     classes = compiled.matcher.literals.len() as u32;
                     trans = compiled.matcher.anchored.trans.len()
                         + compiled.matcher.floating.trans.len();
-                    if let Some(btf) = &btf
-                        && apply_error.is_none()
-                    {
+                    if btf.is_some() && apply_error.is_none() {
                         let ids = Identities::default();
-                        let r =
-                            Enforcer::create_maps(&compiled, &offsets, 0, btf).and_then(|mut e| {
-                                let t = Instant::now();
-                                e.apply(&compiled, &[], &ids).map(|()| t.elapsed())
-                            });
+                        let r = Enforcer::create_maps(&compiled, &offsets, 0).and_then(|mut e| {
+                            let t = Instant::now();
+                            e.apply(&compiled, &[], &ids).map(|()| t.elapsed())
+                        });
                         match r {
                             Ok(d) => a.push(d),
                             Err(e) => apply_error = Some(e.to_string()),

@@ -130,7 +130,7 @@ fn main() -> anyhow::Result<()> {
         // the cache on, the loop process opening each file of the tree in turn for 15 s.
         let compiled = compiled(&policy(1_000, false))?;
         let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
-        h.load_at_exit(&kernel, &prog)?;
+        h.load_at_exit(&prog)?;
         let _link = h.at_exit(&prog)?.attach()?;
         let t = Instant::now();
         // `SANDBOX_BENCH_SPIN_ONE=1`: one file again and again instead.
@@ -152,12 +152,12 @@ fn main() -> anyhow::Result<()> {
         let compiled = compiled(&policy(1_000, false))?;
         let inside = {
             let mut h = Harness::new(&kernel, &compiled, &own.cgroup, rename_lock, holder.pid())?;
-            h.at_exit_loops(&kernel, &mut looper, &SYSCALL_PHASES)?
+            h.at_exit_loops(&mut looper, &SYSCALL_PHASES)?
         };
         let elsewhere = own.sibling("native-bench-elsewhere")?;
         let outside = {
             let mut h = Harness::new(&kernel, &compiled, &elsewhere, rename_lock, holder.pid())?;
-            h.at_exit_loops(&kernel, &mut looper, &SYSCALL_OUTSIDE)?
+            h.at_exit_loops(&mut looper, &SYSCALL_OUTSIDE)?
         };
         let _ = std::fs::remove_dir(&elsewhere.path);
         // The body decides there: with the tree denied, each file opened is a record.
@@ -168,7 +168,7 @@ fn main() -> anyhow::Result<()> {
             rename_lock,
             holder.pid(),
         )?;
-        let grep_tree_opens = h.in_syscall_records(&kernel, &mut looper, files.len())?;
+        let grep_tree_opens = h.in_syscall_records(&mut looper, files.len())?;
         InSyscall {
             inside,
             outside,
@@ -410,13 +410,12 @@ impl Harness {
         tid: u32,
     ) -> anyhow::Result<Self> {
         let ids = loader::identities(compiled, 0);
-        let mut enforcer =
-            Enforcer::create_maps(compiled, &kernel.offsets, ids.entries.len(), &kernel.btf)?;
+        let mut enforcer = Enforcer::create_maps(compiled, &kernel.offsets, ids.entries.len())?;
         enforcer.apply(compiled, &mounts::read()?, &ids)?;
         enforcer.bind(own)?;
         let mut links = HashMap::new();
         for name in PROGRAMS {
-            let (prog, _, _) = load_iter(&mut enforcer, kernel, name)?;
+            let (prog, _, _) = load_iter(&mut enforcer, name)?;
             links.insert(name, iter_link(prog, tid)?);
         }
         let mut h = Self {
@@ -517,12 +516,11 @@ impl Harness {
     /// detach is not always the same one).
     fn at_exit_loops(
         &mut self,
-        kernel: &KernelFit,
         looper: &mut Looper,
         names: &[&'static str],
     ) -> anyhow::Result<AtExit> {
         for name in names {
-            self.load_at_exit(kernel, name)?;
+            self.load_at_exit(name)?;
         }
         let configs: Vec<Option<&str>> = [None]
             .into_iter()
@@ -615,9 +613,9 @@ impl Harness {
     }
 
     /// The `sys_exit` program `name`, loaded.
-    fn load_at_exit(&mut self, kernel: &KernelFit, name: &str) -> anyhow::Result<()> {
+    fn load_at_exit(&mut self, name: &str) -> anyhow::Result<()> {
         self.at_exit(name)?
-            .load("sys_exit", &kernel.btf)
+            .load("sys_exit", full_btf()?)
             .map_err(|e| anyhow::anyhow!("loading {name}: {}", loader::error_chain(&e)))
     }
 
@@ -634,15 +632,10 @@ impl Harness {
     /// once under a policy that denies the tree is a record in the ring, and so is every
     /// file and directory a `grep -r` of the tree opens (its process started by the loop
     /// process: a table of few descriptors too). Returns the grep's records.
-    fn in_syscall_records(
-        &mut self,
-        kernel: &KernelFit,
-        looper: &mut Looper,
-        files: usize,
-    ) -> anyhow::Result<usize> {
+    fn in_syscall_records(&mut self, looper: &mut Looper, files: usize) -> anyhow::Result<usize> {
         let name = "bench_sys_open";
         let mut ring = self.enforcer.take_events()?;
-        self.load_at_exit(kernel, name)?;
+        self.load_at_exit(name)?;
         let mut count = |which: Loop| -> anyhow::Result<usize> {
             let id = self.at_exit(name)?.attach()?;
             looper.run(which)?;
@@ -1528,8 +1521,7 @@ fn start_parts(kernel: &KernelFit, btf_read: std::time::Duration) -> anyhow::Res
     let compile = lap();
     let ids = loader::identities(&compiled, 0);
     let identities = lap();
-    let mut enforcer =
-        Enforcer::create_maps(&compiled, &kernel.offsets, ids.entries.len(), &kernel.btf)?;
+    let mut enforcer = Enforcer::create_maps(&compiled, &kernel.offsets, ids.entries.len())?;
     let maps = lap();
     enforcer.apply(&compiled, &mounts::read()?, &ids)?;
     let apply = lap();
@@ -1537,7 +1529,7 @@ fn start_parts(kernel: &KernelFit, btf_read: std::time::Duration) -> anyhow::Res
     let mut loads: Vec<(f64, f64)> = Vec::new();
     for _ in 0..3 {
         for name in PROGRAMS {
-            let (prog, took, insns) = load_iter(&mut enforcer, kernel, name)?;
+            let (prog, took, insns) = load_iter(&mut enforcer, name)?;
             loads.push((f64::from(insns), ms(took)));
             prog.unload()?;
         }
@@ -1586,7 +1578,6 @@ fn start_parts(kernel: &KernelFit, btf_read: std::time::Duration) -> anyhow::Res
 /// processed.
 fn load_iter<'a>(
     enforcer: &'a mut Enforcer,
-    kernel: &KernelFit,
     name: &str,
 ) -> anyhow::Result<(&'a mut Iter, std::time::Duration, u32)> {
     let prog: &mut Iter = enforcer
@@ -1595,7 +1586,7 @@ fn load_iter<'a>(
         .ok_or_else(|| anyhow::anyhow!("{name} is not in the BPF object"))?
         .try_into()?;
     let t = Instant::now();
-    prog.load("task_file", &kernel.btf)
+    prog.load("task_file", full_btf()?)
         .map_err(|e| anyhow::anyhow!("loading {name}: {}", loader::error_chain(&e)))?;
     let took = t.elapsed();
     let insns = prog
@@ -1673,4 +1664,15 @@ fn estimates(table: &[(String, [f64; 3])], n: &Native, pump: &[Denials], outside
             pump[col].bytes
         );
     }
+}
+
+/// The kernel's whole BTF as aya reads it, for the benchmark's own programs (a tracepoint
+/// and an iterator: `KernelFit::btf` holds the product's attach points only).
+fn full_btf() -> anyhow::Result<&'static aya::Btf> {
+    static BTF: std::sync::OnceLock<aya::Btf> = std::sync::OnceLock::new();
+    if let Some(b) = BTF.get() {
+        return Ok(b);
+    }
+    let b = aya::Btf::from_sys_fs().map_err(|e| anyhow::anyhow!("kernel BTF: {e}"))?;
+    Ok(BTF.get_or_init(|| b))
 }

@@ -173,9 +173,10 @@ impl Resolver<'_> {
 }
 
 /// The kernel's BTF (the raw type and string sections), with where each type starts and
-/// the ids of the names the loader looks up: structs, unions and the BPF-LSM attach
-/// points (`bpf_lsm_*`). Our own reader: a general one (btf-rs) spent 0.3 s natively, 2 s
-/// of every start under emulation, indexing everything; this reads what sandbox asks.
+/// the ids of the names the loader looks up: structs, unions and the attach points (the
+/// BPF-LSM ones, `bpf_lsm_*`, and the move programs' functions). Our own reader: a general
+/// one (btf-rs) spent 0.3 s natively, 2 s of every start under emulation, indexing
+/// everything; this reads what sandbox asks.
 pub struct Btf {
     data: Vec<u8>,
     /// Byte offset in `data` of each type (index: the type id; 0 is `void`).
@@ -258,7 +259,9 @@ impl Btf {
                 .push(u32::try_from(at).map_err(|_| bad("too large"))?);
             if matches!(k, kind::STRUCT | kind::UNION | kind::FUNC) {
                 let name = btf.name_in(&data, u32_at(&data, at)?);
-                if !name.is_empty() && (k != kind::FUNC || name.starts_with(b"bpf_lsm_")) {
+                if !name.is_empty()
+                    && (k != kind::FUNC || name.starts_with(b"bpf_lsm_") || move_target(name))
+                {
                     btf.names.entry(name.into()).or_default().push(id);
                 }
             }
@@ -427,8 +430,13 @@ pub fn lsm_hook_arity(btf: &Btf, hook: &str) -> Result<usize, BtfError> {
 /// The BTF id of the kernel's BPF-LSM attach point for `hook` (the function
 /// `bpf_lsm_<hook>`), which a program's load names.
 pub fn lsm_hook_id(btf: &Btf, hook: &str) -> Result<u32, BtfError> {
-    let name = format!("bpf_lsm_{hook}");
-    let ids = btf.named(&name);
+    func_id(btf, &format!("bpf_lsm_{hook}"))
+}
+
+/// The BTF id of the function `name` (the first of that name, as aya and libbpf take
+/// it): a BPF-LSM attach point or a move program's function (the names indexed).
+pub fn func_id(btf: &Btf, name: &str) -> Result<u32, BtfError> {
+    let ids = btf.named(name);
     if ids.is_empty() {
         return Err(BtfError::Other(format!("no {name} in kernel BTF")));
     }
@@ -436,6 +444,13 @@ pub fn lsm_hook_id(btf: &Btf, hook: &str) -> Result<u32, BtfError> {
         .copied()
         .find(|id| btf.header(*id).is_ok_and(|h| h.kind == kind::FUNC))
         .ok_or_else(|| BtfError::Other(format!("{name} is not a function in kernel BTF")))
+}
+
+/// A function a move program attaches to (`programs::MOVE_PROGRAMS`).
+fn move_target(name: &[u8]) -> bool {
+    sandbox_common::programs::MOVE_PROGRAMS
+        .iter()
+        .any(|m| m.function.as_bytes() == name)
 }
 
 /// Reads BTF from a file (normally `/sys/kernel/btf/vmlinux`).

@@ -62,7 +62,8 @@ pub struct KernelFit {
     pub offsets: KernelOffsets,
     /// The programs that fit its hooks.
     pub programs: Vec<Program>,
-    /// The kernel's BTF as aya reads it (for loading the programs).
+    /// The attach points of the programs that fit, as aya's loads look them up
+    /// ([`attach_points`]).
     pub btf: Btf,
     /// The BTF id of the attach point of `programs::PROBE` (`bpf_lsm_<hook>`), when the
     /// kernel has it.
@@ -216,7 +217,7 @@ impl Enforcer {
         // The tick rate is measured across the load (`dircache::max_age`).
         let ticks = super::dircache::Ticks::now(true);
         let mut t = crate::runtime::arm::Timer::new();
-        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, btf)?;
+        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count)?;
         t.lap("maps made");
         e.pin_dir = pin_dir.map(Path::to_path_buf);
         if crate::diag::kernel_log_on() {
@@ -285,21 +286,19 @@ impl Enforcer {
         policy: &CompiledPolicy,
         offsets: &KernelOffsets,
         identity_count: usize,
-        btf: &Btf,
     ) -> Result<Self, LoadError> {
-        Self::create(Some((policy, identity_count)), offsets, btf)
+        Self::create(Some((policy, identity_count)), offsets)
     }
 
     /// The object with every map at its smallest, for [`probe_cgroup`], which loads the
     /// fallback's cgroup programs and drops them (the real load makes its own maps).
-    fn create_for_probe(offsets: &KernelOffsets, btf: &Btf) -> Result<Self, LoadError> {
-        Self::create(None, offsets, btf)
+    fn create_for_probe(offsets: &KernelOffsets) -> Result<Self, LoadError> {
+        Self::create(None, offsets)
     }
 
     fn create(
         sized_for: Option<(&CompiledPolicy, usize)>,
         offsets: &KernelOffsets,
-        btf: &Btf,
     ) -> Result<Self, LoadError> {
         let sizes: Vec<(&str, u32)> = match sized_for {
             Some((policy, identity_count)) => Self::sizes(policy, identity_count).to_vec(),
@@ -317,8 +316,11 @@ impl Enforcer {
             loader
                 .verifier_log_level(aya::VerifierLogLevel::VERBOSE | aya::VerifierLogLevel::STATS);
         }
+        // No kernel BTF for the object: it has no CO-RE relocations (struct offsets are
+        // read from BTF by `kernel::btf` and given as `OFFSETS_GLOBAL`), and the
+        // programs' attach points are looked up in `KernelFit::btf` at their loads.
         loader
-            .btf(Some(btf))
+            .btf(None)
             .override_global(OFFSETS_GLOBAL, offsets, true)
             .override_global(aya_log::LEVEL, &log_level, true);
         for (name, entries) in sizes {
@@ -429,7 +431,7 @@ impl Enforcer {
         identity_count: usize,
         pin_dir: Option<&Path>,
     ) -> Result<Self, LoadError> {
-        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count, &kernel.btf)?;
+        let mut e = Self::create_maps(policy, &kernel.offsets, identity_count)?;
         e.pin_dir = pin_dir.map(Path::to_path_buf);
         Ok(e)
     }
@@ -1109,7 +1111,8 @@ pub fn kernel_fit_without_lsm() -> Result<KernelFit, LoadError> {
     Ok(KernelFit {
         offsets,
         programs: Vec::new(),
-        btf: Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string()))?,
+        // Nothing here attaches by BTF (the cgroup programs attach to the cgroup).
+        btf: Btf::new(),
         probe_attach: None,
     })
 }
@@ -1353,7 +1356,7 @@ fn debug_line(
 
 /// Whether the fallback backend's cgroup programs load here (loaded, not attached).
 pub fn probe_cgroup(kernel: &KernelFit) -> Result<(), LoadError> {
-    let mut e = Enforcer::create_for_probe(&kernel.offsets, &kernel.btf)?;
+    let mut e = Enforcer::create_for_probe(&kernel.offsets)?;
     for p in sandbox_common::programs::CGROUP_PROGRAMS {
         let err = |detail: String| LoadError::Attach {
             hook: format!("cgroup/{}", p.name),
@@ -1370,36 +1373,73 @@ pub fn probe_cgroup(kernel: &KernelFit) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Reads the running kernel's BTF: struct offsets, and the programs whose hook forms fit.
-/// Two parsers read the BTF (ours for offsets and hook forms, aya for loading); they run
-/// side by side.
+/// Reads the running kernel's BTF: struct offsets, the programs whose hook forms fit, and
+/// their attach points.
 pub fn kernel_fit() -> Result<KernelFit, LoadError> {
-    let (ours, aya_btf) = std::thread::scope(|s| {
-        let aya_btf = s.spawn(|| Btf::from_sys_fs().map_err(|e| LoadError::Btf(e.to_string())));
-        let ours = (|| {
-            let btf = crate::kernel::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
-                .map_err(|e| LoadError::Btf(e.to_string()))?;
-            let programs = fitting(|hook| {
-                crate::kernel::btf::lsm_hook_arity(&btf, hook).map_err(|e| e.to_string())
-            })?;
-            let offsets =
-                crate::kernel::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
-            let probe = sandbox_common::programs::find(sandbox_common::programs::PROBE);
-            let probe_attach = crate::kernel::btf::lsm_hook_id(&btf, probe.hook).ok();
-            Ok::<_, LoadError>((offsets, programs, probe_attach))
-        })();
-        let aya_btf = aya_btf
-            .join()
-            .unwrap_or_else(|_| Err(LoadError::Btf("BTF parser panicked".into())));
-        (ours, aya_btf)
-    });
-    let (offsets, programs, probe_attach) = ours?;
+    let btf = crate::kernel::btf::load(Path::new("/sys/kernel/btf/vmlinux"))
+        .map_err(|e| LoadError::Btf(e.to_string()))?;
+    let programs =
+        fitting(|hook| crate::kernel::btf::lsm_hook_arity(&btf, hook).map_err(|e| e.to_string()))?;
+    let offsets = crate::kernel::btf::offsets(&btf).map_err(|e| LoadError::Btf(e.to_string()))?;
+    let probe = sandbox_common::programs::find(sandbox_common::programs::PROBE);
+    let probe_attach = crate::kernel::btf::lsm_hook_id(&btf, probe.hook).ok();
+    let points = attach_points(&btf, &programs)?;
     Ok(KernelFit {
         offsets,
         programs,
-        btf: aya_btf?,
+        btf: points,
         probe_attach,
     })
+}
+
+/// The attach points of `programs` and of the move programs (those this kernel has), as
+/// aya's `Lsm::load` and `FEntry`/`FExit::load` look them up: a BTF of aya's in which each
+/// attach point's function has the id it has in the kernel's BTF, the ids between taken
+/// by placeholders of another kind. Those loads find the id by name, comparing the name of
+/// every function of the BTF they are given before it: over the kernel's own BTF 0.6-4.7
+/// ms a program natively (36 ms for a start's 60, one CPU), and the kernel's BTF parsed by
+/// aya once more; here a scan of placeholders' kinds. The ids are ours
+/// (`kernel::btf::func_id`, the first function of the name, as aya takes it); a load at a
+/// wrong id would name another function, which the kernel checks against the program's
+/// hook.
+pub fn attach_points(
+    btf: &crate::kernel::btf::Btf,
+    programs: &[Program],
+) -> Result<Btf, LoadError> {
+    use aya_obj::btf::{BtfType, Float, Func, FuncLinkage};
+    let mut points: Vec<(u32, String)> = Vec::new();
+    for p in programs {
+        let name = format!("bpf_lsm_{}", p.hook);
+        let id =
+            crate::kernel::btf::func_id(btf, &name).map_err(|e| LoadError::Btf(e.to_string()))?;
+        points.push((id, name));
+    }
+    for m in sandbox_common::programs::MOVE_PROGRAMS {
+        // Absent (`optional` ones on older kernels): its load says so, as aya's would.
+        if let Ok(id) = crate::kernel::btf::func_id(btf, m.function) {
+            points.push((id, m.function.to_owned()));
+        }
+    }
+    points.sort_unstable();
+    points.dedup();
+    let mut out = Btf::new();
+    let placeholder = out.add_string("");
+    let mut next = 1u32;
+    for (id, name) in points {
+        if id < next {
+            return Err(LoadError::Btf(format!("two attach points at BTF id {id}")));
+        }
+        while next < id {
+            next = out.add_type(BtfType::Float(Float::new(placeholder, 8))) + 1;
+        }
+        let name_at = out.add_string(&name);
+        let got = out.add_type(BtfType::Func(Func::new(name_at, 0, FuncLinkage::Global)));
+        if got != id {
+            return Err(LoadError::Btf(format!("{name}: BTF id {got}, not {id}")));
+        }
+        next = id + 1;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1407,6 +1447,37 @@ mod tests {
     use sandbox_common::{InodeKey, LITERAL_EXACT_SHIFT, filter};
 
     use super::*;
+
+    /// Every attach point is found at the id aya finds over the kernel's whole BTF, on
+    /// this machine's kernel; a function it lacks is absent from both.
+    #[test]
+    fn attach_points_have_the_kernels_ids() {
+        use aya_obj::btf::BtfKind;
+        let fit = kernel_fit().unwrap();
+        let whole = Btf::from_sys_fs().unwrap();
+        let mut names: Vec<String> = fit
+            .programs
+            .iter()
+            .map(|p| format!("bpf_lsm_{}", p.hook))
+            .collect();
+        names.extend(
+            sandbox_common::programs::MOVE_PROGRAMS
+                .iter()
+                .map(|m| m.function.to_owned()),
+        );
+        names.push("bpf_lsm_no_such_hook".into());
+        assert!(names.len() > 40, "{names:?}");
+        for n in &names {
+            let want = whole.id_by_type_name_kind(n, BtfKind::Func).ok();
+            let got = fit.btf.id_by_type_name_kind(n, BtfKind::Func).ok();
+            assert_eq!(got, want, "{n}");
+        }
+        assert!(
+            fit.btf
+                .id_by_type_name_kind("bpf_lsm_file_open", BtfKind::Func)
+                .is_ok()
+        );
+    }
 
     fn has(words: &[u64], region: u32, key: u64) -> bool {
         let (w, b) = filter::slot(region, key);
