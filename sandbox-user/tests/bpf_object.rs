@@ -112,3 +112,16 @@ fn no_program_calls_a_byte_loop() {
     assert!(seen > 30, "only {seen} program sections found");
     assert!(calls.is_empty(), "{}", calls.join("\n"));
 }
+
+/// The object has no CO-RE relocations: the loader loads it without the kernel's BTF
+/// (`.btf(None)`, with which aya would skip them without a word) and gives the programs
+/// the struct offsets it read itself.
+#[test]
+fn the_object_has_no_core_relocations() {
+    let obj = aya_obj::Object::parse(sandbox_user::BPF_OBJECT).expect("embedded BPF object");
+    assert!(
+        obj.btf_ext.is_some(),
+        "the object has no .BTF.ext to hold relocations"
+    );
+    assert!(!obj.has_btf_relocations());
+}
