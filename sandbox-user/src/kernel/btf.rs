@@ -466,6 +466,53 @@ pub fn load(path: &Path) -> Result<Btf, BtfError> {
 mod arity_tests {
     use super::*;
 
+    /// A BTF where the name `bpf_lsm_x` is a struct (id 2), then a function (id 4), then a
+    /// function again (id 5): the attach point is the first function, for our reader, for
+    /// aya's over the same BTF, and in the attach points' BTF given to aya's loads.
+    #[test]
+    fn the_attach_point_is_the_first_function_of_its_name() {
+        fn ty(name: u32, kind: u32, size_or_type: u32, trailing: &[u8]) -> Vec<u8> {
+            let mut t = Vec::new();
+            t.extend(name.to_le_bytes());
+            t.extend((kind << 24).to_le_bytes());
+            t.extend(size_or_type.to_le_bytes());
+            t.extend(trailing);
+            t
+        }
+        let strings = b"\0int\0bpf_lsm_x\0";
+        let (int, name) = (1, 5);
+        let mut types = Vec::new();
+        types.extend(ty(int, kind::INT, 4, &(32u32).to_le_bytes())); // 1
+        types.extend(ty(name, kind::STRUCT, 0, &[])); // 2
+        types.extend(ty(0, kind::FUNC_PROTO, 1, &[])); // 3
+        types.extend(ty(name, kind::FUNC, 3, &[])); // 4
+        types.extend(ty(name, kind::FUNC, 3, &[])); // 5
+        let mut data = Vec::new();
+        data.extend(0xeb9fu16.to_le_bytes());
+        data.extend([1, 0]);
+        data.extend(24u32.to_le_bytes());
+        let type_len = u32::try_from(types.len()).unwrap();
+        for v in [0, type_len, type_len, strings.len() as u32] {
+            data.extend(v.to_le_bytes());
+        }
+        data.extend(&types);
+        data.extend(strings);
+        let ours = Btf::parse(data.clone()).unwrap();
+        assert_eq!(lsm_hook_id(&ours, "x").unwrap(), 4);
+        assert_eq!(lsm_hook_arity(&ours, "x").unwrap(), 0);
+        let theirs = aya::Btf::parse(&data, aya::Endianness::Little).unwrap();
+        let kind = aya_obj::btf::BtfKind::Func;
+        assert_eq!(theirs.id_by_type_name_kind("bpf_lsm_x", kind).unwrap(), 4);
+        let program = sandbox_common::programs::Program {
+            name: "x",
+            hook: "x",
+            arity: 0,
+            optional: false,
+        };
+        let points = crate::kernel::loader::attach_points(&ours, &[program]).unwrap();
+        assert_eq!(points.id_by_type_name_kind("bpf_lsm_x", kind).unwrap(), 4);
+    }
+
     /// btf-rs's offset and size of `strukt.path`, walked as `Resolver::offset` walks ours.
     fn theirs_path(b: &btf_rs::Btf, strukt: &str, path: &[&str]) -> (u32, usize) {
         fn strip(b: &btf_rs::Btf, mut t: btf_rs::Type) -> btf_rs::Type {
