@@ -1397,11 +1397,11 @@ pub fn kernel_fit() -> Result<KernelFit, LoadError> {
 /// attach point's function has the id it has in the kernel's BTF, the ids between taken
 /// by placeholders of another kind. Those loads find the id by name, comparing the name of
 /// every function of the BTF they are given before it: over the kernel's own BTF 0.6-4.7
-/// ms a program natively (36 ms for a start's 60, one CPU), and the kernel's BTF parsed by
-/// aya once more; here a scan of placeholders' kinds. The ids are ours
-/// (`kernel::btf::func_id`, the first function of the name, as aya takes it); a load at a
-/// wrong id would name another function, which the kernel checks against the program's
-/// hook.
+/// ms a program natively (36-47 ms for a start's 60, one CPU), and the kernel's BTF parsed
+/// by aya once more; here a scan of placeholders' kinds. The ids are ours
+/// (`kernel::btf::func_id`, the first function of the name, as aya takes it). A wrong id
+/// could name another BPF-LSM hook, which the kernel would accept: the unit tests hold
+/// the ids to aya's (the host's kernel, and a BTF with a name given twice).
 pub fn attach_points(
     btf: &crate::kernel::btf::Btf,
     programs: &[Program],
