@@ -21,8 +21,7 @@ use crate::path::{FileFacts, PATH_END};
 use crate::work::{Claim, Work};
 
 /// What a hook wants to report; the task fields are filled in by `send`. Laid out without
-/// holes: it crosses into a global function by pointer, and the verifier checks the
-/// pointed-to stack bytes are all written.
+/// holes (9 words): the aggregation compares it as words.
 #[repr(C)]
 pub struct Report {
     pub ino: u64,
@@ -69,6 +68,23 @@ fn copy_addr(dst: &mut [u8; 16], src: &[u8; 16]) {
     unsafe {
         core::ptr::write_volatile(d, core::ptr::read_volatile(s));
         core::ptr::write_volatile(d.add(1), core::ptr::read_volatile(s.add(1)));
+    }
+}
+
+/// Copies a report a word at a time (see [`Report::bare`]: not a `memcpy`, and LLVM
+/// would build the report in place with a `memset` of its zeros).
+#[inline(always)]
+fn copy_report(dst: &mut Report, src: &Report) {
+    let (d, s) = (
+        core::ptr::from_mut(dst).cast::<u64>(),
+        core::ptr::from_ref(src).cast::<u64>(),
+    );
+    let mut i = 0;
+    while i < AGG_KEY_WORDS {
+        // SAFETY: inside both reports, which are 8-aligned (they hold a u64) and
+        // `AGG_KEY_WORDS` words long (asserted above).
+        unsafe { core::ptr::write_volatile(d.add(i), core::ptr::read_volatile(s.add(i))) };
+        i += 1;
     }
 }
 
@@ -126,28 +142,34 @@ impl Report {
 /// Sends `rep` with the acting task's details (see [`sandbox_send`]), built in the
 /// decision's working memory (`mem`; the path of `rep.path_start` is there). No working
 /// memory free: counted as lost.
+///
+/// The report goes to [`sandbox_send`] in the working memory, not by a pointer to this
+/// stack: 7.x kernels analyse a function that gets a stack pointer once more for every
+/// call that passes one (`bpf_compute_subprog_arg_access`, before the verifier proper),
+/// and a hook reports from several places (about a third of a small program's load).
 #[inline(always)]
 pub fn send(mem: Claim, rep: &Report) {
     match mem.work() {
         Some(w) => {
-            sandbox_send(w.index(), core::ptr::from_ref(rep));
+            if let Some(s) = w.mem() {
+                copy_report(&mut s.report, rep);
+                sandbox_send(w.index());
+            } else {
+                count_drop();
+            }
         }
         None => count_drop(),
     }
 }
 
-/// Fills in the record and puts it in the ring, or counts it when it repeats the last
-/// one of this CPU (see [`aggregate`]). A global function, checked by the verifier
-/// once per program rather than at each of a hook's reports (as `path::sandbox_resolve`);
-/// it must return a scalar, and returns 0.
+/// Fills in the record of the report in working memory `work` (see [`send`]) and puts it
+/// in the ring, or counts it when it repeats the last one of this CPU (see [`aggregate`]).
+/// A global function, checked by the verifier once per program rather than at each of a
+/// hook's reports (as `path::sandbox_resolve`); it must return a scalar, and returns 0.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_send(work: u32, rep: *const Report) -> u32 {
-    // SAFETY: the verifier passes a pointer to a whole `Report` or NULL.
-    let Some(rep) = (unsafe { rep.as_ref() }) else {
-        return 0;
-    };
-    send_here(Work::at(work), rep);
+pub extern "C" fn sandbox_send(work: u32) -> u32 {
+    send_here(Work::at(work));
     0
 }
 
@@ -164,7 +186,7 @@ pub extern "C" fn sandbox_send(work: u32, rep: *const Report) -> u32 {
 /// middle of its update: each holds the slot's lock (`AggSlot::lock`) while it reads and
 /// writes it, and a decision that finds it held sends its record unaggregated.
 #[inline(always)]
-fn aggregate(w: Work, rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg, ()> {
+fn aggregate(rep: &Report, e: &mut EventHeader, tgid: u32, exe: u64, now: u64) -> Result<Agg, ()> {
     let none = Agg {
         flags: 0,
         base: 0,
@@ -185,7 +207,7 @@ fn aggregate(w: Work, rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg
     // words without holes.
     let r = unsafe {
         aggregate_locked(
-            w,
+            e,
             &mut *slot,
             &*core::ptr::from_ref(rep).cast::<[u64; AGG_KEY_WORDS]>(),
             tgid,
@@ -200,7 +222,7 @@ fn aggregate(w: Work, rep: &Report, tgid: u32, exe: u64, now: u64) -> Result<Agg
 /// [`aggregate`] with the slot's lock held.
 #[inline(always)]
 fn aggregate_locked(
-    w: Work,
+    e: &mut EventHeader,
     slot: &mut AggSlot,
     words: &[u64; AGG_KEY_WORDS],
     tgid: u32,
@@ -220,7 +242,7 @@ fn aggregate_locked(
     }
     let total = slot.suppressed;
     if slot.valid != 0 && total > slot.base {
-        repeats(w, slot, total);
+        repeats(e, slot, total);
     }
     // The key changes: invalid until its record is in the ring; `base` and `key_seq`
     // before anything counts for it (see `AggSlot`).
@@ -262,12 +284,7 @@ fn same(a: &[u64; AGG_KEY_WORDS], b: &[u64; AGG_KEY_WORDS]) -> bool {
 /// Sends the count of the slot's key: denials `slot.base..total` of this CPU. If the ring
 /// is full, they are counted as lost.
 #[inline(always)]
-fn repeats(w: Work, slot: &AggSlot, total: u64) {
-    let Some(s) = w.mem() else {
-        add_drops(total - slot.base);
-        return;
-    };
-    let e: &mut EventHeader = &mut s.event;
+fn repeats(e: &mut EventHeader, slot: &AggSlot, total: u64) {
     zero_header(e);
     e.hook = (slot.key[3] & 0xffff_ffff) as u32;
     e.flags = EVENT_F_REPEATS;
@@ -278,11 +295,11 @@ fn repeats(w: Work, slot: &AggSlot, total: u64) {
     e.agg_base = slot.base;
     e.agg_total = total;
     e.agg_key = slot.key_seq;
-    // SAFETY: `event` is a whole header in the per-CPU value.
+    // SAFETY: `e` is a whole header (in the per-CPU value).
     let ret = unsafe {
         bpf_ringbuf_output(
             (&raw const EVENTS).cast_mut().cast::<c_void>(),
-            (&raw mut s.event).cast(),
+            core::ptr::from_mut(e).cast(),
             size_of::<EventHeader>() as u64,
             0,
         )
@@ -293,7 +310,7 @@ fn repeats(w: Work, slot: &AggSlot, total: u64) {
 }
 
 #[inline(always)]
-fn send_here(w: Work, rep: &Report) {
+fn send_here(w: Work) {
     let off = kread::offsets();
     let pid_tgid = unsafe { bpf_get_current_pid_tgid() };
     let now = unsafe { bpf_ktime_get_boot_ns() };
@@ -301,13 +318,7 @@ fn send_here(w: Work, rep: &Report) {
     let exe_file = kread::read_ptr(task, off.task_struct_mm)
         .and_then(|mm| kread::read_ptr(mm, off.mm_struct_exe_file))
         .map_or(0, |f| f as u64);
-    let agg = sandbox_aggregate(
-        w.index(),
-        core::ptr::from_ref(rep),
-        pid_tgid >> 32,
-        exe_file,
-        now,
-    );
+    let agg = sandbox_aggregate(w.index(), pid_tgid >> 32, exe_file, now);
     if agg & agg_ret::SEND == 0 {
         return;
     }
@@ -317,6 +328,9 @@ fn send_here(w: Work, rep: &Report) {
         count_drop();
         return;
     };
+    // Read where it is, not copied: the stacks of this function, `sandbox_aggregate` and
+    // the hook's must fit in 512 bytes together.
+    let rep = &s.report;
     let uid_gid = unsafe { bpf_get_current_uid_gid() };
     let parent = kread::read_ptr(task, off.task_struct_real_parent).unwrap_or(core::ptr::null());
     let ppid: u32 = kread::read(parent, off.task_struct_tgid).unwrap_or(0);
@@ -406,29 +420,24 @@ mod agg_ret {
     pub const SEQ: u64 = 2;
 }
 
-/// [`aggregate`], a global function: its outcomes would otherwise be as many states of
-/// [`send_here`] for the verifier. Writes the record's `agg_base` and `agg_total` in the
-/// working memory; returns the rest ([`agg_ret`]).
+/// [`aggregate`] of the report in working memory `work`, a global function: its outcomes
+/// would otherwise be as many states of [`send_here`] for the verifier. Writes the
+/// record's `agg_base` and `agg_total` in the working memory; returns the rest
+/// ([`agg_ret`]).
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn sandbox_aggregate(
-    work: u32,
-    rep: *const Report,
-    tgid: u64,
-    exe: u64,
-    now: u64,
-) -> u64 {
-    let w = Work::at(work);
-    // SAFETY: the verifier passes a pointer to a whole `Report` or NULL.
-    let Some(rep) = (unsafe { rep.as_ref() }) else {
+pub extern "C" fn sandbox_aggregate(work: u32, tgid: u64, exe: u64, now: u64) -> u64 {
+    let Some(s) = Work::at(work).mem() else {
         return agg_ret::SEND;
     };
-    let Ok(agg) = aggregate(w, rep, tgid as u32, exe, now) else {
+    let Ok(agg) = aggregate(&s.report, &mut s.event, tgid as u32, exe, now) else {
         return 0;
     };
-    if let Some(s) = w.mem() {
-        s.event.agg_base = agg.base;
-        s.event.agg_total = agg.base;
+    // Volatile: two known zeros side by side would be a `memset` (see `Report::bare`).
+    // SAFETY: fields of the per-CPU value.
+    unsafe {
+        core::ptr::write_volatile(&raw mut s.event.agg_base, agg.base);
+        core::ptr::write_volatile(&raw mut s.event.agg_total, agg.base);
     }
     if agg.flags == 0 {
         agg_ret::SEND

@@ -185,6 +185,9 @@ pub struct Scratch {
     /// The file's name, for the name cache (`namecache.rs`).
     pub name: crate::namecache::Name,
     pub path: [u8; PATH_BUF],
+    /// The report being sent (`event::send`): it crosses into `sandbox_send` here rather
+    /// than by a pointer to the hook's stack (see there).
+    pub report: crate::event::Report,
     pub event: EventHeader,
     /// The file path, then the executable's path.
     pub event_path: [u8; 2 * PATH_MAX],
