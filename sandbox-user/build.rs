@@ -48,5 +48,47 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         }],
         aya_build::Toolchain::Custom(&toolchain),
-    )
+    )?;
+    strip_dwarf(&Path::new(&std::env::var("OUT_DIR")?).join("sandbox"))
+}
+
+/// Drops the object's DWARF (`.debug_*` and their relocations): three quarters of its
+/// bytes, which the loader parses at every start and nothing reads (the verifier's line
+/// info and the BTF the programs carry are in `.BTF` and `.BTF.ext`, made from it by
+/// bpf-linker). Every other section, symbol and relocation is written back as it was.
+fn strip_dwarf(path: &Path) -> anyhow::Result<()> {
+    let data = std::fs::read(path)?;
+    let mut elf = object::build::elf::Builder::read(&*data)?;
+    let dwarf: Vec<_> = elf
+        .sections
+        .iter()
+        .filter(|s| s.name.as_slice().starts_with(b".debug_"))
+        .map(object::build::elf::Section::id)
+        .collect();
+    if dwarf.is_empty() {
+        anyhow::bail!("{}: no DWARF sections to drop", path.display());
+    }
+    for s in &mut elf.sections {
+        // The DWARF, and the relocations of its sections.
+        if dwarf.contains(&s.id()) || s.sh_info_section.is_some_and(|id| dwarf.contains(&id)) {
+            s.delete = true;
+        }
+    }
+    // bpf-linker keeps the section names in `.strtab` with the symbols' names; the writer
+    // wants a table of their own.
+    if !elf
+        .sections
+        .iter()
+        .any(|s| matches!(s.data, object::build::elf::SectionData::SectionString) && !s.delete)
+    {
+        let names = elf.sections.add();
+        names.name = object::build::ByteString::from(&b".shstrtab"[..]);
+        names.sh_type = object::elf::SHT_STRTAB;
+        names.sh_addralign = 1;
+        names.data = object::build::elf::SectionData::SectionString;
+    }
+    let mut out = Vec::with_capacity(data.len());
+    elf.write(&mut out)?;
+    std::fs::write(path, out)?;
+    Ok(())
 }

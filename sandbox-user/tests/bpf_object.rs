@@ -125,3 +125,17 @@ fn the_object_has_no_core_relocations() {
     );
     assert!(!obj.has_btf_relocations());
 }
+
+/// The embedded object has its BTF and line info (`.BTF`, `.BTF.ext`) but no DWARF
+/// (`build.rs` drops it: three quarters of the bytes the loader would parse at each start).
+#[test]
+fn the_object_carries_btf_but_no_dwarf() {
+    use object::{Object as _, ObjectSection as _};
+    let file = object::File::parse(sandbox_user::BPF_OBJECT).expect("embedded BPF object");
+    let names: Vec<&str> = file.sections().filter_map(|s| s.name().ok()).collect();
+    for needed in [".BTF", ".BTF.ext", ".symtab"] {
+        assert!(names.contains(&needed), "{needed} is missing: {names:?}");
+    }
+    let dwarf: Vec<_> = names.iter().filter(|n| n.contains(".debug_")).collect();
+    assert!(dwarf.is_empty(), "{dwarf:?}");
+}
