@@ -1344,16 +1344,19 @@ fn attach_movers(
 /// made as usual (the same loader, only slower).
 fn loader_without_kernel_btf<'a>() -> EbpfLoader<'a> {
     std::thread::scope(|s| {
-        s.spawn(|| {
-            let rooted = nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
-                .and_then(|()| nix::unistd::chroot(KERNEL_BTF_DIR));
-            if let Err(e) = rooted {
-                tracing::debug!("the loader reads the kernel's BTF ({KERNEL_BTF_DIR}: {e})");
-            }
-            EbpfLoader::new()
-        })
-        .join()
-        .unwrap_or_else(|_| EbpfLoader::new())
+        std::thread::Builder::new()
+            .spawn_scoped(s, || {
+                let rooted = nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
+                    .and_then(|()| nix::unistd::chroot(KERNEL_BTF_DIR));
+                if let Err(e) = rooted {
+                    tracing::debug!("the loader reads the kernel's BTF ({KERNEL_BTF_DIR}: {e})");
+                }
+                EbpfLoader::new()
+            })
+            .ok()
+            .and_then(|t| t.join().ok())
+            // No thread: here, as aya makes it (`Default` is `EbpfLoader::new()`).
+            .unwrap_or_default()
     })
 }
 
@@ -1510,12 +1513,19 @@ mod tests {
     fn the_loader_reads_no_kernel_btf() {
         let btf_of = |l: &EbpfLoader<'_>| format!("{l:?}").chars().take(30).collect::<String>();
         assert!(Path::new(KERNEL_BTF_DIR).join("vmlinux").exists());
-        let chrooted = nix::unistd::geteuid().is_root();
+        // Whether a thread here may have a root of its own (a chroot to where it is).
+        let chrooted = std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
+                .and_then(|()| nix::unistd::chroot("/"))
+                .is_ok()
+        })
+        .join()
+        .unwrap();
         let got = btf_of(&loader_without_kernel_btf());
         if chrooted {
             assert!(got.starts_with("EbpfLoader { btf: None,"), "{got}");
         } else {
-            // Without the right to change its root the thread reads it as aya does.
+            // Without the right to change its root, the thread reads it as aya does.
             assert!(got.starts_with("EbpfLoader { btf: Some("), "{got}");
         }
         assert!(btf_of(&EbpfLoader::new()).starts_with("EbpfLoader { btf: Some("));
