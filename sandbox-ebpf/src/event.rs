@@ -59,32 +59,39 @@ fn zero_header(e: &mut EventHeader) {
     }
 }
 
-/// Copies the 16 address bytes of a report into a record as two words (see
-/// [`Report::bare`]: not a `memmove`).
+/// Copies `N` words from `src` to `dst`, a word at a time (see [`Report::bare`]: not a
+/// `memcpy`, which BPF makes a loop of single bytes; and a plain copy lets LLVM build the
+/// source in place with a `memset` of its zeros).
+///
+/// # Safety
+/// Both point to `N` 8-aligned words.
 #[inline(always)]
-fn copy_addr(dst: &mut [u8; 16], src: &[u8; 16]) {
-    let (d, s) = (dst.as_mut_ptr().cast::<u64>(), src.as_ptr().cast::<u64>());
-    // SAFETY: both arrays sit at 8-aligned offsets of 8-aligned structs (asserted above).
-    unsafe {
-        core::ptr::write_volatile(d, core::ptr::read_volatile(s));
-        core::ptr::write_volatile(d.add(1), core::ptr::read_volatile(s.add(1)));
+unsafe fn copy_words<const N: usize>(dst: *mut u64, src: *const u64) {
+    let mut i = 0;
+    while i < N {
+        // SAFETY: the caller's.
+        unsafe { core::ptr::write_volatile(dst.add(i), core::ptr::read_volatile(src.add(i))) };
+        i += 1;
     }
 }
 
-/// Copies a report a word at a time (see [`Report::bare`]: not a `memcpy`, and LLVM
-/// would build the report in place with a `memset` of its zeros).
+/// Copies the 16 address bytes of a report into a record as two words.
+#[inline(always)]
+fn copy_addr(dst: &mut [u8; 16], src: &[u8; 16]) {
+    // SAFETY: both arrays sit at 8-aligned offsets of 8-aligned structs (asserted above).
+    unsafe { copy_words::<2>(dst.as_mut_ptr().cast(), src.as_ptr().cast()) }
+}
+
+/// Copies a report (into the working memory, for [`sandbox_send`]).
 #[inline(always)]
 fn copy_report(dst: &mut Report, src: &Report) {
-    let (d, s) = (
-        core::ptr::from_mut(dst).cast::<u64>(),
-        core::ptr::from_ref(src).cast::<u64>(),
-    );
-    let mut i = 0;
-    while i < AGG_KEY_WORDS {
-        // SAFETY: inside both reports, which are 8-aligned (they hold a u64) and
-        // `AGG_KEY_WORDS` words long (asserted above).
-        unsafe { core::ptr::write_volatile(d.add(i), core::ptr::read_volatile(s.add(i))) };
-        i += 1;
+    // SAFETY: reports are 8-aligned (they hold a u64) and `AGG_KEY_WORDS` words long
+    // (asserted above).
+    unsafe {
+        copy_words::<AGG_KEY_WORDS>(
+            core::ptr::from_mut(dst).cast(),
+            core::ptr::from_ref(src).cast(),
+        );
     }
 }
 
