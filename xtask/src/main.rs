@@ -189,24 +189,16 @@ pub struct Artifacts {
 
 fn build() -> anyhow::Result<Artifacts> {
     let root = root();
+    // The default members, as `cargo test --release` selects them: the same features, so
+    // what the host tests built is used again (see `sh::cargo_test_executable`).
     sh::run(
         sh::cargo()
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "sandbox-user",
-                "-p",
-                "sandbox-tests",
-                "--bins",
-                "--example",
-                "floor",
-            ])
+            .args(["build", "--release", "--bins", "--example", "floor"])
             .current_dir(&root),
     )?;
-    let tests = sh::cargo_test_executable(&root, "sandbox-tests", "kernel")?;
-    let fallback_tests = sh::cargo_test_executable(&root, "sandbox-tests", "fallback")?;
-    let systemd_tests = sh::cargo_test_executable(&root, "sandbox-tests", "systemd")?;
+    let tests = sh::cargo_test_executable(&root, "kernel")?;
+    let fallback_tests = sh::cargo_test_executable(&root, "fallback")?;
+    let systemd_tests = sh::cargo_test_executable(&root, "systemd")?;
     let rel = target_dir()?.join("release");
     Ok(Artifacts {
         sandbox: rel.join("sandbox"),
@@ -340,7 +332,7 @@ fn fallback_on_host(root: &std::path::Path, arts: &Artifacts) -> anyhow::Result<
     if !root_user {
         bail!("the fallback tests run on the host as root: run cargo xtask test as root");
     }
-    let exe = sh::cargo_test_executable(root, "sandbox-tests", "fallback")?;
+    let exe = sh::cargo_test_executable(root, "fallback")?;
     sh::run(
         std::process::Command::new(exe)
             .args(["--include-ignored", "--test-threads=1"])
@@ -359,7 +351,7 @@ fn shipping_on_host(root: &std::path::Path, arts: &Artifacts) -> anyhow::Result<
     println!(
         "==> audit log shipped by rsyslog to a collector on loopback (tests/tests/shipping.rs)"
     );
-    let exe = sh::cargo_test_executable(root, "sandbox-tests", "shipping")?;
+    let exe = sh::cargo_test_executable(root, "shipping")?;
     sh::run(
         std::process::Command::new(exe)
             .args(["--include-ignored", "--test-threads=1", "--nocapture"])
