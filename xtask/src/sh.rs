@@ -50,7 +50,7 @@ pub fn have(program: &str) -> bool {
 
 /// Builds the integration test target `test` (of `sandbox-tests`) and returns its
 /// executable. The workspace's default members are selected, as by `cargo test` and
-/// `build`: with `-p sandbox-tests` alone cargo unifies other features (serde_json's, libc's)
+/// `build`: with `-p sandbox-tests` alone cargo unifies other features (`serde_json`'s, `libc`'s)
 /// and builds their dependents again, 50 s of every CI run.
 pub fn cargo_test_executable(root: &Path, test: &str) -> anyhow::Result<PathBuf> {
     let out = output(

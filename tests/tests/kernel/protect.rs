@@ -110,7 +110,8 @@ fn self_protection() {
 }
 
 /// A root command that kept every capability still cannot reach past the policy through
-/// the kernel: no child started into another cgroup, no unmount, no kernel module, no
+/// the kernel: no child started into another cgroup, no unmount, no new root (`pivot_root`
+/// in a mount namespace of its own), no kernel module, no
 /// operation on the lockdown list, no resource limits on processes outside, no writes to
 /// the kernel's settings (the files that start helpers as root outside any sandbox) or to
 /// the BPF file system, no raw memory or disk. Each route is shown working outside the sandbox first.
@@ -123,6 +124,10 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
     }
     let _m_in = Tmpfs::mount(&d.join("m_in"));
     let m_out = Tmpfs::mount(&d.join("m_out"));
+    // pivot_root's new root (a mount point on a mount point) and where the old root goes.
+    std::fs::create_dir(d.join("m_in/new")).unwrap();
+    let _new_root = Tmpfs::mount(&d.join("m_in/new"));
+    std::fs::create_dir(d.join("m_in/new/old")).unwrap();
     write(&d.join("not-a-module.ko"), "not an ELF file, but not empty");
     let mut outsider = Command::new("sleep").arg("600").spawn().unwrap();
     let pid = outsider.id().to_string();
@@ -172,9 +177,12 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
     );
     assert_eq!(probe_outside(&["umount", &path_str(&d, "m_out")]), OK);
     std::mem::forget(m_out);
+    // In a mount namespace of its own (which root may make inside too).
+    assert_eq!(probe_outside(&["pivot-root", &path_str(&d, "m_in")]), OK);
     // Inside, as root with every capability kept.
     let mut ops: Vec<Vec<String>> = cases.iter().map(|(op, _, _)| words(op)).collect();
     ops.push(vec!["umount".into(), path_str(&d, "m_in")]);
+    ops.push(vec!["pivot-root".into(), path_str(&d, "m_in")]);
     ops.push(vec!["sigio-parent".into()]);
     ops.push(vec!["open-ppid".into(), "oom_score_adj".into(), "w".into()]);
     let refs: Vec<Vec<&str>> = ops
@@ -192,6 +200,7 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
         );
     }
     r.expect(&format!("umount {}", path_str(&d, "m_in")), EPERM);
+    r.expect(&format!("pivot-root {}", path_str(&d, "m_in")), EPERM);
     // sandbox was the owner: the signal was refused and sandbox reported the probe's
     // status (1: some operations failed), not its own death.
     r.expect("sigio-parent", OK);
@@ -202,6 +211,8 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
     r.check_records(&[
         rec("/unmapped/activity", "clone_into_cgroup").has("/unmapped/rule", "self_protection"),
         rec("/unmapped/activity", "umount").has("/unmapped/rule", "self_protection"),
+        // pivot_root: the only mount operation here.
+        rec("/unmapped/activity", "mount").has("/unmapped/rule", "self_protection"),
         rec("/unmapped/kernel/check", "read_file").has("/unmapped/kernel/what", "a module"),
         rec("/unmapped/kernel/check", "lockdown").some(),
         rec("/unmapped/activity", "task").has("/process/pid", outsider.id()),
