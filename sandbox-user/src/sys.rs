@@ -211,24 +211,53 @@ pub fn cloexec_all_but(keep: &[u32]) -> Result<(), SysError> {
     mark(first, u32::MAX)
 }
 
-/// A copy of process `pid`'s descriptor `fd`: the same open file (`pidfd_open`, then
-/// `pidfd_getfd`, 5.6+), not a new open of what its path names.
-pub fn fd_of_process(pid: u32, fd: i32) -> Result<std::os::fd::OwnedFd, SysError> {
+/// A system call's descriptor, owned; a negative return is its error.
+fn owned(r: libc::c_long, call: &'static str) -> Result<std::os::fd::OwnedFd, SysError> {
     use std::os::fd::FromRawFd;
-    // A system call's descriptor, owned; a negative return is its error.
-    let owned = |r: libc::c_long, call: &'static str| match i32::try_from(r) {
+    match i32::try_from(r) {
         // SAFETY: a descriptor the kernel just returned to this process.
         Ok(d) if d >= 0 => Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(d) }),
         _ => Err(SysError::last(call)),
-    };
-    // SAFETY: plain system calls.
-    let pidfd = owned(
+    }
+}
+
+/// A pidfd of process `pid` (`pidfd_open`, 5.3+): it names that process only, however its
+/// number is used later.
+pub fn pidfd_open(pid: u32) -> Result<std::os::fd::OwnedFd, SysError> {
+    // SAFETY: a plain system call.
+    owned(
         unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) },
         "pidfd_open",
-    )?;
-    // SAFETY: as above, on our own pidfd.
-    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0u32) };
-    owned(copy, "pidfd_getfd")
+    )
+}
+
+/// A copy of descriptor `fd` of the process `pidfd` names: the same open file
+/// (`pidfd_getfd`, 5.6+), not a new open of what its path names.
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: i32) -> Result<std::os::fd::OwnedFd, SysError> {
+    // SAFETY: a plain system call on a descriptor we hold.
+    owned(
+        unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0u32) },
+        "pidfd_getfd",
+    )
+}
+
+/// Sends `sig` to the process `pidfd` names (0: only whether it is there, unreaped).
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> Result<(), SysError> {
+    // SAFETY: a plain system call on a descriptor we hold, no siginfo.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(SysError::last("pidfd_send_signal"))
+    }
 }
 
 /// An `O_PATH` descriptor of the cgroup whose id is `id`, in the cgroup2 hierarchy that
@@ -236,7 +265,6 @@ pub fn fd_of_process(pid: u32, fd: i32) -> Result<std::os::fd::OwnedFd, SysError
 /// kernfs handle (`FILEID_KERNFS`: the node's 64-bit id), which needs
 /// `CAP_DAC_READ_SEARCH`.
 pub fn open_cgroup_by_id(mount: BorrowedFd<'_>, id: u64) -> Result<std::os::fd::OwnedFd, SysError> {
-    use std::os::fd::FromRawFd;
     /// `struct file_handle` with room for the kernfs id (include/linux/fs.h).
     #[repr(C)]
     struct Handle {
@@ -259,11 +287,7 @@ pub fn open_cgroup_by_id(mount: BorrowedFd<'_>, id: u64) -> Result<std::os::fd::
             libc::O_PATH | libc::O_CLOEXEC,
         )
     };
-    match i32::try_from(r) {
-        // SAFETY: a descriptor the kernel just returned to this process.
-        Ok(d) if d >= 0 => Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(d) }),
-        _ => Err(SysError::last("open_by_handle_at")),
-    }
+    owned(r, "open_by_handle_at")
 }
 
 /// Whether descriptor `fd` is open in this process.

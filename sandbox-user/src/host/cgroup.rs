@@ -124,6 +124,8 @@ pub fn root_or_mount() -> Result<(PathBuf, bool), CgroupError> {
 #[derive(Debug, Clone)]
 pub struct Cgroup {
     pub path: PathBuf,
+    /// The path below the cgroup v2 root, as `/proc/PID/cgroup` names it (`/a/b`).
+    below_root: PathBuf,
     /// `bpf_get_current_cgroup_id()`: the inode number of the directory.
     pub id: u64,
     /// Depth below the root cgroup (the root is level 0).
@@ -169,6 +171,7 @@ impl Cgroup {
         }
         Ok(Self {
             path: path.clone(),
+            below_root: Path::new("/").join(rel),
             id: meta.ino(),
             level,
         })
@@ -221,6 +224,34 @@ impl Cgroup {
         out
     }
 
+    /// Every process in this cgroup and below it, each held ([`Member`]) and found in the
+    /// subtree only after it was: a pid of `cgroup.procs` that a process outside took over
+    /// before the opens (the one listed had ended) is left out, never taken for a member.
+    pub fn members(&self) -> Vec<Member> {
+        self.pids()
+            .into_iter()
+            .filter_map(|pid| self.member(pid))
+            .collect()
+    }
+
+    fn member(&self, pid: u32) -> Option<Member> {
+        let pidfd = crate::sys::pidfd_open(pid).ok()?;
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(format!("/proc/{pid}"))
+            .ok()?;
+        // The pidfd's process was there after the directory was opened, so it held the
+        // number all along: both name it.
+        crate::sys::pidfd_send_signal(std::os::fd::AsFd::as_fd(&pidfd), 0).ok()?;
+        let member = Member { pid, pidfd, dir };
+        let text = std::fs::read_to_string(member.proc_dir().join("cgroup")).ok()?;
+        let at = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+        Path::new(at)
+            .starts_with(&self.below_root)
+            .then_some(member)
+    }
+
     /// Kills every process in the subtree and removes the directories.
     pub fn destroy(&self) -> Result<(), CgroupError> {
         self.kill_and_wait()?;
@@ -231,12 +262,9 @@ impl Cgroup {
     pub fn kill_and_wait(&self) -> Result<(), CgroupError> {
         let kill = self.path.join("cgroup.kill");
         if std::fs::write(&kill, b"1").is_err() {
-            for pid in self.pids() {
-                // A pid that is gone just fails.
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid.cast_signed()),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
+            for m in self.members() {
+                // A process that ended meanwhile just fails.
+                let _ = m.signal(libc::SIGKILL);
             }
         }
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -263,6 +291,33 @@ fn collect_pids(dir: &Path, out: &mut Vec<u32>) {
                 collect_pids(&e.path(), out);
             }
         }
+    }
+}
+
+/// A process of a cgroup's subtree, held by a pidfd and by its `/proc` directory: what is
+/// read, copied or signalled through it is that process's, however its number is used
+/// once it ends ([`Cgroup::members`]).
+pub struct Member {
+    pub pid: u32,
+    pidfd: std::os::fd::OwnedFd,
+    dir: std::fs::File,
+}
+
+impl Member {
+    /// The process's `/proc` directory, reached through the held descriptor
+    /// (`/proc/self/fd/N`): the files below it are this process's, and none once it ended.
+    pub fn proc_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd()))
+    }
+
+    /// A copy of the process's descriptor `fd` (see [`crate::sys::pidfd_getfd`]).
+    pub fn fd(&self, fd: i32) -> Result<std::os::fd::OwnedFd, crate::sys::SysError> {
+        crate::sys::pidfd_getfd(std::os::fd::AsFd::as_fd(&self.pidfd), fd)
+    }
+
+    /// Sends `sig` to the process (an ended one is not sent anything).
+    pub fn signal(&self, sig: i32) -> Result<(), crate::sys::SysError> {
+        crate::sys::pidfd_send_signal(std::os::fd::AsFd::as_fd(&self.pidfd), sig)
     }
 }
 
@@ -408,6 +463,45 @@ mod tests {
         assert_eq!(roundabout.id, direct.id);
         // Above the root: not a cgroup of this hierarchy.
         assert!(Cgroup::open(&root, &root.join("a/b/../../..")).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A member is the process its number named when it was held: where that process says
+    /// it is decides, and once it ended nothing is read or signalled through it.
+    #[test]
+    fn members_are_held_processes_found_in_the_subtree() {
+        let root =
+            std::env::temp_dir().join(format!("sandbox-cgroup-members-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Listed at the top (the whole hierarchy: where the process is, it is below it) and
+        // in `a`, where the process itself is not.
+        for dir in [&root, &root.join("a")] {
+            std::fs::write(dir.join("cgroup.procs"), format!("{pid}\n")).unwrap();
+        }
+        let sub = Cgroup::open(&root, &root.join("a")).unwrap();
+        assert!(sub.members().is_empty(), "a pid listed is not a member");
+        let top = Cgroup::open(&root, &root).unwrap();
+        let members = top.members();
+        assert_eq!(
+            members.iter().map(|m| m.pid).collect::<Vec<_>>(),
+            [pid, pid]
+        );
+        let m = &members[0];
+        assert!(std::fs::read_to_string(m.proc_dir().join("status")).is_ok());
+        m.signal(0).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            std::fs::read_to_string(m.proc_dir().join("status")).is_err(),
+            "read through the directory of an ended process"
+        );
+        assert!(m.signal(0).is_err());
+        assert!(top.members().is_empty());
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -243,7 +243,7 @@ impl Enforcer {
         t.lap("programs loaded and attached");
         let movers = movers.and_then(|links| e.keep_movers(links));
         e.protect(std::process::id())?;
-        e.allow_namespaces_of(std::process::id())?;
+        e.allow_namespaces_in(Path::new("/proc/self"))?;
         // Only now: the program that clears a freed directory's state is attached.
         let checked = rename_lock
             .join()
@@ -1019,13 +1019,14 @@ impl Enforcer {
         h.insert(tgid, 1, 0).map_err(h.err())
     }
 
-    /// Lets in-scope tasks open the files of process `pid`'s namespaces (`/proc/PID/ns/*`:
-    /// the namespaces the command starts in); the others' stay closed (`nsfs.rs` in the
-    /// programs). Each is held open while the set lives, so that its number names it only.
-    /// The number of namespaces added (0: none new, or the process is gone).
-    pub fn allow_namespaces_of(&mut self, pid: u32) -> Result<usize, LoadError> {
+    /// Lets in-scope tasks open the files of the namespaces of the process whose `/proc`
+    /// directory is `proc_dir` (`ns/*`: the namespaces the command starts in); the others'
+    /// stay closed (`nsfs.rs` in the programs). Each is held open while the set lives, so
+    /// that its number names it only. The number of namespaces added (0: none new, or the
+    /// process is gone).
+    pub fn allow_namespaces_in(&mut self, proc_dir: &Path) -> Result<usize, LoadError> {
         let mut files = Vec::new();
-        if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/ns")) {
+        if let Ok(rd) = std::fs::read_dir(proc_dir.join("ns")) {
             for e in rd.flatten() {
                 if let Ok(f) = std::fs::File::open(e.path()) {
                     files.push(f);

@@ -264,8 +264,8 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
     // ones its processes have made since).
     let namespaces = match old.as_deref() {
         Some(old) => armed.enforcer.allow_namespaces_like(&old.enforcer),
-        None => armed.cgroup.pids().into_iter().try_fold(0, |n, pid| {
-            Ok(n + armed.enforcer.allow_namespaces_of(pid)?)
+        None => armed.cgroup.members().iter().try_fold(0, |n, m| {
+            Ok(n + armed.enforcer.allow_namespaces_in(&m.proc_dir())?)
         }),
     };
     if let Err(e) = namespaces {
@@ -293,8 +293,10 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
             }
         }
     };
-    for pid in armed.cgroup.pids() {
-        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+    // Each process is held while its files are read: none of another's is taken for its
+    // own once its number is used again.
+    for m in armed.cgroup.members() {
+        if let Ok(fds) = std::fs::read_dir(m.proc_dir().join("fd")) {
             for entry in fds.flatten() {
                 let wanted = std::fs::metadata(entry.path())
                     .is_ok_and(|m| m.file_type().is_char_device() || on_shm(&m));
@@ -306,7 +308,7 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
                 else {
                     continue;
                 };
-                if let Ok(copy) = crate::sys::fd_of_process(pid, fd) {
+                if let Ok(copy) = m.fd(fd) {
                     mark(armed, &std::fs::File::from(copy));
                 }
             }
@@ -315,7 +317,7 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
         if shm.is_none() {
             continue;
         }
-        let Ok(maps) = std::fs::read_dir(format!("/proc/{pid}/map_files")) else {
+        let Ok(maps) = std::fs::read_dir(m.proc_dir().join("map_files")) else {
             continue;
         };
         for entry in maps.flatten() {

@@ -534,9 +534,9 @@ fn forward(pid: Option<u32>, sig: i32) {
 fn kill_all(cg: &Cgroup) {
     term::line("sandbox: the command did not stop in time: killing everything in its cgroup");
     if std::fs::write(cg.path.join("cgroup.kill"), b"1").is_err() {
-        for pid in cg.pids() {
-            // A pid that is gone just fails.
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid.cast_signed()), NixSignal::SIGKILL);
+        for m in cg.members() {
+            // A process that ended meanwhile just fails.
+            let _ = m.signal(libc::SIGKILL);
         }
     }
 }

@@ -896,10 +896,12 @@ fn shared_memory_not_made_in_the_sandbox_is_refused() {
 
 /// `sandbox attach` binds processes that already run: the terminals they hold (a service
 /// on a console, an agent started in a terminal) stay theirs to open by name, also after a
-/// reload; the other terminals are refused to them.
+/// reload; the other terminals are refused to them. So do the namespaces they are in when
+/// bound (a service's own, bound on a file as `ip netns` does) against another's.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
-fn attach_keeps_the_terminals_its_processes_hold() {
+fn attach_keeps_the_terminals_and_namespaces_of_its_processes() {
+    use std::io::BufRead as _;
     let d = workdir("attach-tty");
     let held = UserTerminal::open(24, 80);
     let other = UserTerminal::open(24, 80);
@@ -907,36 +909,62 @@ fn attach_keeps_the_terminals_its_processes_hold() {
     let _ = std::fs::create_dir(cg);
     let policy = d.join("policy.yaml");
     write(&policy, "name: tty\n");
-    // The service's process: its input is the held terminal.
-    let mut holder = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(format!(
-            "echo $$ > {}/cgroup.procs && exec sleep 1000",
-            cg.display()
-        ))
-        .stdin(std::fs::File::open(&held.path).unwrap())
-        .spawn()
-        .unwrap();
-    while std::fs::read_to_string(cg.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty()) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let in_service = |t: &UserTerminal| probe_in_cgroup(cg, &["open", &t.path, "w"]);
-    // The route: both open before the cgroup is bound.
-    assert_eq!(in_service(&held), OK);
-    assert_eq!(in_service(&other), OK);
+    // The service's process: its input is the held terminal, its UTS namespace its own
+    // (the probe's `ns-hold`); another process outside, in a namespace of its own too.
+    let ns_hold = |c: &mut Command| {
+        let mut child = c.stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "PROBE ns-hold -> READY", "a holder");
+        child
+    };
+    let mut holder = ns_hold(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec {} ns-hold",
+                cg.display(),
+                bins().probe.display()
+            ))
+            .stdin(std::fs::File::open(&held.path).unwrap()),
+    );
+    let mut outsider = ns_hold(Command::new(bins().probe).arg("ns-hold"));
+    let bind = |name: &str, pid: u32| {
+        let bound = d.join(name);
+        write(&bound, "");
+        let guard = Bind::mount(Path::new(&format!("/proc/{pid}/ns/uts")), &bound);
+        (bound.display().to_string(), guard)
+    };
+    let (svc_uts, _svc_guard) = bind("svc-uts", holder.id());
+    let (other_uts, _other_guard) = bind("other-uts", outsider.id());
+    let in_service = |path: &str, how: &str| probe_in_cgroup(cg, &["open", path, how]);
+    let check = |when: &str, other_terminal: &str, other_namespace: &str| {
+        assert_eq!(in_service(&held.path, "w"), OK, "the held terminal, {when}");
+        assert_eq!(in_service(&other.path, "w"), other_terminal, "{when}");
+        assert_eq!(
+            in_service(&svc_uts, "r"),
+            OK,
+            "the service's namespace, {when}"
+        );
+        assert_eq!(in_service(&other_uts, "r"), other_namespace, "{when}");
+    };
+    // The route: all open before the cgroup is bound.
+    check("before", OK, OK);
     let mut attach = Attached::start("svc-tty", &policy, &d.join("audit.jsonl"));
     attach.wait_line("enforcing policy 'tty'");
-    assert_eq!(in_service(&held), OK, "the terminal the service holds");
-    assert_eq!(in_service(&other), EACCES);
+    check("bound", EACCES, EACCES);
     attach.signal(libc::SIGHUP);
     attach.wait_line("reloaded");
-    assert_eq!(in_service(&held), OK, "after a reload");
-    assert_eq!(in_service(&other), EACCES);
+    check("after a reload", EACCES, EACCES);
     attach.signal(libc::SIGTERM);
     attach.wait_line("no longer confined");
     assert!(attach.child.wait().unwrap().success());
-    let _ = holder.kill();
-    let _ = holder.wait();
+    for c in [&mut holder, &mut outsider] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
     let _ = std::fs::remove_dir(cg);
 }
 
