@@ -607,6 +607,8 @@ pub mod hook {
     /// or turns the socket into one no network hook judges (`access` = the level,
     /// `target` = the option; `decide::socket_option`).
     pub const SOCKET_OPTION: u32 = 32;
+    /// `pivot_root(2)`: a new root for a mount namespace.
+    pub const PIVOT_ROOT: u32 = 33;
 }
 
 /// `EventHeader::access` of a key being made (`hook::KEY`): the kernel's `key_need_perm`

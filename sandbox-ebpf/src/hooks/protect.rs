@@ -300,7 +300,7 @@ hook!(move_mount, "move_mount", |_ctx, scope| {
 // pivot_root changes what a mount namespace's processes see as `/`: refused as mounts are.
 hook!(sb_pivotroot, "sb_pivotroot", |_ctx, scope| {
     deny(
-        Report::bare(hook::MOUNT, scope.policy_id),
+        Report::bare(hook::PIVOT_ROOT, scope.policy_id),
         reason::SELF_PROTECTION,
         scope,
     )

@@ -53,6 +53,7 @@ impl TryFrom<u32> for Hook {
             hook::IOCTL => Ok(Self::Protect("ioctl")),
             hook::TASK => Ok(Self::Protect("task")),
             hook::UMOUNT => Ok(Self::Protect("umount")),
+            hook::PIVOT_ROOT => Ok(Self::Protect("pivot_root")),
             hook::KERNEL => Ok(Self::Protect("kernel")),
             hook::CLONE_INTO_CGROUP => Ok(Self::Protect("clone_into_cgroup")),
             hook::KEY => Ok(Self::Protect("key")),

@@ -441,6 +441,7 @@ fn samples() -> Vec<Event> {
         (hook::PTRACE, 16, 1),
         (hook::MOUNT, 0, 0),
         (hook::UMOUNT, 0, 0),
+        (hook::PIVOT_ROOT, 0, 0),
         (hook::TASK, 0, 7),
         (hook::IOCTL, 0x5412, 0),
         (hook::KERNEL, 1, 2),

@@ -438,6 +438,7 @@ pub fn classify(hook: Hook) -> (Class, u32, &'static str, &'static str) {
                 "bpf" => (99, "BPF"),
                 "mount" => (99, "Mount"),
                 "umount" => (99, "Unmount"),
+                "pivot_root" => (99, "Change Root"),
                 "task" => (99, "Set Scheduling"),
                 "ioctl" => (99, "Terminal Input Injection"),
                 "kernel" => (99, "Load Into Kernel"),

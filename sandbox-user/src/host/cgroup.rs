@@ -227,29 +227,38 @@ impl Cgroup {
     /// Every process in this cgroup and below it, each held ([`Member`]) and found in the
     /// subtree only after it was: a pid of `cgroup.procs` that a process outside took over
     /// before the opens (the one listed had ended) is left out, never taken for a member.
-    pub fn members(&self) -> Vec<Member> {
-        self.pids()
-            .into_iter()
-            .filter_map(|pid| self.member(pid))
-            .collect()
+    /// One at a time (each holds two descriptors): a cgroup of many processes never runs
+    /// sandbox out of descriptors.
+    pub fn members(&self) -> impl Iterator<Item = Member> + '_ {
+        self.pids().into_iter().filter_map(|pid| self.member(pid))
     }
 
     fn member(&self, pid: u32) -> Option<Member> {
+        use std::os::fd::AsFd;
         let pidfd = crate::sys::pidfd_open(pid).ok()?;
         let dir = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
             .open(format!("/proc/{pid}"))
             .ok()?;
-        // The pidfd's process was there after the directory was opened, so it held the
-        // number all along: both name it.
-        crate::sys::pidfd_send_signal(std::os::fd::AsFd::as_fd(&pidfd), 0).ok()?;
+        // The pidfd's process was there after the directory was opened (a refusal says so
+        // too: a security module's rule on signals), so it held the number all along...
+        if let Err(e) = crate::sys::pidfd_send_signal(pidfd.as_fd(), 0)
+            && e.source.raw_os_error() == Some(libc::ESRCH)
+        {
+            return None;
+        }
+        // ... the number in `/proc`'s pid namespace (the pidfd's was in sandbox's): both
+        // name it.
+        let fdinfo = format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd());
+        let shown = std::fs::read_to_string(fdinfo).ok()?;
+        let number = shown.lines().find_map(|l| l.strip_prefix("Pid:"))?;
+        if number.trim().parse::<u32>().ok()? != pid {
+            return None;
+        }
         let member = Member { pid, pidfd, dir };
-        let text = std::fs::read_to_string(member.proc_dir().join("cgroup")).ok()?;
-        let at = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-        Path::new(at)
-            .starts_with(&self.below_root)
-            .then_some(member)
+        let cgroup = std::fs::read(member.proc_dir().join("cgroup")).ok()?;
+        in_subtree(&cgroup, &self.below_root).then_some(member)
     }
 
     /// Kills every process in the subtree and removes the directories.
@@ -292,6 +301,18 @@ fn collect_pids(dir: &Path, out: &mut Vec<u32>) {
             }
         }
     }
+}
+
+/// Whether a process whose `/proc/PID/cgroup` reads `cgroup` is in the subtree whose path
+/// below the root is `below_root`: its cgroup v2 line (`0::/a/b`; a hybrid host lists its
+/// v1 hierarchies beside it) names it or a cgroup below it. Names are bytes, whatever
+/// they are.
+fn in_subtree(cgroup: &[u8], below_root: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    cgroup
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"0::"))
+        .is_some_and(|at| Path::new(std::ffi::OsStr::from_bytes(at)).starts_with(below_root))
 }
 
 /// A process of a cgroup's subtree, held by a pidfd and by its `/proc` directory: what is
@@ -484,9 +505,9 @@ mod tests {
             std::fs::write(dir.join("cgroup.procs"), format!("{pid}\n")).unwrap();
         }
         let sub = Cgroup::open(&root, &root.join("a")).unwrap();
-        assert!(sub.members().is_empty(), "a pid listed is not a member");
+        assert_eq!(sub.members().count(), 0, "a pid listed is not a member");
         let top = Cgroup::open(&root, &root).unwrap();
-        let members = top.members();
+        let members: Vec<Member> = top.members().collect();
         assert_eq!(
             members.iter().map(|m| m.pid).collect::<Vec<_>>(),
             [pid, pid]
@@ -501,7 +522,30 @@ mod tests {
             "read through the directory of an ended process"
         );
         assert!(m.signal(0).is_err());
-        assert!(top.members().is_empty());
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_subtree_is_read_from_the_cgroup_v2_line_by_components() {
+        use std::os::unix::ffi::OsStrExt;
+        let v2 = b"0::/sandbox/run-7/sub\n";
+        let hybrid = b"12:cpu,cpuacct:/sandbox/run-8\n1:name=systemd:/x\n0::/sandbox/run-7\n";
+        for below in ["/", "/sandbox", "/sandbox/run-7"] {
+            assert!(in_subtree(v2, Path::new(below)), "{below}");
+            assert!(in_subtree(hybrid, Path::new(below)), "hybrid, {below}");
+        }
+        // A sibling whose name begins with the cgroup's, and the v1 lines, are not it.
+        for below in ["/sandbox/run", "/sandbox/run-8", "/x"] {
+            assert!(!in_subtree(v2, Path::new(below)), "{below}");
+            assert!(!in_subtree(hybrid, Path::new(below)), "hybrid, {below}");
+        }
+        assert!(
+            !in_subtree(b"12:cpu:/sandbox\n", Path::new("/")),
+            "no v2 line"
+        );
+        // Names need not be UTF-8.
+        let odd = b"0::/sandbox/\xff\xfe/x\n";
+        let below = Path::new(std::ffi::OsStr::from_bytes(b"/sandbox/\xff\xfe"));
+        assert!(in_subtree(odd, below));
     }
 }

@@ -264,7 +264,7 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
     // ones its processes have made since).
     let namespaces = match old.as_deref() {
         Some(old) => armed.enforcer.allow_namespaces_like(&old.enforcer),
-        None => armed.cgroup.members().iter().try_fold(0, |n, m| {
+        None => armed.cgroup.members().try_fold(0, |n, m| {
             Ok(n + armed.enforcer.allow_namespaces_in(&m.proc_dir())?)
         }),
     };
@@ -295,7 +295,8 @@ fn held_files_are_theirs(armed: &mut Armed, mut old: Option<&mut Armed>, host: &
     };
     // Each process is held while its files are read: none of another's is taken for its
     // own once its number is used again.
-    for m in armed.cgroup.members() {
+    let cgroup = armed.cgroup.clone();
+    for m in cgroup.members() {
         if let Ok(fds) = std::fs::read_dir(m.proc_dir().join("fd")) {
             for entry in fds.flatten() {
                 let wanted = std::fs::metadata(entry.path())

@@ -2153,7 +2153,9 @@ mod kernel {
                 return errno_name(last_errno());
             }
             let mut status = 0;
-            libc::waitpid(pid, &raw mut status, 0);
+            if libc::waitpid(pid, &raw mut status, 0) != pid || !libc::WIFEXITED(status) {
+                return "CHILD-LOST".into();
+            }
             match libc::WEXITSTATUS(status) {
                 255 => "SETUP-FAILED".into(),
                 e => errno_name(e),

@@ -211,8 +211,7 @@ fn root_cannot_reach_past_the_policy_through_the_kernel() {
     r.check_records(&[
         rec("/unmapped/activity", "clone_into_cgroup").has("/unmapped/rule", "self_protection"),
         rec("/unmapped/activity", "umount").has("/unmapped/rule", "self_protection"),
-        // pivot_root: the only mount operation here.
-        rec("/unmapped/activity", "mount").has("/unmapped/rule", "self_protection"),
+        rec("/unmapped/activity", "pivot_root").has("/unmapped/rule", "self_protection"),
         rec("/unmapped/kernel/check", "read_file").has("/unmapped/kernel/what", "a module"),
         rec("/unmapped/kernel/check", "lockdown").some(),
         rec("/unmapped/activity", "task").has("/process/pid", outsider.id()),
