@@ -19,8 +19,14 @@
 //!   parent and name, and again after its scan (a move meanwhile: the full walk is done).
 //! - A directory's slot is cleared when its inode is freed (`inode_free_security`), before
 //!   the memory can hold another inode: a slot is never taken for another directory at
-//!   the same address. A filler holds a reference to the directory (the file's or name's
-//!   dentry pins its parent), so no slot is filled for an inode being freed.
+//!   the same address. A filler's file (or name) pins its directory only while it stays in
+//!   it: moved out (a `__d_move`, which moves the rename count) and the directory removed,
+//!   the free's clear can come after the filler's check of the count and before its write,
+//!   and find nothing to clear. So the filler reads the count again after its write
+//!   ([`keep`]) and clears the slot if it moved: the free's read of the slot and the
+//!   filler's read of the count each follow a locked instruction of its own after the
+//!   other's write (x86-64), so one of them sees the other's, and a writer the free finds
+//!   holding the slot reads the count after it lets the slot go.
 //! - Slots are written in place under a per-slot sequence lock (odd while written; a
 //!   writer that finds it taken gives up), and read as two reads of the lock around the
 //!   copy: a torn copy is never used. The read side relies on x86-64's ordering of loads
@@ -319,7 +325,9 @@ unsafe fn copy(from: *const DirSlot, to: *mut DirSlot) {
 
 /// Keeps the scan state `snap` of the decision's directory (`now`), whose path is `len`
 /// bytes, in the directory's slot, unless another writer has the slot. Written into the
-/// slot directly, not through the working memory's copy (`Scratch::dir`).
+/// slot directly, not through the working memory's copy (`Scratch::dir`). Cleared again
+/// if a move came after the caller's check of the rename count: the directory may have
+/// been freed meanwhile (see the invariants above).
 #[inline(always)]
 pub fn keep(now: &Now, policy_id: u32, snap: &crate::path::Snap, len: u32, sb_known: bool) {
     let Some(p) = slot_of(now.parent_inode) else {
@@ -357,6 +365,9 @@ pub fn keep(now: &Now, policy_id: u32, snap: &crate::path::Snap, len: u32, sb_kn
         set!(len, len);
         set!(sb_known, u32::from(sb_known));
         kread::write_end(lock);
+    }
+    if !unchanged(now) {
+        forget(now.parent_inode);
     }
 }
 
