@@ -278,6 +278,18 @@ fn network_loopback_denied_by_block_private_with_records() {
     if let Some(v6) = &v6 {
         cases.push((v6.as_str(), "OK"));
     }
+    // A send to a public address whose socket carries a segment routing header (any user
+    // may set one; the fallback has no setsockopt hook): the kernel sends the packet to the
+    // header's segment, here loopback (whose Linux stack then drops it: `seg6_enabled` is
+    // off by default; another host's need not).
+    let udp6 = UdpSocket::bind("[::1]:0").ok();
+    let srh = udp6.as_ref().map(|u| {
+        let port = u.local_addr().expect("addr").port();
+        format!("srh-send 2606:4700:4700::1111 {port} ::1")
+    });
+    if let Some(srh) = &srh {
+        cases.push((srh.as_str(), "OK"));
+    }
     expect_outside(&cases);
     let r = run(&dir, Some(&policy), &[], &ops(&cases));
     let inside: Vec<(&str, &str)> = cases

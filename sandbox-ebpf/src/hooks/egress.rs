@@ -7,8 +7,9 @@
 //! ask for those headers (`decide::socket_option`), but `sendmmsg` skips the LSM hook for
 //! every message after one sent to the same address (`____sys_sendmsg`'s `used_address`:
 //! `sock_sendmsg_nosec`), control messages included; a non-root user may put a type-2
-//! routing header in one (measured on 6.1 and 7.3). Here every packet is seen, whatever
-//! the syscall.
+//! routing header in one (measured on 6.1 and 7.3); and the fallback has no setsockopt
+//! hook at all (a segment routing header, type 4, set on the socket). Here every packet is
+//! seen, whatever the syscall.
 
 use aya_ebpf::macros::cgroup_skb;
 use aya_ebpf::programs::SkBuffContext;
@@ -80,14 +81,17 @@ fn v6_routing_header(ctx: &SkBuffContext) -> bool {
     let mut at = 40usize;
     for _ in 0..4 {
         match next {
-            // Types 0 (deprecated, refused by the kernel on input) and 2 (Mobile IPv6), the
-            // ones a socket's options can ask for; a segment routing header (4) or RPL's (3)
-            // is the host's own routes' (seg6, rpl encapsulation), never a socket's.
+            // The kinds a socket can ask for: 2 (Mobile IPv6, also per message) and 4
+            // (segment routing: any user may set one with `setsockopt(IPV6_RTHDR)`, which
+            // `socket_setsockopt` refuses and the fallback has no hook for), and 0
+            // (deprecated: refused by the kernel on input). A host's own segment routes
+            // that insert a header (seg6 `inline`) are dropped with them: the header does
+            // not say who asked for it. RPL's (3) is only the host's routes'.
             ROUTING => {
                 let Ok(kind) = ctx.load::<u8>(at + 2) else {
                     return true;
                 };
-                return kind == 0 || kind == 2;
+                return kind == 0 || kind == 2 || kind == 4;
             }
             HOPOPTS | DSTOPTS => {
                 let (Ok(n), Ok(len)) = (ctx.load::<u8>(at), ctx.load::<u8>(at + 1)) else {

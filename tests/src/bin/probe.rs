@@ -5,6 +5,7 @@
 //!   open PATH [r|w|rw|creat]     open(2), then close
 //!   connect ADDR PORT            TCP connect (IPv4 or IPv6), 1 s timeout
 //!   udp ADDR PORT                unconnected UDP sendto
+//!   srh-send ADDR PORT SEG       UDP sendto from a socket with a segment routing header
 //!   exec PATH [ARGS...]          fork + execve; reports the execve errno or the exit status
 //!   cgroup-child NAME            create a child of this process's cgroup and move into it
 //!   symlink TARGET LINK          create a symlink
@@ -748,6 +749,45 @@ fn op_rthdr_send(how: &str, addr: &str, port: &str, hop: &str) -> String {
     control[16..20].copy_from_slice(&[0, 2, 2, 1]);
     control[24..40].copy_from_slice(&hop.octets());
     udp_send_with_control(addr, port, &mut control, how == "rthdr-sendmmsg")
+}
+
+/// A UDP send to `addr` (IPv6) from a socket given a segment routing header (type 4) by
+/// `setsockopt(IPV6_RTHDR)`, which any user may set, whose one segment is `seg`: the kernel
+/// sends the packet to `seg`, with `addr` in the header (`fl6_update_dst`,
+/// `ipv6_push_rthdr4`). `SETSOCKOPT-<errno>` when the option is refused, else the send's.
+fn op_srh_send(addr: &str, port: &str, seg: &str) -> String {
+    let (Ok(IpAddr::V6(addr)), Ok(port), Ok(IpAddr::V6(seg))) = (
+        addr.parse::<IpAddr>(),
+        port.parse::<u16>(),
+        seg.parse::<IpAddr>(),
+    ) else {
+        return "BADARGS".into();
+    };
+    // struct ipv6_sr_hdr: next header, length 2 (in 8 bytes, past the first 8), type 4, no
+    // segment left, last entry 0, flags, tag; then the one segment.
+    let mut srh = [0u8; 24];
+    srh[..4].copy_from_slice(&[0, 2, 4, 0]);
+    srh[8..].copy_from_slice(&seg.octets());
+    let Ok(s) = std::net::UdpSocket::bind("[::]:0") else {
+        return "SOCKET".into();
+    };
+    // SAFETY: a plain system call on our socket and buffer.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RTHDR,
+            srh.as_ptr().cast(),
+            srh.len() as u32,
+        )
+    };
+    if r != 0 {
+        return format!("SETSOCKOPT-{}", errno_name(last_errno()));
+    }
+    match s.send_to(b"x", (addr, port)) {
+        Ok(_) => "OK".into(),
+        Err(e) => errno_name(e.raw_os_error().unwrap_or(0)),
+    }
 }
 
 /// `sendmsg` (one message) or `sendmmsg` (two) on an unconnected UDP socket, or
@@ -1609,6 +1649,7 @@ fn run_op(words: &[String]) -> String {
         "tcp-ulp" | "ip-options" | "flowlabel" => op_sockopt(a(0), a(1)),
         "ip-retopts" | "ip-retopts-sendmmsg" | "ip-rr-sendmmsg" => op_retopts(a(0), a(1), a(2)),
         "rthdr-send" | "rthdr-sendmmsg" => op_rthdr_send(a(0), a(1), a(2), a(3)),
+        "srh-send" => op_srh_send(a(1), a(2), a(3)),
         "proc-events" => op_proc_events(),
         "sendmsg" | "sendmmsg" | "tfo" => op_send(a(0), a(1), a(2)),
         "exec" => op_exec(&words[1..]),

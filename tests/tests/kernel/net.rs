@@ -276,6 +276,9 @@ fn routing_headers_sent_past_the_hook_are_dropped() {
         (["rthdr-send", "::1", "9", "::1"], OK),
         (["rthdr-sendmmsg", "::1", "9", "2001:db8::9"], "SENT1"),
         (["rthdr-sendmmsg", "::1", "9", "::1"], "SENT2"),
+        // A segment routing header set on the socket: to its segment (loopback), not to
+        // the address sent to.
+        (["srh-send", "2001:db8::9", "9", "::1"], OK),
     ] {
         assert_eq!(probe_outside_as(User::Agent, &op), want, "outside: {op:?}");
     }
@@ -290,10 +293,15 @@ fn routing_headers_sent_past_the_hook_are_dropped() {
             ("rthdr-sendmmsg ::1 9 ::1", "SENT1"),
             // Messages without one are sent.
             ("sendmmsg ::1 9", OK),
+            // The option is refused (and were it not, `egress` drops type 4 too: the
+            // fallback's test shows it).
+            ("srh-send 2001:db8::9 9 ::1", "SETSOCKOPT-EPERM"),
         ],
     );
-    // The hook's refusal is recorded; the dropped packet is not (no sender to name).
+    // The hook's refusals are recorded (the control message, the option); the dropped
+    // packet is not (no sender to name).
     r.check_records(&[rec("/unmapped/reason", "socket_option")
+        .count(2)
         .has("/unmapped/socket_option/level", 41)
         .has("/unmapped/socket_option/option", 57)
         .has("/unmapped/activity", "setsockopt")]);
