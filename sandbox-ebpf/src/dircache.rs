@@ -383,8 +383,9 @@ pub fn forget(inode: u64) {
             return;
         }
         let lock = &raw mut (*p).lock;
-        // A writer holding the slot fills it for another directory (one being filled is
-        // referenced, so not being freed).
+        // A writer holding the slot reads the rename count again once it has written, and
+        // clears the slot itself if a move came (`keep`): a directory can be freed under a
+        // filler only after the filler's file moved out of it.
         if kread::write_begin(lock).is_none() {
             return;
         }

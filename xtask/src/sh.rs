@@ -69,6 +69,7 @@ pub fn cargo_test_executable(root: &Path, test: &str) -> anyhow::Result<PathBuf>
         if let Message::CompilerArtifact(a) = message.context("reading cargo's messages")?
             && a.target.is_kind(TargetKind::Test)
             && a.target.name == test
+            && a.package_id.repr.contains("sandbox-tests")
             && let Some(exe) = a.executable
         {
             return Ok(exe.into_std_path_buf());

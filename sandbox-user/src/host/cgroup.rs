@@ -249,11 +249,13 @@ impl Cgroup {
             return None;
         }
         // ... the number in `/proc`'s pid namespace (the pidfd's was in sandbox's): both
-        // name it.
+        // name it. (A kernel whose fdinfo has no `Pid:` line, before 5.10, is trusted to
+        // mount `/proc` of sandbox's pid namespace.)
         let fdinfo = format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd());
         let shown = std::fs::read_to_string(fdinfo).ok()?;
-        let number = shown.lines().find_map(|l| l.strip_prefix("Pid:"))?;
-        if number.trim().parse::<u32>().ok()? != pid {
+        if let Some(number) = shown.lines().find_map(|l| l.strip_prefix("Pid:"))
+            && number.trim().parse::<u32>().ok() != Some(pid)
+        {
             return None;
         }
         let member = Member { pid, pidfd, dir };
@@ -267,18 +269,30 @@ impl Cgroup {
         remove_tree(&self.path).map_err(io(&self.path))
     }
 
+    /// Kills every process in the subtree now: `cgroup.kill` (5.14+), else SIGKILL to each
+    /// member by its pidfd. Whether `cgroup.kill` did it (so that nothing forked meanwhile
+    /// escapes; one by one, a later pass is needed for those).
+    pub fn kill_now(&self) -> bool {
+        if std::fs::write(self.path.join("cgroup.kill"), b"1").is_ok() {
+            return true;
+        }
+        for m in self.members() {
+            // A process that ended meanwhile just fails.
+            let _ = m.signal(libc::SIGKILL);
+        }
+        false
+    }
+
     /// Kills every process in the subtree and waits (up to 5 s) until it is empty.
     pub fn kill_and_wait(&self) -> Result<(), CgroupError> {
-        let kill = self.path.join("cgroup.kill");
-        if std::fs::write(&kill, b"1").is_err() {
-            for m in self.members() {
-                // A process that ended meanwhile just fails.
-                let _ = m.signal(libc::SIGKILL);
-            }
-        }
+        let whole = self.kill_now();
         let deadline = Instant::now() + Duration::from_secs(5);
         while !self.pids().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
+            if !whole {
+                // Processes forked while the others were signalled.
+                self.kill_now();
+            }
         }
         match self.pids().len() {
             0 => Ok(()),

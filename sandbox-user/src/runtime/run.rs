@@ -533,12 +533,7 @@ fn forward(pid: Option<u32>, sig: i32) {
 /// killed (the cgroup stays, for the usual teardown).
 fn kill_all(cg: &Cgroup) {
     term::line("sandbox: the command did not stop in time: killing everything in its cgroup");
-    if std::fs::write(cg.path.join("cgroup.kill"), b"1").is_err() {
-        for m in cg.members() {
-            // A process that ended meanwhile just fails.
-            let _ = m.signal(libc::SIGKILL);
-        }
-    }
+    cg.kill_now();
 }
 
 /// Sends `sig` to the command's process group, as a terminal sends its keys to the
