@@ -945,6 +945,22 @@ fn kernel_check(how: u32, id: u32) -> KernelCheck {
 mod tests {
     use super::*;
 
+    /// Every kind of record the programs send has a caption of its own: none falls back
+    /// to "Other" (a verb misspelt between `decode` and `classify` would).
+    #[test]
+    fn every_hook_has_its_own_caption() {
+        let mut seen = 0;
+        for id in 0..=255u32 {
+            let Ok(hook) = Hook::try_from(id) else {
+                continue;
+            };
+            seen += 1;
+            let (_, _, caption, _) = classify(hook);
+            assert_ne!(caption, "Other", "hook {id}: {hook:?}");
+        }
+        assert!(seen >= 33, "{seen} hooks decoded");
+    }
+
     #[test]
     fn rfc3339_known_instants() {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
