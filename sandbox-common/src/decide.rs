@@ -302,6 +302,7 @@ pub mod sock {
     pub const SOCK_TYPE_MASK: u32 = 0xf;
     pub const IPPROTO_ICMP: u32 = 1;
     pub const IPPROTO_TCP: u32 = 6;
+    pub const IPPROTO_DCCP: u32 = 33;
     pub const IPPROTO_UDP: u32 = 17;
     pub const IPPROTO_ICMPV6: u32 = 58;
     pub const IPPROTO_SCTP: u32 = 132;
@@ -406,4 +407,28 @@ pub fn socket_create(
         _ => flags & policy_flags::SOCK_RAW != 0,
     };
     if ok { None } else { kind }
+}
+
+/// Whether a destination's port means anything to an inet socket of `protocol`
+/// (`sock.sk_protocol`, the `protocol` of a `cgroup/connect*` context): TCP, UDP,
+/// UDP-Lite, SCTP, MPTCP, DCCP. A ping or raw socket sends to the address whatever port
+/// its `sendto` or `connect` names (the kernel ignores it), so its destination is judged
+/// with port 0 ([`judged_port`]): only a rule whose ports include 0 (one that names no
+/// port) lets an echo request through, not one that opens a single service of the host.
+#[inline(always)]
+pub const fn port_counts(protocol: u32) -> bool {
+    use sock::{
+        IPPROTO_DCCP, IPPROTO_MPTCP, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE,
+    };
+    matches!(
+        protocol,
+        IPPROTO_TCP | IPPROTO_UDP | IPPROTO_UDPLITE | IPPROTO_SCTP | IPPROTO_MPTCP | IPPROTO_DCCP
+    )
+}
+
+/// The port a destination is judged with: its own for a protocol with ports, 0 for the
+/// rest ([`port_counts`]).
+#[inline(always)]
+pub const fn judged_port(protocol: u32, port: u16) -> u16 {
+    if port_counts(protocol) { port } else { 0 }
 }

@@ -529,11 +529,14 @@ pub struct KernelOffsets {
     /// directory moves goes with the file's own renames only (`filecache.rs`); 0 when the
     /// kernel's BTF does not say (the file cache then goes by `rename_lock`'s count).
     pub dentry_d_seq: u32,
+    /// `sock.sk_protocol`: the protocol of an inet socket; a destination's port counts
+    /// only for the protocols that have ports (`net.rs`).
+    pub sock_protocol: u32,
     /// Non-zero once the loader filled the struct; the programs allow nothing to be decided
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 272);
+const _: () = assert!(size_of::<KernelOffsets>() == 276);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -905,6 +908,7 @@ impl KernelOffsets {
         ipc_namespace_inum: 0,
         inode_i_dentry: 0,
         dentry_d_seq: 0,
+        sock_protocol: 0,
         valid: 0,
     };
 }

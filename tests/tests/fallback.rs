@@ -266,11 +266,17 @@ fn network_loopback_denied_by_block_private_with_records() {
     let mapped = format!("connect ::ffff:127.0.0.1 {tport}");
     let send = format!("udp 127.0.0.1 {uport}");
     let allowed = format!("connect 127.0.0.1 {oport}");
+    // A ping socket's connect (`ping_pre_connect` runs `connect4`) to the allowed port: an
+    // echo request ignores the port, so it is judged as port 0, which the rule does not
+    // open.
+    std::fs::write("/proc/sys/net/ipv4/ping_group_range", "0 2147483647").expect("ping");
+    let ping = format!("ping-connect 127.0.0.1 {oport}");
     let mut cases = vec![
         (connect.as_str(), "OK"),
         (mapped.as_str(), "OK"),
         (send.as_str(), "OK"),
         (allowed.as_str(), "OK"),
+        (ping.as_str(), "OK"),
     ];
     let v6 = tcp6
         .as_ref()
@@ -333,6 +339,8 @@ fn network_loopback_denied_by_block_private_with_records() {
         "the routed send left a record\n{}",
         r.dump()
     );
+    let rec = r.net_record("connect", "127.0.0.1", 0);
+    assert_eq!(rec["unmapped"]["rule"], "network.block_private", "{rec:#}");
     let rec = r.net_record("send", "127.0.0.1", uport);
     assert_eq!(rec["unmapped"]["rule"], "network.block_private", "{rec:#}");
     if let Some(l) = &tcp6 {

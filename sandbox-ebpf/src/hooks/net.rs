@@ -62,7 +62,7 @@ fn check_dest(hook_id: u32, scope: Scope, socket: *const u8, sa: *const u8, len:
     if kread::offsets().valid == 0 {
         return no_offsets(hook_id, scope);
     }
-    let Some((_, family)) = sock_of(socket) else {
+    let Some((sk, family)) = sock_of(socket) else {
         return -errno::EPERM;
     };
     if family != AF_INET && family != AF_INET6 {
@@ -70,7 +70,10 @@ fn check_dest(hook_id: u32, scope: Scope, socket: *const u8, sa: *const u8, len:
         return 0;
     }
     match Dest::parse_for(family, sa, len, hook_id == hook::SOCKET_CONNECT) {
-        Some(Parsed::Dest(dest)) => {
+        Some(Parsed::Dest(mut dest)) => {
+            // A ping or raw socket ignores the port: judged as port 0 (unreadable: too).
+            let protocol: u16 = kread::read(sk, kread::offsets().sock_protocol).unwrap_or(0);
+            dest.port = decide::judged_port(u32::from(protocol), dest.port);
             let v = addr::verdict(scope.policy_id, scope.flags(), &dest);
             judge(hook_id, scope, &dest, v)
         }

@@ -13,7 +13,7 @@
 
 use aya_ebpf::macros::cgroup_sock_addr;
 use aya_ebpf::programs::SockAddrContext;
-use sandbox_common::{errno, hook, policy_flags};
+use sandbox_common::{decide, errno, hook, policy_flags};
 
 use super::finish;
 use crate::addr::{self, AF_INET, AF_INET6, Dest};
@@ -80,22 +80,32 @@ fn v6(ctx: &SockAddrContext) -> Dest {
     }
 }
 
+/// `dest` with the port the socket's protocol gives it: a ping socket's `connect` runs
+/// `connect*` too (`ping_pre_connect`), and ignores the port (`decide::judged_port`).
+#[inline(always)]
+fn with_protocol(ctx: &SockAddrContext, mut dest: Dest) -> Dest {
+    // SAFETY: the context the kernel passed; `protocol` allows a 4-byte read.
+    let protocol = unsafe { (*ctx.sock_addr).protocol };
+    dest.port = decide::judged_port(protocol, dest.port);
+    dest
+}
+
 #[cgroup_sock_addr(connect4)]
 pub fn connect4(ctx: SockAddrContext) -> i32 {
-    judge(hook::SOCKET_CONNECT, &v4(&ctx))
+    judge(hook::SOCKET_CONNECT, &with_protocol(&ctx, v4(&ctx)))
 }
 
 #[cgroup_sock_addr(connect6)]
 pub fn connect6(ctx: SockAddrContext) -> i32 {
-    judge(hook::SOCKET_CONNECT, &v6(&ctx))
+    judge(hook::SOCKET_CONNECT, &with_protocol(&ctx, v6(&ctx)))
 }
 
 #[cgroup_sock_addr(sendmsg4)]
 pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
-    judge(hook::SOCKET_SENDMSG, &v4(&ctx))
+    judge(hook::SOCKET_SENDMSG, &with_protocol(&ctx, v4(&ctx)))
 }
 
 #[cgroup_sock_addr(sendmsg6)]
 pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
-    judge(hook::SOCKET_SENDMSG, &v6(&ctx))
+    judge(hook::SOCKET_SENDMSG, &with_protocol(&ctx, v6(&ctx)))
 }

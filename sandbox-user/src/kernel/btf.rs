@@ -105,6 +105,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         task_struct_nsproxy: f("task_struct", &["nsproxy"], Some(8))?,
         nsproxy_ipc_ns: f("nsproxy", &["ipc_ns"], Some(8))?,
         ipc_namespace_inum: f("ipc_namespace", &["ns", "inum"], Some(4))?,
+        sock_protocol: f("sock", &["sk_protocol"], Some(2))?,
         valid: 1,
     })
 }
@@ -627,6 +628,7 @@ mod arity_tests {
             ("socket", &["sk"], off.socket_sk),
             ("sock", &["__sk_common", "skc_family"], off.sock_family),
             ("sock", &["sk_cgrp_data", "cgroup"], off.sock_cgroup),
+            ("sock", &["sk_protocol"], off.sock_protocol),
             (
                 "sock",
                 &["__sk_common", "skc_v6_rcv_saddr"],

@@ -5,6 +5,8 @@
 //!   open PATH [r|w|rw|creat]     open(2), then close
 //!   connect ADDR PORT            TCP connect (IPv4 or IPv6), 1 s timeout
 //!   udp ADDR PORT                unconnected UDP sendto
+//!   ping ADDR PORT               an echo request by sendto on a ping socket, OK on the reply;
+//!                                ping-connect ADDR PORT: connect, then send
 //!   srh-send ADDR PORT SEG       UDP sendto from a socket with a segment routing header
 //!   exec PATH [ARGS...]          fork + execve; reports the execve errno or the exit status
 //!   cgroup-child NAME            create a child of this process's cgroup and move into it
@@ -522,6 +524,67 @@ fn op_udp(addr: &str, port: &str) -> String {
         }
         let r = libc::sendto(s, b"x".as_ptr().cast(), 1, 0, (&raw const ss).cast(), len);
         let e = if r < 0 { last_errno() } else { 0 };
+        libc::close(s);
+        errno_name(e)
+    }
+}
+
+/// `ping ADDR PORT` (an echo request sent with `sendto`) and `ping-connect ADDR PORT`
+/// (`connect`, then `send`) on a ping socket (`SOCK_DGRAM`, `IPPROTO_ICMP`/`ICMPV6`, open
+/// to the groups of `net.ipv4.ping_group_range`): the kernel ignores the port. `OK` once
+/// the echo reply came back (within 2 s), else the errno of the first call that failed.
+fn op_ping(how: &str, addr: &str, port: &str) -> String {
+    let (Ok(addr), Ok(port)) = (addr.parse::<IpAddr>(), port.parse::<u16>()) else {
+        return "BADARGS".into();
+    };
+    let (ss, len, fam) = sockaddr(addr, port);
+    let (proto, echo) = if fam == libc::AF_INET {
+        (libc::IPPROTO_ICMP, 8u8)
+    } else {
+        (libc::IPPROTO_ICMPV6, 128u8)
+    };
+    // Type, code, checksum (the kernel's), identifier (the kernel's), sequence 1, data.
+    let request = [echo, 0, 0, 0, 0, 0, 0, 1, b'p', b'i', b'n', b'g'];
+    // SAFETY: plain socket syscalls on locals that outlive the calls.
+    unsafe {
+        let s = libc::socket(fam, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, proto);
+        if s < 0 {
+            return errno_name(last_errno());
+        }
+        let timeout = libc::timeval {
+            tv_sec: 2,
+            tv_usec: 0,
+        };
+        libc::setsockopt(
+            s,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const timeout).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        );
+        let sent = if how == "ping-connect" {
+            if libc::connect(s, (&raw const ss).cast(), len) < 0 {
+                -1
+            } else {
+                libc::send(s, request.as_ptr().cast(), request.len(), 0)
+            }
+        } else {
+            let to = (&raw const ss).cast();
+            libc::sendto(s, request.as_ptr().cast(), request.len(), 0, to, len)
+        };
+        let e = if sent < 0 {
+            last_errno()
+        } else {
+            let mut reply = [0u8; 64];
+            let n = libc::recv(s, reply.as_mut_ptr().cast(), reply.len(), 0);
+            if n < 0 {
+                last_errno()
+            } else if n < 8 || reply[0] != if echo == 8 { 0 } else { 129 } {
+                libc::EPROTO
+            } else {
+                0
+            }
+        };
         libc::close(s);
         errno_name(e)
     }
@@ -1646,6 +1709,7 @@ fn run_op(words: &[String]) -> String {
         }
         "connect" | "connect-mapped" => op_connect(a(0), a(1), a(2)),
         "udp" => op_udp(a(1), a(2)),
+        "ping" | "ping-connect" => op_ping(a(0), a(1), a(2)),
         "tcp-ulp" | "ip-options" | "flowlabel" => op_sockopt(a(0), a(1)),
         "ip-retopts" | "ip-retopts-sendmmsg" | "ip-rr-sendmmsg" => op_retopts(a(0), a(1), a(2)),
         "rthdr-send" | "rthdr-sendmmsg" => op_rthdr_send(a(0), a(1), a(2), a(3)),

@@ -324,3 +324,53 @@ fn routing_headers_sent_past_the_hook_are_dropped() {
         ],
     );
 }
+
+/// A ping socket (`SOCK_DGRAM` with `IPPROTO_ICMP`/`ICMPV6`, open to any user the guest's
+/// `ping_group_range` names: Debian's default names every group) sends an echo request
+/// to the address whatever port `sendto` or `connect` named. A rule that opens one port
+/// of a host does not open the host to ICMP; a rule without a port does.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn ping_sockets_are_judged_without_a_port() {
+    std::fs::write("/proc/sys/net/ipv4/ping_group_range", "0 2147483647").unwrap();
+    let d = workdir_as(User::Agent, "ping");
+    // Outside, as the agent: the echo replies come back, the port named or not.
+    for op in [
+        ["ping", "127.0.0.1", "443"],
+        ["ping-connect", "127.0.0.1", "443"],
+        ["ping", "::1", "443"],
+        ["ping-connect", "::1", "443"],
+    ] {
+        assert_eq!(probe_outside_as(User::Agent, &op), OK, "outside: {op:?}");
+    }
+    // One port of loopback (block_private denies the rest): TCP to it is let through (no
+    // listener: the kernel's refusal), an echo request is not.
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some("network:\n  allow: ['127.0.0.1:443', '[::1]:443']\n"),
+        &[
+            ("connect 127.0.0.1 443", "ECONNREFUSED"),
+            ("ping 127.0.0.1 443", EPERM),
+            ("ping-connect 127.0.0.1 443", EPERM),
+            ("ping ::1 443", EPERM),
+            ("ping-connect ::1 443", EPERM),
+        ],
+    );
+    r.check_records(&[
+        rec("/dst_endpoint/ip", "127.0.0.1")
+            .count(2)
+            .has("/dst_endpoint/port", 0)
+            .has("/unmapped/rule", "network.block_private"),
+        rec("/dst_endpoint/ip", "::1")
+            .count(2)
+            .has("/dst_endpoint/port", 0),
+    ]);
+    // The whole host: echo requests go.
+    check_as(
+        User::Agent,
+        &d,
+        Some("network:\n  allow: ['127.0.0.1', '[::1]']\n"),
+        &[("ping 127.0.0.1 443", OK), ("ping-connect ::1 7", OK)],
+    );
+}
