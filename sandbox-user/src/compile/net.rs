@@ -66,9 +66,28 @@ pub struct NetCompiled {
     pub listen_v4: Vec<Entry<4>>,
     pub listen_v6: Vec<Entry<16>>,
     /// With `block_private`: the rule that addresses this host gains after compilation
-    /// are denied by (see [`own_host_entry`]), and the addresses it had then.
+    /// are denied by (see [`gained_entries`]), and what reached this host then (its
+    /// addresses and local prefixes, `netif::local`).
     pub host_rule: Option<u16>,
-    pub host_addrs: Vec<IpAddr>,
+    pub host_addrs: Vec<IpNet>,
+}
+
+/// What reaches this host, as followed while sandbox runs: its addresses (/32, /128) and
+/// the prefixes of its `local` routing table (`netif::local`).
+pub type HostNets = BTreeSet<IpNet>;
+
+/// Loopback's own prefixes and addresses: the private set's (a policy may open them).
+fn is_loopback_net(n: &IpNet) -> bool {
+    n.network().is_loopback()
+}
+
+/// What a record says of the rule that denies `n`, one of this host's.
+fn host_source(n: &IpNet) -> String {
+    if n.prefix_len() == n.max_prefix_len() {
+        format!("{} (an address of this host)", n.addr())
+    } else {
+        format!("{n} (local to this host)")
+    }
 }
 
 type Tables = (Vec<Entry<4>>, Vec<Entry<16>>);
@@ -152,16 +171,11 @@ pub fn compile(n: &Network, rules: &mut Vec<RuleInfo>) -> Result<NetCompiled, St
             field: "network.block_private".into(),
             source: "an address this host gained while sandbox ran".into(),
         });
-        for a in n.host_addrs.iter().filter(|a| !a.is_loopback()) {
-            push(
-                IpNet::from(*a),
-                (0, u16::MAX),
-                net_action::DENY,
-                rules.len(),
-            );
+        for a in n.host_addrs.iter().filter(|a| !is_loopback_net(a)) {
+            push(*a, (0, u16::MAX), net_action::DENY, rules.len());
             rules.push(RuleInfo {
                 field: "network.block_private".into(),
-                source: format!("{a} (an address of this host)"),
+                source: host_source(a),
             });
         }
     }
@@ -246,14 +260,14 @@ pub fn is_private(addr: IpAddr) -> bool {
 /// Why a DNS answer is never allowed, if it is not: an address in the private set (a name
 /// never opens a private address: DNS rebinding), or an address of this host (it reaches the
 /// host's own services, as loopback does): one it had when the policy was compiled
-/// (`c.host_addrs`) or one of `own`, the addresses it has had since. IPv4 embedded in IPv6
-/// counts as the IPv4 address.
-pub fn host_refusal(c: &NetCompiled, addr: IpAddr, own: &BTreeSet<IpAddr>) -> Option<&'static str> {
+/// (`c.host_addrs`) or one of `own`, what it has had since; in a prefix local to it too.
+/// IPv4 embedded in IPv6 counts as the IPv4 address.
+pub fn host_refusal(c: &NetCompiled, addr: IpAddr, own: &HostNets) -> Option<&'static str> {
     if is_private(addr) {
         return Some("a private address");
     }
     let v4 = embedded_v4(addr).map(IpAddr::V4);
-    let this_host = |a: IpAddr| c.host_addrs.contains(&a) || own.contains(&a);
+    let this_host = |a: IpAddr| c.host_addrs.iter().chain(own).any(|n| n.contains(&a));
     if this_host(addr) || v4.is_some_and(this_host) {
         return Some("an address of this host");
     }
@@ -271,7 +285,7 @@ pub fn host_entry(
     c: &NetCompiled,
     addr: IpAddr,
     allows: &[PortRule],
-    own: &BTreeSet<IpAddr>,
+    own: &HostNets,
 ) -> Option<NetRules> {
     if allows.is_empty() || host_refusal(c, addr, own).is_some() {
         return None;
@@ -300,46 +314,74 @@ pub fn host_entry(
     Some(rules)
 }
 
-/// What `addr`'s own entry (a /32 or /128) is without any `allow_hosts` answer: the deny of
-/// an address this host gained while sandbox ran (in `own`, see [`own_host_entry`]), else
-/// the policy's own entry for that exact prefix, else none (the shorter prefixes decide).
-pub fn base_entry(c: &NetCompiled, addr: IpAddr, own: &BTreeSet<IpAddr>) -> Option<NetRules> {
-    if own.contains(&addr)
-        && let Some(e) = own_host_entry(c, addr)
-    {
-        return Some(e.rules);
-    }
-    match addr {
-        IpAddr::V4(a) => {
-            c.v4.iter()
-                .find(|e| e.prefix_len == 32 && e.addr == a.octets())
-                .map(|e| e.rules)
-        }
-        IpAddr::V6(a) => {
-            c.v6.iter()
-                .find(|e| e.prefix_len == 128 && e.addr == a.octets())
-                .map(|e| e.rules)
-        }
-    }
-}
-
-/// The LPM entry that denies `addr`, an address this host gained after the policy was
-/// compiled (`None`: private already, known at compile time, or `block_private` is off).
-pub fn own_host_entry(c: &NetCompiled, addr: IpAddr) -> Option<Entry<16>> {
-    let rule = c.host_rule?;
-    if addr.is_loopback() || c.host_addrs.contains(&addr) {
-        return None;
-    }
+/// What `addr`'s own entry (a /32 or /128) is without any `allow_hosts` answer: the
+/// policy's own entry for that exact prefix with the denies of what this host gained while
+/// sandbox ran (`own`, see [`gained_entries`]), else none (the shorter prefixes decide).
+pub fn base_entry(c: &NetCompiled, addr: IpAddr, own: &HostNets) -> Option<NetRules> {
     let b = addr_bytes(addr);
     let len = (b.len() * 8) as u8;
-    let deny = PortRule {
-        port_lo: 0,
-        port_hi: u16::MAX,
-        rule,
-        action: net_action::DENY,
-        _pad: 0,
+    let rules = with_gained(c, own);
+    if !rules.contains_key(&(len, b.clone())) {
+        return None;
+    }
+    entry(&rules, len, &b, &[]).ok().map(|(_, e)| e.rules)
+}
+
+/// Whether `n` is something this host gained after the policy was compiled that
+/// `block_private` denies (not loopback's, not known at compile time).
+pub fn gained(c: &NetCompiled, n: &IpNet) -> bool {
+    c.host_rule.is_some() && !is_loopback_net(n) && !c.host_addrs.contains(n)
+}
+
+/// The policy's own rules with a deny, first, on every prefix of `own` that [`gained`]
+/// says this host gained.
+fn with_gained(c: &NetCompiled, own: &HostNets) -> Own {
+    let mut out = c.own.clone();
+    let Some(rule) = c.host_rule else {
+        return out;
     };
-    entry(&c.own, len, &b, &[deny]).ok().map(|(_, e)| e)
+    for n in own.iter().filter(|n| gained(c, n)) {
+        let (key, deny) = rule_of(*n, (0, u16::MAX), net_action::DENY, rule.into());
+        out.entry(key).or_default().insert(0, deny);
+    }
+    out
+}
+
+/// The LPM entries to write when this host gained `new` (addresses, local prefixes) after
+/// the policy was compiled (with `block_private`): each one's own entry, deny first, and
+/// every entry of the policy inside it again (which inherits that deny), as `(address,
+/// prefix length, rules)`. `all`: everything gained so far, `new` included. An entry with
+/// more rules than fit is left out (the shorter prefixes' entries still deny).
+pub fn gained_entries(
+    c: &NetCompiled,
+    all: &HostNets,
+    new: &[IpNet],
+) -> Vec<(IpAddr, u8, NetRules)> {
+    let new: Vec<&IpNet> = new.iter().filter(|n| gained(c, n)).collect();
+    if new.is_empty() {
+        return Vec::new();
+    }
+    let rules = with_gained(c, all);
+    let inside = |len: u8, addr: &[u8]| {
+        new.iter().any(|n| {
+            let net = addr_bytes(n.network());
+            net.len() == addr.len()
+                && len >= n.prefix_len()
+                && truncate(addr, n.prefix_len()) == net
+        })
+    };
+    rules
+        .keys()
+        .filter(|(len, addr)| inside(*len, addr))
+        .filter_map(|(len, addr)| {
+            let (_, e) = entry(&rules, *len, addr, &[]).ok()?;
+            let ip = match addr.len() {
+                4 => IpAddr::from(<[u8; 4]>::try_from(&addr[..]).ok()?),
+                _ => IpAddr::from(<[u8; 16]>::try_from(&addr[..]).ok()?),
+            };
+            Some((ip, *len, e.rules))
+        })
+        .collect()
 }
 
 /// The prefix's own rules, then those of each containing shorter prefix, longest first.

@@ -704,8 +704,8 @@ fn allow_hosts_entries_never_open_this_host() {
         env: Default::default(),
         resolvers: Vec::new(),
         host_addrs: vec![
-            "93.184.216.50".parse().unwrap(),
-            "2001:db8:feed::50".parse().unwrap(),
+            "93.184.216.50/32".parse().unwrap(),
+            "2001:db8:feed::50/128".parse().unwrap(),
         ],
         other_homes: Vec::new(),
     };
@@ -713,7 +713,7 @@ fn allow_hosts_entries_never_open_this_host() {
     let c = super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap();
     let allows = [allow(443, c.net.hosts[0].1)];
     let gained: IpAddr = "93.184.216.60".parse().unwrap();
-    let own = std::collections::BTreeSet::from([gained]);
+    let own = net::HostNets::from([gained.into()]);
     let none = std::collections::BTreeSet::new();
     for a in [
         "93.184.216.50",
@@ -763,7 +763,10 @@ fn host_private_addresses_are_denied_by_themselves() {
         cwd: "/work".into(),
         env: Default::default(),
         resolvers: Vec::new(),
-        host_addrs: vec!["10.0.0.5".parse().unwrap(), "127.0.0.1".parse().unwrap()],
+        host_addrs: vec![
+            "10.0.0.5/32".parse().unwrap(),
+            "127.0.0.0/8".parse().unwrap(),
+        ],
         other_homes: Vec::new(),
     };
     let compile =
@@ -775,4 +778,71 @@ fn host_private_addresses_are_denied_by_themselves() {
     assert_eq!(decide(&c, "168.63.129.16", 80), Some(net_action::DENY));
     let c = compile("network:\n  allow: [10.0.0.0/8, 10.0.0.5/32]\n");
     assert_eq!(decide(&c, "10.0.0.5", 22), Some(net_action::ALLOW));
+}
+
+/// What this host gains after compilation may be a prefix (an address given with one on
+/// `lo`, a `local` route): its entry denies all of it, and an entry of the policy inside it
+/// is written again so that the ports its own rules leave fall to that deny; a name's
+/// address inside it is refused, and when it leaves a name nothing of its own comes back
+/// (the prefix's entry decides). A prefix local at compile time is denied as a whole.
+#[test]
+fn local_prefixes_of_this_host_are_denied_whole() {
+    let ctx = |host: &str| Context {
+        home: "/home/u".into(),
+        cwd: "/work".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: vec![host.parse().unwrap(), "127.0.0.0/8".parse().unwrap()],
+        other_homes: Vec::new(),
+    };
+    let yaml = "network:\n  allow: ['93.184.217.9:443']\n  allow_hosts: [a.test]\n";
+    let compile =
+        |host: &str| super::compile(&load_str(yaml, "p.yaml", &ctx(host)).unwrap(), SEED).unwrap();
+    let c = compile("93.184.216.50/32");
+    let prefix: ipnet::IpNet = "93.184.217.0/24".parse().unwrap();
+    let all = net::HostNets::from([prefix]);
+    let mut written = net::gained_entries(&c.net, &all, &[prefix]);
+    written.sort_by_key(|e| e.1);
+    let host = c.net.host_rule.unwrap();
+    assert_eq!(written.len(), 2, "{written:?}");
+    assert_eq!(written[0].0, "93.184.217.0".parse::<IpAddr>().unwrap());
+    assert_eq!(written[0].1, 24);
+    assert_eq!(
+        first_rule(&written[0].2, 80),
+        Some((net_action::DENY, host))
+    );
+    assert_eq!(written[1].1, 32);
+    assert_eq!(
+        first_rule(&written[1].2, 443).map(|r| r.0),
+        Some(net_action::ALLOW)
+    );
+    assert_eq!(
+        first_rule(&written[1].2, 80),
+        Some((net_action::DENY, host))
+    );
+    // Known at compile time, already gained, or loopback's: nothing to write.
+    assert!(net::gained_entries(&c.net, &all, &["93.184.216.50/32".parse().unwrap()]).is_empty());
+    assert!(net::gained_entries(&c.net, &all, &["127.0.0.0/8".parse().unwrap()]).is_empty());
+    let inside: IpAddr = "93.184.217.77".parse().unwrap();
+    let allows = [allow(443, c.net.hosts[0].1)];
+    assert_eq!(
+        net::host_refusal(&c.net, inside, &all),
+        Some("an address of this host")
+    );
+    assert!(net::host_entry(&c.net, inside, &allows, &all).is_none());
+    assert!(net::base_entry(&c.net, inside, &all).is_none());
+    // The policy's own /32 in it comes back with the deny.
+    let back = net::base_entry(&c.net, "93.184.217.9".parse().unwrap(), &all).unwrap();
+    assert_eq!(first_rule(&back, 80), Some((net_action::DENY, host)));
+    // Local when the policy was compiled: the whole prefix is denied, by a rule naming it.
+    let c = compile("93.184.217.0/24");
+    assert_eq!(decide(&c, "93.184.217.200", 22), Some(net_action::DENY));
+    assert_eq!(decide(&c, "93.184.217.9", 443), Some(net_action::ALLOW));
+    assert_eq!(decide(&c, "93.184.218.1", 22), None);
+    let (_, rule) =
+        net::lookup(&c.net.v4, &c.net.v6, "93.184.217.200".parse().unwrap(), 22).unwrap();
+    assert_eq!(
+        c.rules[usize::from(rule)].source,
+        "93.184.217.0/24 (local to this host)"
+    );
 }

@@ -1,8 +1,29 @@
-//! The addresses of this host's network interfaces (`getifaddrs`). A connect to one of
-//! them reaches the host's own services just as loopback does, so with
-//! `network.block_private` they join the private set.
+//! What reaches this host itself: the addresses of its network interfaces (`getifaddrs`)
+//! and the prefixes its routing tables deliver locally (`NETLINK_ROUTE`): its addresses
+//! again, the subnets' broadcast addresses, IPv6 anycast addresses (a router's
+//! subnet-router anycast), and whole prefixes that are local (an address given with a
+//! prefix on `lo` makes all of the prefix local; `ip route add local PREFIX dev lo`). A
+//! connect or send to any of them reaches the host's own services just as loopback does,
+//! so with `network.block_private` they join the private set.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+/// What reaches this host: every address of its interfaces (as a /32 or /128) and every
+/// prefix its routes deliver to it (`local`, `broadcast`, `anycast`), as the fewest
+/// prefixes that cover them all (`IpNet::aggregate`), sorted. Empty when neither can be
+/// read.
+pub fn local() -> Vec<IpNet> {
+    let mut out: Vec<IpNet> = addresses().into_iter().map(IpNet::from).collect();
+    match local_routes() {
+        Ok(routes) => out.extend(routes),
+        Err(e) => {
+            tracing::debug!("the routing tables could not be read ({e}): addresses only")
+        }
+    }
+    IpNet::aggregate(&out)
+}
 
 /// Every IPv4 and IPv6 address on an interface of this host, sorted, without duplicates.
 /// Empty when the C library cannot list them.
@@ -42,13 +63,169 @@ pub fn addresses() -> Vec<IpAddr> {
     out
 }
 
-/// Notice of address changes on this host's interfaces (a `NETLINK_ROUTE` socket in the
-/// IPv4 and IPv6 address groups), so that an address gained while sandbox runs (DHCP,
-/// SLAAC, a VPN coming up) joins the private set.
+/// The tables every lookup goes through (`RT_TABLE_DEFAULT`, `MAIN`, `LOCAL`: the rules
+/// a host starts with; a `local` route is delivered here from any of them), and the route
+/// types that deliver to this host, by family (`RTN_LOCAL`, `RTN_BROADCAST`,
+/// `RTN_ANYCAST`; uapi/linux/rtnetlink.h). Tables only a policy rule looks in (`ip rule
+/// fwmark ... lookup 100`: a transparent proxy's `local 0.0.0.0/0`) are not read.
+const LOOKED_UP: [u32; 3] = [253, 254, 255];
+const DELIVERED_HERE: [(i32, u8); 4] = [
+    (libc::AF_INET, 2),
+    (libc::AF_INET, 3),
+    (libc::AF_INET6, 2),
+    (libc::AF_INET6, 4),
+];
+/// Netlink message types and flags, and the attributes read (uapi/linux/netlink.h,
+/// rtnetlink.h).
+const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_DUMP: u16 = 0x300;
+const RTA_DST: u16 = 1;
+const RTA_TABLE: u16 = 15;
+/// `SOL_NETLINK`, `NETLINK_GET_STRICT_CHK`: the kernel filters the dump by route type
+/// (a host with a full routing table sends a few routes, not all).
+const SOL_NETLINK: i32 = 270;
+const NETLINK_GET_STRICT_CHK: i32 = 12;
+
+/// The prefixes of the routes (IPv4 and IPv6, of the tables every lookup goes through)
+/// that deliver to this host.
+fn local_routes() -> std::io::Result<Vec<IpNet>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: plain socket(2); the descriptor is owned right after.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor of ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: i32 = 1;
+    // SAFETY: an int option on our socket. Without it (before 4.20) the dump is of every
+    // route, filtered below.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            SOL_NETLINK,
+            NETLINK_GET_STRICT_CHK,
+            (&raw const one).cast(),
+            4,
+        );
+    }
+    let mut out = Vec::new();
+    for (seq, (family, kind)) in (1u32..).zip(DELIVERED_HERE) {
+        // nlmsghdr (16 bytes), then rtmsg (12): family, dst_len, src_len, tos, table,
+        // protocol, scope, type, flags.
+        let mut req = [0u8; 28];
+        req[0..4].copy_from_slice(&28u32.to_ne_bytes());
+        req[4..6].copy_from_slice(&RTM_GETROUTE.to_ne_bytes());
+        req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+        req[8..12].copy_from_slice(&seq.to_ne_bytes());
+        req[16] = u8::try_from(family).expect("AF_INET, AF_INET6");
+        req[23] = kind;
+        // SAFETY: sending our buffer on our socket (to the kernel: no address needed).
+        if unsafe { libc::send(fd.as_raw_fd(), req.as_ptr().cast(), req.len(), 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        read_dump(&fd, seq, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Reads one dump's answers (`seq`) until its end, adding the routes that deliver here.
+fn read_dump(fd: &std::os::fd::OwnedFd, seq: u32, out: &mut Vec<IpNet>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        // SAFETY: reading into our buffer.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let mut at = 0usize;
+        let n = n.unsigned_abs();
+        while at + 16 <= n {
+            let u32_at = |i: usize| u32::from_ne_bytes(buf[i..i + 4].try_into().expect("4"));
+            let len = u32_at(at) as usize;
+            let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+            if len < 16 || at + len > n {
+                return Err(std::io::Error::other("a malformed netlink message"));
+            }
+            if u32_at(at + 8) == seq {
+                match kind {
+                    NLMSG_DONE => return Ok(()),
+                    NLMSG_ERROR => {
+                        let code = if len >= 20 { u32_at(at + 16) as i32 } else { 0 };
+                        return Err(std::io::Error::from_raw_os_error(-code));
+                    }
+                    RTM_NEWROUTE => out.extend(delivered_here(&buf[at + 16..at + len])),
+                    _ => {}
+                }
+            }
+            at += (len + 3) & !3;
+        }
+    }
+}
+
+/// The prefix of one route (an `rtmsg` and its attributes), if it is in a table every
+/// lookup goes through and delivers to this host.
+fn delivered_here(msg: &[u8]) -> Option<IpNet> {
+    let [family, dst_len, _, _, table, _, _, kind, ..] = *msg else {
+        return None;
+    };
+    let mut table = u32::from(table);
+    let mut dst: &[u8] = &[];
+    let mut at = 12usize;
+    while at + 4 <= msg.len() {
+        let len = usize::from(u16::from_ne_bytes([msg[at], msg[at + 1]]));
+        let kind = u16::from_ne_bytes([msg[at + 2], msg[at + 3]]);
+        if len < 4 || at + len > msg.len() {
+            break;
+        }
+        let data = &msg[at + 4..at + len];
+        match kind {
+            RTA_DST => dst = data,
+            RTA_TABLE if data.len() == 4 => {
+                table = u32::from_ne_bytes(data.try_into().expect("4"));
+            }
+            _ => {}
+        }
+        at += (len + 3) & !3;
+    }
+    if !LOOKED_UP.contains(&table) || !DELIVERED_HERE.contains(&(i32::from(family), kind)) {
+        return None;
+    }
+    let addr = match (i32::from(family), dst.len()) {
+        (libc::AF_INET, 4) => IpAddr::from(<[u8; 4]>::try_from(dst).ok()?),
+        (libc::AF_INET6, 16) => IpAddr::from(<[u8; 16]>::try_from(dst).ok()?),
+        // No destination: the default route, all of the family.
+        (libc::AF_INET, 0) => IpAddr::from(Ipv4Addr::UNSPECIFIED),
+        (libc::AF_INET6, 0) => IpAddr::from(Ipv6Addr::UNSPECIFIED),
+        _ => return None,
+    };
+    IpNet::new(addr, dst_len).ok().map(|n| n.trunc())
+}
+
+/// Notice of address and route changes on this host (a `NETLINK_ROUTE` socket in the IPv4
+/// and IPv6 address and route groups), so that an address or local prefix gained while
+/// sandbox runs (DHCP, SLAAC, a VPN coming up) joins the private set.
 pub struct AddrWatch(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
 
-/// `RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR` (uapi/linux/rtnetlink.h).
-const ADDRESS_GROUPS: u32 = 0x10 | 0x100;
+/// `RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR`, and the route groups
+/// (`RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`: a `local` route added by itself;
+/// uapi/linux/rtnetlink.h).
+const ADDRESS_GROUPS: u32 = 0x10 | 0x100 | 0x40 | 0x400;
 
 impl AddrWatch {
     pub fn new() -> std::io::Result<Self> {
@@ -116,5 +293,19 @@ mod tests {
         // Every Linux host (and network namespace) has lo with 127.0.0.1.
         let a = super::addresses();
         assert!(a.iter().any(std::net::IpAddr::is_loopback), "{a:?}");
+    }
+
+    #[test]
+    fn reads_the_local_routing_table() {
+        // Every Linux host with lo up has `local 127.0.0.0/8` and `broadcast
+        // 127.255.255.255` in its local table; the union keeps the /8.
+        let routes = super::local_routes().unwrap();
+        let lo: ipnet::IpNet = "127.0.0.0/8".parse().unwrap();
+        assert!(routes.contains(&lo), "{routes:?}");
+        assert!(
+            routes.contains(&"127.255.255.255/32".parse().unwrap()),
+            "{routes:?}"
+        );
+        assert!(super::local().contains(&lo));
     }
 }

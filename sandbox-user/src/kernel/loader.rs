@@ -868,7 +868,7 @@ impl Enforcer {
         policy: &CompiledPolicy,
         want: &std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>,
         have: &mut std::collections::BTreeMap<std::net::IpAddr, Vec<sandbox_common::PortRule>>,
-        own: &std::collections::BTreeSet<std::net::IpAddr>,
+        own: &crate::compile::net::HostNets,
     ) -> Result<(), LoadError> {
         use crate::compile::net::{base_entry, host_entry};
         let pid = self.policy_id;
@@ -906,29 +906,31 @@ impl Enforcer {
         first.map_or(Ok(()), Err)
     }
 
-    /// Denies the addresses in `now` this host gained after the policy was compiled (with
-    /// `block_private`): each gets its own entry, deny first. `added` holds what was added
-    /// before; it is updated. Returns the addresses added this time. Addresses that go
-    /// away keep their entry: a stale deny fails closed.
+    /// Denies what in `now` (addresses and local prefixes, `netif::local`) this host gained
+    /// after the policy was compiled (with `block_private`): each gets its own entry, deny
+    /// first, and the policy's entries inside it are written again with that deny
+    /// (`compile::net::gained_entries`). `added` holds what was added before; it is updated
+    /// once every entry is written. Returns what was added this time. What goes away keeps
+    /// its entry: a stale deny fails closed.
     pub fn deny_host_addrs(
         &mut self,
         policy: &CompiledPolicy,
-        now: &[std::net::IpAddr],
-        added: &mut std::collections::BTreeSet<std::net::IpAddr>,
-    ) -> Result<Vec<std::net::IpAddr>, LoadError> {
-        let mut out = Vec::new();
-        for addr in now {
-            if added.contains(addr) {
-                continue;
-            }
-            let Some(e) = crate::compile::net::own_host_entry(&policy.net, *addr) else {
-                continue;
-            };
-            self.put_net(self.policy_id, *addr, e.rules)?;
-            added.insert(*addr);
-            out.push(*addr);
+        now: &[ipnet::IpNet],
+        added: &mut crate::compile::net::HostNets,
+    ) -> Result<Vec<ipnet::IpNet>, LoadError> {
+        let new: Vec<ipnet::IpNet> = now
+            .iter()
+            .filter(|n| !added.contains(n) && crate::compile::net::gained(&policy.net, n))
+            .copied()
+            .collect();
+        let mut all = added.clone();
+        all.extend(new.iter().copied());
+        let pid = self.policy_id;
+        for (addr, len, rules) in crate::compile::net::gained_entries(&policy.net, &all, &new) {
+            self.maps().net_insert(pid, addr, len, rules)?;
         }
-        Ok(out)
+        *added = all;
+        Ok(new)
     }
 
     /// Writes compiled LPM entries under policy id `pid`.

@@ -114,9 +114,9 @@ pub struct Network {
     pub sock_flags: u32,
     /// Local addresses the command may listen on (`network.listen`; default loopback).
     pub listen: Vec<NetRule>,
-    /// The addresses of this host's interfaces (private with `block_private`: they reach
-    /// the host's own services as loopback does).
-    pub host_addrs: Vec<IpAddr>,
+    /// What reaches this host: its interfaces' addresses and its local prefixes (private
+    /// with `block_private`: they reach the host's own services as loopback does).
+    pub host_addrs: Vec<IpNet>,
 }
 
 /// Names `network.sockets` accepts: address families (`AF_*`), and `raw`, `sctp`, `mptcp`
@@ -299,8 +299,9 @@ pub struct Context {
     pub env: std::collections::HashMap<String, String>,
     /// Nameservers of this host (/etc/resolv.conf), for `network.allow_dns`.
     pub resolvers: Vec<IpAddr>,
-    /// Addresses of this host's interfaces, private with `network.block_private`.
-    pub host_addrs: Vec<IpAddr>,
+    /// Addresses and local prefixes of this host (`netif::local`), private with
+    /// `network.block_private`.
+    pub host_addrs: Vec<IpNet>,
     /// For a command running as root: the other users' home directories (canonical), where
     /// the protective rules written with `~` (`files.deny`, `files.read_only`,
     /// `exec.deny`) apply too, since root reads every user's files. Empty otherwise.
@@ -325,7 +326,7 @@ impl Context {
             cwd: std::env::current_dir()?,
             env: std::env::vars().collect(),
             resolvers: resolvers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
-            host_addrs: crate::host::netif::addresses(),
+            host_addrs: crate::host::netif::local(),
         })
     }
 }

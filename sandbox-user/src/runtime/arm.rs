@@ -168,10 +168,10 @@ pub struct HostAddrs {
     /// Opened before the addresses are read again, so no change goes unnoticed.
     pub watch: Option<crate::host::netif::AddrWatch>,
     /// Added after compilation (the compiled ones are in the policy).
-    pub added: std::collections::BTreeSet<std::net::IpAddr>,
-    /// Every address this host has had since sandbox started following them (kept when
-    /// it goes away: a stale refusal fails closed).
-    pub seen: std::collections::BTreeSet<std::net::IpAddr>,
+    pub added: crate::compile::net::HostNets,
+    /// Every address and local prefix this host has had since sandbox started following
+    /// them (kept when it goes away: a stale refusal fails closed).
+    pub seen: crate::compile::net::HostNets,
 }
 
 impl HostAddrs {
@@ -180,8 +180,8 @@ impl HostAddrs {
     fn start(enforcer: &mut Enforcer, compiled: &CompiledPolicy) -> anyhow::Result<Self> {
         let mut me = Self {
             watch: None,
-            added: std::collections::BTreeSet::new(),
-            seen: std::collections::BTreeSet::new(),
+            added: crate::compile::net::HostNets::new(),
+            seen: crate::compile::net::HostNets::new(),
         };
         if compiled.net.host_rule.is_some() || !compiled.net.hosts.is_empty() {
             me.watch = Some(
@@ -200,7 +200,7 @@ impl HostAddrs {
         enforcer: &mut Enforcer,
         compiled: &CompiledPolicy,
     ) -> anyhow::Result<()> {
-        let now = crate::host::netif::addresses();
+        let now = crate::host::netif::local();
         self.seen.extend(now.iter().copied());
         match enforcer.deny_host_addrs(compiled, &now, &mut self.added) {
             Ok(new) if !new.is_empty() => {

@@ -59,7 +59,7 @@ pub struct Round {
 /// Resolves every `allow_hosts` name of `c` with the nameservers of /etc/resolv.conf, all
 /// names at once (a slow nameserver costs its timeout once, not once per name). `own`: the
 /// addresses this host has had while sandbox ran (never allowed, as private ones).
-pub fn resolve(c: &CompiledPolicy, own: &BTreeSet<IpAddr>) -> Round {
+pub fn resolve(c: &CompiledPolicy, own: &compile::net::HostNets) -> Round {
     let servers =
         crate::policy::resolvers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
     let names: Vec<Result<BTreeMap<IpAddr, Duration>, String>> = std::thread::scope(|s| {
@@ -165,7 +165,7 @@ impl HostState {
     /// Looks every name of `c` up, off the event loop.
     pub fn start_lookup(
         c: &CompiledPolicy,
-        own: &BTreeSet<IpAddr>,
+        own: &compile::net::HostNets,
     ) -> tokio::task::JoinHandle<Round> {
         let (c, own) = (c.clone(), own.clone());
         tokio::task::spawn_blocking(move || resolve(&c, &own))
@@ -177,7 +177,7 @@ impl HostState {
         round: &Round,
         enforcer: &mut Enforcer,
         c: &CompiledPolicy,
-        own: &BTreeSet<IpAddr>,
+        own: &compile::net::HostNets,
     ) -> Result<(), LoadError> {
         let dropped = self.table.update(round, Instant::now());
         if dropped > 0 && !self.capped {
@@ -197,7 +197,7 @@ impl HostState {
         &mut self,
         enforcer: &mut Enforcer,
         c: &CompiledPolicy,
-        own: &BTreeSet<IpAddr>,
+        own: &compile::net::HostNets,
     ) -> Result<(), LoadError> {
         self.table.expire(Instant::now());
         let want = self.table.want(c);
@@ -211,7 +211,7 @@ impl HostState {
         done: Result<Round, tokio::task::JoinError>,
         enforcer: &mut Enforcer,
         c: &CompiledPolicy,
-        own: &BTreeSet<IpAddr>,
+        own: &compile::net::HostNets,
     ) -> Result<(), LoadError> {
         let round = done.unwrap_or_else(|_| Round {
             failed: true,

@@ -255,7 +255,7 @@ impl<'a> Session<'a> {
                     .hosts
                     .installed
                     .keys()
-                    .any(|a| self.host_addrs.seen.contains(a))
+                    .any(|a| self.host_addrs.seen.iter().any(|n| n.contains(a)))
                 {
                     let r = self
                         .hosts

@@ -1463,6 +1463,71 @@ fn host_addresses_gained_while_running_are_private_too() {
     }
 }
 
+/// What reaches this host is more than its addresses: an address given with a prefix on
+/// `lo` makes the whole prefix local, and so does a `local` route (`AnyIP`). Every address
+/// of such a prefix reaches the host's own services, so the prefix is private: one local
+/// at the start, and one gained while the command runs (by address or by route).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn local_prefixes_of_the_host_are_private_too() {
+    let d = agent_dir("netlocal");
+    let ip = |args: &[&str]| {
+        let ok = Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip {args:?}");
+    };
+    let (start, gained, route) = ("93.184.220.1/24", "93.184.221.1/24", "2001:db8:221::/64");
+    let (v4_start, v4_gained, v6_gained) = ("93.184.220.77", "93.184.221.77", "2001:db8:221::77");
+    let tcp = std::net::TcpListener::bind(("::", 0)).unwrap();
+    let port = tcp.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for c in tcp.incoming() {
+            drop(c);
+        }
+    });
+    let ops: &[&[&str]] = &[
+        &["sleep", "2500"],
+        &["connect", v4_start, &port],
+        &["connect", v4_gained, &port],
+        &["connect", v6_gained, &port],
+    ];
+    // Outside, as the agent: the service answers on addresses no interface has.
+    ip(&["addr", "add", start, "dev", "lo"]);
+    ip(&["addr", "add", gained, "dev", "lo"]);
+    ip(&["-6", "route", "add", "local", route, "dev", "lo"]);
+    assert_eq!(
+        probe_outside_as_agent(&ops[1..]),
+        vec!["OK"; 3],
+        "outside the sandbox"
+    );
+    ip(&["addr", "del", gained, "dev", "lo"]);
+    ip(&["-6", "route", "del", "local", route, "dev", "lo"]);
+    // Inside: one prefix local from the start, two gained once the command runs.
+    let adder = std::thread::spawn(move || {
+        wait_for_sandbox_run();
+        ip(&["addr", "add", gained, "dev", "lo"]);
+        ip(&["-6", "route", "add", "local", route, "dev", "lo"]);
+    });
+    let r = probe_as_agent(&d, Some("version: 1\n"), ops);
+    adder.join().unwrap();
+    ip(&["addr", "del", start, "dev", "lo"]);
+    ip(&["addr", "del", gained, "dev", "lo"]);
+    ip(&["-6", "route", "del", "local", route, "dev", "lo"]);
+    for addr in [v4_start, v4_gained, v6_gained] {
+        r.expect(&format!("connect {addr}"), "EPERM");
+        let rec = r.one_record("/dst_endpoint/ip", addr);
+        assert_eq!(rec["unmapped"]["rule"], "network.block_private", "{rec:#}");
+        let source = if addr == v4_start {
+            "93.184.220.0/24 (local to this host)"
+        } else {
+            "an address this host gained while sandbox ran"
+        };
+        assert_eq!(rec["unmapped"]["rule_source"], source, "{rec:#}");
+    }
+}
+
 /// The kernel's process events (the proc connector, netlink) report every fork, exec and
 /// exit of the host, to any user from 6.6: the command gets no such socket, whatever the
 /// policy's `network.sockets` (netlink is in the built-in one).
