@@ -37,7 +37,20 @@ pub const PRIVATE_V4: &[&str] = &[
     // extension settings and certificates (the instance metadata is 169.254.169.254).
     "168.63.129.16/32",
 ];
-pub const PRIVATE_V6: &[&str] = &["::/128", "::1/128", "fe80::/10", "fc00::/7", "ff00::/8"];
+pub const PRIVATE_V6: &[&str] = &[
+    "::/128",
+    "::1/128",
+    // IPv4-compatible (deprecated): a `sit` device's automatic tunnels take `::a.b.c.d` to
+    // the IPv4 host a.b.c.d, private or not.
+    "::/96",
+    // Local-use NAT64 (RFC 8215): a site's own translator to its internal IPv4 network.
+    "64:ff9b:1::/48",
+    "fe80::/10",
+    // Site-local (deprecated, still routed inside some sites).
+    "fec0::/10",
+    "fc00::/7",
+    "ff00::/8",
+];
 
 /// One LPM entry: prefix length (of the address only), address bytes, port rules.
 #[derive(Debug, Clone, PartialEq, Eq)]

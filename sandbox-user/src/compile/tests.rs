@@ -407,6 +407,11 @@ fn network_longest_prefix_with_inherited_port_rules() {
     assert_eq!(decide(&c, "2001:db8::1", 22), Some(net_action::DENY));
     assert_eq!(decide(&c, "2001:db8::1", 443), None);
     assert_eq!(decide(&c, "fe80::1", 443), Some(net_action::DENY));
+    // IPv4-compatible, a site's own NAT64, site-local; not the rest of 64:ff9b::/16.
+    for a in ["::a00:1", "::8.8.8.8", "64:ff9b:1::808:808", "fec0::1"] {
+        assert_eq!(decide(&c, a, 443), Some(net_action::DENY), "{a}");
+    }
+    assert_eq!(decide(&c, "64:ff9b:2::1", 443), None);
 }
 
 /// The unspecified address goes to loopback: a deny of loopback covers it, an allow of

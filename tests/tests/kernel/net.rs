@@ -26,6 +26,10 @@ fn connect_private_and_metadata_denied_public_allowed() {
             ("connect ::1 80", EPERM),
             ("connect fe80::1 80", EPERM),
             ("connect fd00::1 80", EPERM),
+            // IPv4-compatible (a `sit` tunnel's), a site's own NAT64, site-local.
+            ("connect ::a00:1 80", EPERM),
+            ("connect 64:ff9b:1::a00:1 80", EPERM),
+            ("connect fec0::1 80", EPERM),
             ("connect 100.64.0.1 80", EPERM),
             ("udp 10.1.2.3 53", ANY),
             // A public address is not ours to deny: the kernel's own answer (no route)
