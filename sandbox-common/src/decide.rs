@@ -308,6 +308,8 @@ pub mod sock {
     pub const IPPROTO_SCTP: u32 = 132;
     pub const IPPROTO_UDPLITE: u32 = 136;
     pub const IPPROTO_MPTCP: u32 = 262;
+    /// A raw socket of this protocol writes its own IP header (`hdrincl` from creation).
+    pub const IPPROTO_RAW: u32 = 255;
     /// The kernel connector; its `CN_IDX_PROC` group reports every fork, exec, id change
     /// and exit of the host, to any user from 6.6.
     pub const NETLINK_CONNECTOR: u32 = 11;
@@ -326,10 +328,14 @@ pub mod sock {
 ///   request carries control messages, a routing header among them, that every send
 ///   with the label then uses). The same levels and types name the control
 ///   messages that give them per message (`IP_RETOPTS` for the IPv4 options), which
-///   `socket_sendmsg` refuses by this function too.
+///   `socket_sendmsg` refuses by this function too;
+/// - `IP_HDRINCL`, `IPV6_HDRINCL`: a raw socket (`network.sockets: [raw]`, and
+///   `CAP_NET_RAW`) then writes its own IP header, whose destination the next router
+///   follows, not the address the send named.
 #[inline(always)]
 pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
     const SOL_IP: i32 = 0;
+    const IP_HDRINCL: i32 = 3;
     const IP_OPTIONS: i32 = 4;
     const IP_RETOPTS: i32 = 7;
     const SOL_TCP: i32 = 6;
@@ -338,14 +344,19 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
     const IPV6_2292RTHDR: i32 = 5;
     const IPV6_2292PKTOPTIONS: i32 = 6;
     const IPV6_FLOWLABEL_MGR: i32 = 32;
+    const IPV6_HDRINCL: i32 = 36;
     const IPV6_RTHDR: i32 = 57;
     let refused = matches!(
         (level, option),
         (SOL_TCP, TCP_ULP)
-            | (SOL_IP, IP_OPTIONS | IP_RETOPTS)
+            | (SOL_IP, IP_HDRINCL | IP_OPTIONS | IP_RETOPTS)
             | (
                 SOL_IPV6,
-                IPV6_RTHDR | IPV6_2292RTHDR | IPV6_2292PKTOPTIONS | IPV6_FLOWLABEL_MGR
+                IPV6_RTHDR
+                    | IPV6_2292RTHDR
+                    | IPV6_2292PKTOPTIONS
+                    | IPV6_FLOWLABEL_MGR
+                    | IPV6_HDRINCL
             )
     );
     if refused {
@@ -357,8 +368,10 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
 
 /// `socket(2)` by an in-scope task: the family must be in `network.sockets`; inet sockets
 /// are TCP, UDP and ping unless raw, SCTP or MPTCP are named too (their own paths reach
-/// addresses that `connect` never sees). The kernel connector (netlink) is refused
-/// whatever the policy: its process events report the host's other processes.
+/// addresses that `connect` never sees), and never a raw socket of `IPPROTO_RAW`, which
+/// writes its own IP header (see `IP_HDRINCL` in [`socket_option`]). The kernel connector
+/// (netlink) is refused whatever the policy: its process events report the host's other
+/// processes.
 #[inline(always)]
 pub fn socket_create(
     families: u64,
@@ -368,9 +381,9 @@ pub fn socket_create(
     protocol: u32,
 ) -> Option<Deny> {
     use sock::{
-        AF_INET, AF_INET6, AF_NETLINK, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_SCTP,
-        IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE, NETLINK_CONNECTOR, SOCK_DGRAM, SOCK_SEQPACKET,
-        SOCK_STREAM, SOCK_TYPE_MASK,
+        AF_INET, AF_INET6, AF_NETLINK, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_RAW,
+        IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE, NETLINK_CONNECTOR, SOCK_DGRAM,
+        SOCK_RAW, SOCK_SEQPACKET, SOCK_STREAM, SOCK_TYPE_MASK,
     };
     let kind = Some(Deny::because(reason::SOCKET_KIND));
     if family >= 64 || families & (1u64 << family) == 0 {
@@ -403,32 +416,42 @@ pub fn socket_create(
         }
         // SOCK_SEQPACKET on inet is SCTP.
         SOCK_SEQPACKET => flags & policy_flags::SOCK_SCTP != 0,
-        // SOCK_RAW, SOCK_PACKET (the old packet socket) and anything newer.
+        SOCK_RAW => protocol != IPPROTO_RAW && flags & policy_flags::SOCK_RAW != 0,
+        // SOCK_PACKET (the old packet socket) and anything newer.
         _ => flags & policy_flags::SOCK_RAW != 0,
     };
     if ok { None } else { kind }
 }
 
-/// Whether a destination's port means anything to an inet socket of `protocol`
-/// (`sock.sk_protocol`, the `protocol` of a `cgroup/connect*` context): TCP, UDP,
-/// UDP-Lite, SCTP, MPTCP, DCCP. A ping or raw socket sends to the address whatever port
-/// its `sendto` or `connect` names (the kernel ignores it), so its destination is judged
-/// with port 0 ([`judged_port`]): only a rule whose ports include 0 (one that names no
-/// port) lets an echo request through, not one that opens a single service of the host.
+/// Whether a destination's port means anything to an inet socket of type `ty` and
+/// `protocol` (`socket.type` and `sock.sk_protocol`, the `type` and `protocol` of a
+/// `cgroup/connect*` context): TCP, UDP, UDP-Lite, SCTP, MPTCP, DCCP, not raw. A ping or
+/// raw socket sends to the address whatever port its `sendto` or `connect` names (the
+/// kernel ignores it; a raw socket of UDP or TCP writes its own transport header, port
+/// included), so its destination is judged with port 0 ([`judged_port`]): only a rule
+/// whose ports include 0 (one that names no port) lets it through, not one that opens a
+/// single service of the host.
 #[inline(always)]
-pub const fn port_counts(protocol: u32) -> bool {
+pub const fn port_counts(ty: u32, protocol: u32) -> bool {
     use sock::{
         IPPROTO_DCCP, IPPROTO_MPTCP, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE,
+        SOCK_RAW, SOCK_TYPE_MASK,
     };
-    matches!(
-        protocol,
-        IPPROTO_TCP | IPPROTO_UDP | IPPROTO_UDPLITE | IPPROTO_SCTP | IPPROTO_MPTCP | IPPROTO_DCCP
-    )
+    ty & SOCK_TYPE_MASK != SOCK_RAW
+        && matches!(
+            protocol,
+            IPPROTO_TCP
+                | IPPROTO_UDP
+                | IPPROTO_UDPLITE
+                | IPPROTO_SCTP
+                | IPPROTO_MPTCP
+                | IPPROTO_DCCP
+        )
 }
 
-/// The port a destination is judged with: its own for a protocol with ports, 0 for the
-/// rest ([`port_counts`]).
+/// The port a destination is judged with: its own where it counts, 0 for the rest
+/// ([`port_counts`]).
 #[inline(always)]
-pub const fn judged_port(protocol: u32, port: u16) -> u16 {
-    if port_counts(protocol) { port } else { 0 }
+pub const fn judged_port(ty: u32, protocol: u32, port: u16) -> u16 {
+    if port_counts(ty, protocol) { port } else { 0 }
 }

@@ -71,9 +71,15 @@ fn check_dest(hook_id: u32, scope: Scope, socket: *const u8, sa: *const u8, len:
     }
     match Dest::parse_for(family, sa, len, hook_id == hook::SOCKET_CONNECT) {
         Some(Parsed::Dest(mut dest)) => {
-            // A ping or raw socket ignores the port: judged as port 0 (unreadable: too).
-            let protocol: u16 = kread::read(sk, kread::offsets().sock_protocol).unwrap_or(0);
-            dest.port = decide::judged_port(u32::from(protocol), dest.port);
+            // A ping or raw socket ignores the port: judged as port 0.
+            let off = kread::offsets();
+            let (Ok(ty), Ok(protocol)) = (
+                kread::read::<u16>(socket, off.socket_type),
+                kread::read::<u16>(sk, off.sock_protocol),
+            ) else {
+                return -errno::EPERM;
+            };
+            dest.port = decide::judged_port(u32::from(ty), u32::from(protocol), dest.port);
             let v = addr::verdict(scope.policy_id, scope.flags(), &dest);
             judge(hook_id, scope, &dest, v)
         }

@@ -80,13 +80,14 @@ fn v6(ctx: &SockAddrContext) -> Dest {
     }
 }
 
-/// `dest` with the port the socket's protocol gives it: a ping socket's `connect` runs
+/// `dest` with the port the socket's kind gives it: a ping socket's `connect` runs
 /// `connect*` too (`ping_pre_connect`), and ignores the port (`decide::judged_port`).
+/// (`sendmsg*` run for UDP sends only, whose port counts.)
 #[inline(always)]
 fn with_protocol(ctx: &SockAddrContext, mut dest: Dest) -> Dest {
-    // SAFETY: the context the kernel passed; `protocol` allows a 4-byte read.
-    let protocol = unsafe { (*ctx.sock_addr).protocol };
-    dest.port = decide::judged_port(protocol, dest.port);
+    // SAFETY: the context the kernel passed; `type` and `protocol` allow 4-byte reads.
+    let (ty, protocol) = unsafe { ((*ctx.sock_addr).type_, (*ctx.sock_addr).protocol) };
+    dest.port = decide::judged_port(ty, protocol, dest.port);
     dest
 }
 
@@ -102,10 +103,10 @@ pub fn connect6(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(sendmsg4)]
 pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
-    judge(hook::SOCKET_SENDMSG, &with_protocol(&ctx, v4(&ctx)))
+    judge(hook::SOCKET_SENDMSG, &v4(&ctx))
 }
 
 #[cgroup_sock_addr(sendmsg6)]
 pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
-    judge(hook::SOCKET_SENDMSG, &with_protocol(&ctx, v6(&ctx)))
+    judge(hook::SOCKET_SENDMSG, &v6(&ctx))
 }

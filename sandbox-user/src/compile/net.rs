@@ -346,8 +346,9 @@ pub fn gained(c: &NetCompiled, n: &IpNet) -> bool {
     c.host_rule.is_some() && !is_loopback_net(n) && !c.host_addrs.contains(n)
 }
 
-/// The policy's own rules with a deny, first, on every prefix of `own` that [`gained`]
-/// says this host gained.
+/// The policy's own rules with a deny on every prefix of `own` that [`gained`] says this
+/// host gained, after the prefix's own rules (as at compile time: only a rule naming the
+/// prefix itself opens it).
 fn with_gained(c: &NetCompiled, own: &HostNets) -> Own {
     let mut out = c.own.clone();
     let Some(rule) = c.host_rule else {
@@ -355,16 +356,17 @@ fn with_gained(c: &NetCompiled, own: &HostNets) -> Own {
     };
     for n in own.iter().filter(|n| gained(c, n)) {
         let (key, deny) = rule_of(*n, (0, u16::MAX), net_action::DENY, rule.into());
-        out.entry(key).or_default().insert(0, deny);
+        out.entry(key).or_default().push(deny);
     }
     out
 }
 
 /// The LPM entries to write when this host gained `new` (addresses, local prefixes) after
-/// the policy was compiled (with `block_private`): each one's own entry, deny first, and
+/// the policy was compiled (with `block_private`): each one's own entry with its deny, and
 /// every entry of the policy inside it again (which inherits that deny), as `(address,
-/// prefix length, rules)`. `all`: everything gained so far, `new` included. An entry with
-/// more rules than fit is left out (the shorter prefixes' entries still deny).
+/// prefix length, rules)`. `all`: everything gained so far, `new` included. An entry
+/// whose rules no longer fit is written as the deny alone (fail closed: the longest
+/// prefix decides, so leaving the old entry would leave it open).
 pub fn gained_entries(
     c: &NetCompiled,
     all: &HostNets,
@@ -383,16 +385,31 @@ pub fn gained_entries(
                 && truncate(addr, n.prefix_len()) == net
         })
     };
+    let deny_alone = || {
+        let mut r = NetRules {
+            count: 1,
+            ..NetRules::default()
+        };
+        r.rules[0] = PortRule {
+            port_lo: 0,
+            port_hi: u16::MAX,
+            rule: c.host_rule.unwrap_or_default(),
+            action: net_action::DENY,
+            _pad: 0,
+        };
+        r
+    };
     rules
         .keys()
         .filter(|(len, addr)| inside(*len, addr))
         .filter_map(|(len, addr)| {
-            let (_, e) = entry(&rules, *len, addr, &[]).ok()?;
+            let value =
+                entry(&rules, *len, addr, &[]).map_or_else(|_| deny_alone(), |(_, e)| e.rules);
             let ip = match addr.len() {
                 4 => IpAddr::from(<[u8; 4]>::try_from(&addr[..]).ok()?),
                 _ => IpAddr::from(<[u8; 16]>::try_from(&addr[..]).ok()?),
             };
-            Some((ip, *len, e.rules))
+            Some((ip, *len, value))
         })
         .collect()
 }

@@ -16,11 +16,20 @@ use ipnet::IpNet;
 /// read.
 pub fn local() -> Vec<IpNet> {
     let mut out: Vec<IpNet> = addresses().into_iter().map(IpNet::from).collect();
-    match local_routes() {
-        Ok(routes) => out.extend(routes),
-        Err(e) => {
-            tracing::debug!("the routing tables could not be read ({e}): addresses only")
+    // A dump the tables' changes interrupted is read again (their notice follows too).
+    let mut routes = local_routes();
+    for _ in 0..2 {
+        if routes.is_ok() {
+            break;
         }
+        routes = local_routes();
+    }
+    match routes {
+        Ok(routes) => out.extend(routes),
+        Err(e) => tracing::warn!(
+            "this host's routing tables could not be read ({e}): of what reaches this host, \
+             only its interfaces' addresses are private"
+        ),
     }
     IpNet::aggregate(&out)
 }
@@ -83,6 +92,7 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_DUMP: u16 = 0x300;
+const NLM_F_DUMP_INTR: u16 = 0x10;
 const RTA_DST: u16 = 1;
 const RTA_TABLE: u16 = 15;
 /// `SOL_NETLINK`, `NETLINK_GET_STRICT_CHK`: the kernel filters the dump by route type
@@ -153,6 +163,9 @@ fn read_dump(fd: &std::os::fd::OwnedFd, seq: u32, out: &mut Vec<IpNet>) -> std::
             }
             return Err(e);
         }
+        if n == 0 {
+            return Err(std::io::Error::other("the dump ended without its end"));
+        }
         let mut at = 0usize;
         let n = n.unsigned_abs();
         while at + 16 <= n {
@@ -162,11 +175,18 @@ fn read_dump(fd: &std::os::fd::OwnedFd, seq: u32, out: &mut Vec<IpNet>) -> std::
             if len < 16 || at + len > n {
                 return Err(std::io::Error::other("a malformed netlink message"));
             }
+            let flags = u16::from_ne_bytes([buf[at + 6], buf[at + 7]]);
             if u32_at(at + 8) == seq {
+                if flags & NLM_F_DUMP_INTR != 0 {
+                    // The tables changed during the dump: the change's notice makes the
+                    // caller read them again; this reading may have missed a route.
+                    return Err(std::io::Error::other("the dump was interrupted"));
+                }
+                // Both carry an error code (negative; 0 for none) after the header.
+                let code = if len >= 20 { u32_at(at + 16) as i32 } else { 0 };
                 match kind {
-                    NLMSG_DONE => return Ok(()),
-                    NLMSG_ERROR => {
-                        let code = if len >= 20 { u32_at(at + 16) as i32 } else { 0 };
+                    NLMSG_DONE if code == 0 => return Ok(()),
+                    NLMSG_DONE | NLMSG_ERROR => {
                         return Err(std::io::Error::from_raw_os_error(-code));
                     }
                     RTM_NEWROUTE => out.extend(delivered_here(&buf[at + 16..at + len])),

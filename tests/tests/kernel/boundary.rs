@@ -1488,7 +1488,7 @@ fn local_prefixes_of_the_host_are_private_too() {
         }
     });
     let ops: &[&[&str]] = &[
-        &["sleep", "2500"],
+        &["sleep", "4000"],
         &["connect", v4_start, &port],
         &["connect", v4_gained, &port],
         &["connect", v6_gained, &port],
@@ -1504,10 +1504,12 @@ fn local_prefixes_of_the_host_are_private_too() {
     );
     ip(&["addr", "del", gained, "dev", "lo"]);
     ip(&["-6", "route", "del", "local", route, "dev", "lo"]);
-    // Inside: one prefix local from the start, two gained once the command runs.
+    // Inside: one prefix local from the start, two gained once the command runs: by an
+    // address, then (once that notice was read) by a route alone.
     let adder = std::thread::spawn(move || {
         wait_for_sandbox_run();
         ip(&["addr", "add", gained, "dev", "lo"]);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
         ip(&["-6", "route", "add", "local", route, "dev", "lo"]);
     });
     let r = probe_as_agent(&d, Some("version: 1\n"), ops);

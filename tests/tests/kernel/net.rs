@@ -378,3 +378,57 @@ fn ping_sockets_are_judged_without_a_port() {
         &[("ping 127.0.0.1 443", OK), ("ping-connect ::1 7", OK)],
     );
 }
+
+/// Raw sockets (listed in `network.sockets`, and `CAP_NET_RAW`: a root command that kept
+/// it) have no port the kernel goes by: a raw UDP socket writes its own header, port
+/// included, so its sends are judged as port 0; one that writes its own IP header too
+/// (`IP_HDRINCL`, `IPV6_HDRINCL`, or made with `IPPROTO_RAW`) sends where that header
+/// says, which no hook reads: refused.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
+    let d = workdir("raw");
+    let cases = [
+        "raw-send 127.0.0.1 9",
+        "raw-hdrincl 127.0.0.1",
+        "raw-hdrincl ::1",
+        "socket 2 3 255",
+        "socket 10 3 255",
+    ];
+    for op in cases {
+        let words: Vec<&str> = op.split(' ').collect();
+        assert_eq!(probe_outside(&words), OK, "outside: {op}");
+    }
+    let policy =
+        "network:\n  sockets: [unix, inet, inet6, netlink, raw]\n  allow: ['127.0.0.1:9']\n";
+    let r = check(
+        &d,
+        Some(policy),
+        &[
+            ("udp 127.0.0.1 9", OK),
+            (cases[0], EPERM),
+            (cases[1], EPERM),
+            (cases[2], EPERM),
+            (cases[3], EACCES),
+            (cases[4], EACCES),
+        ],
+    );
+    r.check_records(&[
+        rec("/dst_endpoint/ip", "127.0.0.1")
+            .has("/dst_endpoint/port", 0)
+            .has("/unmapped/rule", "network.block_private"),
+        rec("/unmapped/reason", "socket_option")
+            .count(2)
+            .has("/unmapped/socket_option/level", 0)
+            .has("/unmapped/socket_option/option", 3),
+        rec("/unmapped/activity", "socket")
+            .count(2)
+            .has("/unmapped/socket/protocol", 255),
+    ]);
+    // A rule without a port lets the raw send through.
+    check(
+        &d,
+        Some("network:\n  sockets: [unix, inet, inet6, netlink, raw]\n  allow: ['127.0.0.1']\n"),
+        &[(cases[0], OK)],
+    );
+}
