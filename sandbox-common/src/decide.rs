@@ -329,9 +329,10 @@ pub mod sock {
 ///   with the label then uses). The same levels and types name the control
 ///   messages that give them per message (`IP_RETOPTS` for the IPv4 options), which
 ///   `socket_sendmsg` refuses by this function too;
-/// - `IP_HDRINCL`, `IPV6_HDRINCL`: a raw socket (`network.sockets: [raw]`, and
-///   `CAP_NET_RAW`) then writes its own IP header, whose destination the next router
-///   follows, not the address the send named.
+/// - `IP_HDRINCL`, `IPV6_HDRINCL` (also at `SOL_RAW`, where IPv6 raw sockets take it
+///   too): a raw socket (`network.sockets: [raw]`, and `CAP_NET_RAW`) then writes its own
+///   IP header, whose destination the next router follows, not the address the send
+///   named.
 #[inline(always)]
 pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
     const SOL_IP: i32 = 0;
@@ -345,6 +346,7 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
     const IPV6_2292PKTOPTIONS: i32 = 6;
     const IPV6_FLOWLABEL_MGR: i32 = 32;
     const IPV6_HDRINCL: i32 = 36;
+    const SOL_RAW: i32 = 255;
     const IPV6_RTHDR: i32 = 57;
     let refused = matches!(
         (level, option),
@@ -358,6 +360,7 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
                     | IPV6_FLOWLABEL_MGR
                     | IPV6_HDRINCL
             )
+            | (SOL_RAW, IPV6_HDRINCL)
     );
     if refused {
         Some(Deny::because(reason::SOCKET_OPTION))
@@ -369,7 +372,9 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
 /// `socket(2)` by an in-scope task: the family must be in `network.sockets`; inet sockets
 /// are TCP, UDP and ping unless raw, SCTP or MPTCP are named too (their own paths reach
 /// addresses that `connect` never sees), and never a raw socket of `IPPROTO_RAW`, which
-/// writes its own IP header (see `IP_HDRINCL` in [`socket_option`]). The kernel connector
+/// writes its own IP header (see `IP_HDRINCL` in [`socket_option`]), nor one of a
+/// protocol with ports ([`port_counts`]: TCP, UDP, ...), which writes its own port where
+/// the rules judge its destination as port 0. The kernel connector
 /// (netlink) is refused whatever the policy: its process events report the host's other
 /// processes.
 #[inline(always)]
@@ -416,7 +421,11 @@ pub fn socket_create(
         }
         // SOCK_SEQPACKET on inet is SCTP.
         SOCK_SEQPACKET => flags & policy_flags::SOCK_SCTP != 0,
-        SOCK_RAW => protocol != IPPROTO_RAW && flags & policy_flags::SOCK_RAW != 0,
+        SOCK_RAW => {
+            protocol != IPPROTO_RAW
+                && !port_counts(SOCK_DGRAM, protocol)
+                && flags & policy_flags::SOCK_RAW != 0
+        }
         // SOCK_PACKET (the old packet socket) and anything newer.
         _ => flags & policy_flags::SOCK_RAW != 0,
     };
@@ -427,10 +436,10 @@ pub fn socket_create(
 /// `protocol` (`socket.type` and `sock.sk_protocol`, the `type` and `protocol` of a
 /// `cgroup/connect*` context): TCP, UDP, UDP-Lite, SCTP, MPTCP, DCCP, not raw. A ping or
 /// raw socket sends to the address whatever port its `sendto` or `connect` names (the
-/// kernel ignores it; a raw socket of UDP or TCP writes its own transport header, port
-/// included), so its destination is judged with port 0 ([`judged_port`]): only a rule
-/// whose ports include 0 (one that names no port) lets it through, not one that opens a
-/// single service of the host.
+/// kernel ignores it), so its destination is judged with port 0 ([`judged_port`]): only a
+/// rule whose ports include 0 (one that names no port) lets it through, not one that
+/// opens a single service of the host. (A raw socket of a protocol with ports would write
+/// its own: [`socket_create`] refuses one.)
 #[inline(always)]
 pub const fn port_counts(ty: u32, protocol: u32) -> bool {
     use sock::{

@@ -337,7 +337,30 @@ pub fn base_entry(c: &NetCompiled, addr: IpAddr, own: &HostNets) -> Option<NetRu
     if !rules.contains_key(&(len, b.clone())) {
         return None;
     }
-    entry(&rules, len, &b, &[]).ok().map(|(_, e)| e.rules)
+    Some(entry_or_deny(c, &rules, len, &b))
+}
+
+/// The entry of a prefix of `rules` (the policy's with what the host gained); one whose
+/// rules no longer fit is the host's deny alone (fail closed: the longest prefix decides,
+/// so leaving its old entry, or none, would leave it open).
+fn entry_or_deny(c: &NetCompiled, rules: &Own, len: u8, addr: &[u8]) -> NetRules {
+    entry(rules, len, addr, &[]).map_or_else(
+        |_| {
+            let mut r = NetRules {
+                count: 1,
+                ..NetRules::default()
+            };
+            r.rules[0] = PortRule {
+                port_lo: 0,
+                port_hi: u16::MAX,
+                rule: c.host_rule.unwrap_or_default(),
+                action: net_action::DENY,
+                _pad: 0,
+            };
+            r
+        },
+        |(_, e)| e.rules,
+    )
 }
 
 /// Whether `n` is something this host gained after the policy was compiled that
@@ -365,8 +388,7 @@ fn with_gained(c: &NetCompiled, own: &HostNets) -> Own {
 /// the policy was compiled (with `block_private`): each one's own entry with its deny, and
 /// every entry of the policy inside it again (which inherits that deny), as `(address,
 /// prefix length, rules)`. `all`: everything gained so far, `new` included. An entry
-/// whose rules no longer fit is written as the deny alone (fail closed: the longest
-/// prefix decides, so leaving the old entry would leave it open).
+/// whose rules no longer fit is written as the deny alone ([`entry_or_deny`]).
 pub fn gained_entries(
     c: &NetCompiled,
     all: &HostNets,
@@ -385,26 +407,11 @@ pub fn gained_entries(
                 && truncate(addr, n.prefix_len()) == net
         })
     };
-    let deny_alone = || {
-        let mut r = NetRules {
-            count: 1,
-            ..NetRules::default()
-        };
-        r.rules[0] = PortRule {
-            port_lo: 0,
-            port_hi: u16::MAX,
-            rule: c.host_rule.unwrap_or_default(),
-            action: net_action::DENY,
-            _pad: 0,
-        };
-        r
-    };
     rules
         .keys()
         .filter(|(len, addr)| inside(*len, addr))
         .filter_map(|(len, addr)| {
-            let value =
-                entry(&rules, *len, addr, &[]).map_or_else(|_| deny_alone(), |(_, e)| e.rules);
+            let value = entry_or_deny(c, &rules, *len, addr);
             let ip = match addr.len() {
                 4 => IpAddr::from(<[u8; 4]>::try_from(&addr[..]).ok()?),
                 _ => IpAddr::from(<[u8; 16]>::try_from(&addr[..]).ok()?),

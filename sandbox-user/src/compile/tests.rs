@@ -839,6 +839,37 @@ fn local_prefixes_of_this_host_are_denied_whole() {
     // The policy's own /32 in it comes back with the deny.
     let back = net::base_entry(&c.net, "93.184.217.9".parse().unwrap(), &all).unwrap();
     assert_eq!(first_rule(&back, 80), Some((net_action::DENY, host)));
+    // A rule naming the gained prefix itself opens it (as for one local at compile time).
+    let named = "network:\n  allow: ['93.184.217.0/24:8080']\n";
+    let c2 = super::compile(
+        &load_str(named, "p.yaml", &ctx("93.184.216.50/32")).unwrap(),
+        SEED,
+    )
+    .unwrap();
+    let w = net::gained_entries(&c2.net, &all, &[prefix]);
+    assert_eq!(
+        first_rule(&w[0].2, 8080).map(|r| r.0),
+        Some(net_action::ALLOW)
+    );
+    assert_eq!(first_rule(&w[0].2, 80).map(|r| r.0), Some(net_action::DENY));
+    // An entry inside that the deny would overflow is written as the deny alone, and so
+    // it comes back after a name leaves it.
+    let full: Vec<String> = (1..=12).map(|p| format!("'93.184.217.9:{p}'")).collect();
+    let full = format!("network:\n  allow: [{}]\n", full.join(", "));
+    let c3 = super::compile(
+        &load_str(&full, "p.yaml", &ctx("93.184.216.50/32")).unwrap(),
+        SEED,
+    )
+    .unwrap();
+    let w = net::gained_entries(&c3.net, &all, &[prefix]);
+    let inner = w.iter().find(|e| e.1 == 32).expect("the /32 again");
+    assert_eq!(inner.2.count, 1);
+    assert_eq!(
+        first_rule(&inner.2, 1),
+        Some((net_action::DENY, c3.net.host_rule.unwrap()))
+    );
+    let back = net::base_entry(&c3.net, "93.184.217.9".parse().unwrap(), &all).unwrap();
+    assert_eq!(back.count, 1);
     // Local when the policy was compiled: the whole prefix is denied, by a rule naming it.
     let c = compile("93.184.217.0/24");
     assert_eq!(decide(&c, "93.184.217.200", 22), Some(net_action::DENY));

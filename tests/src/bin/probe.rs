@@ -7,8 +7,9 @@
 //!   udp ADDR PORT                unconnected UDP sendto
 //!   ping ADDR PORT               an echo request by sendto on a ping socket, OK on the reply;
 //!                                ping-connect ADDR PORT: connect, then send
-//!   raw-send ADDR PORT           a UDP datagram by sendto on a raw socket (`CAP_NET_RAW`);
-//!                                raw-hdrincl ADDR: `IP_HDRINCL` on one
+//!   raw-send ADDR PORT           an echo request by sendto on a raw ICMP socket; raw-udp
+//!                                ADDR: a raw UDP socket; raw-hdrincl[-solraw] ADDR: a raw
+//!                                socket told to take its IP header from the sender
 //!   srh-send ADDR PORT SEG       UDP sendto from a socket with a segment routing header
 //!   exec PATH [ARGS...]          fork + execve; reports the execve errno or the exit status
 //!   cgroup-child NAME            create a child of this process's cgroup and move into it
@@ -592,32 +593,38 @@ fn op_ping(how: &str, addr: &str, port: &str) -> String {
     }
 }
 
-/// Raw sockets of UDP (`CAP_NET_RAW`): `raw-send ADDR PORT` sends a UDP header and one
-/// byte by `sendto` (the port in the address is ignored by the kernel; the header's is
-/// used); `raw-hdrincl ADDR` sets `IP_HDRINCL`/`IPV6_HDRINCL` (the socket then writes its
-/// own IP header).
+/// Raw sockets (`CAP_NET_RAW`): `raw-send ADDR PORT` sends an echo request by `sendto` on
+/// an ICMP one (the port is ignored by the kernel); `raw-udp ADDR` makes a UDP one (which
+/// would write its own port); `raw-hdrincl ADDR` sets `IP_HDRINCL`/`IPV6_HDRINCL` on an
+/// ICMP one, and `raw-hdrincl-solraw ADDR` sets `IPV6_HDRINCL` at level `SOL_RAW` (both
+/// make the socket write its own IP header).
 fn op_raw(how: &str, addr: &str, port: &str) -> String {
     let Ok(addr) = addr.parse::<IpAddr>() else {
         return "BADARGS".into();
     };
     let port = port.parse::<u16>().unwrap_or(0);
     let (ss, len, fam) = sockaddr(addr, port);
-    // Source port 1, destination `port`, length 9, no checksum; one byte.
-    let [hi, lo] = port.to_be_bytes();
-    let datagram = [0, 1, hi, lo, 0, 9, 0, 0, b'x'];
+    let v4 = fam == libc::AF_INET;
+    let protocol = match (how, v4) {
+        ("raw-udp", _) => libc::IPPROTO_UDP,
+        (_, true) => libc::IPPROTO_ICMP,
+        (_, false) => libc::IPPROTO_ICMPV6,
+    };
+    // An echo request: type, code, checksum (IPv4's is ours to give: 0xf7fe for this
+    // header; IPv6's the kernel's), identifier, sequence.
+    let request: [u8; 8] = if v4 {
+        [8, 0, 0xf7, 0xfe, 0, 0, 0, 1]
+    } else {
+        [128, 0, 0, 0, 0, 0, 0, 1]
+    };
     // SAFETY: plain socket syscalls on locals that outlive the calls.
     unsafe {
-        let s = libc::socket(fam, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_UDP);
+        let s = libc::socket(fam, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol);
         if s < 0 {
             return errno_name(last_errno());
         }
-        let r = if how == "raw-hdrincl" {
-            let (level, option) = if fam == libc::AF_INET {
-                (libc::IPPROTO_IP, libc::IP_HDRINCL)
-            } else {
-                (libc::IPPROTO_IPV6, 36)
-            };
-            let one: i32 = 1;
+        let one: i32 = 1;
+        let option = |level, option| {
             i64::from(libc::setsockopt(
                 s,
                 level,
@@ -625,9 +632,16 @@ fn op_raw(how: &str, addr: &str, port: &str) -> String {
                 (&raw const one).cast(),
                 4,
             ))
-        } else {
-            let to = (&raw const ss).cast();
-            libc::sendto(s, datagram.as_ptr().cast(), datagram.len(), 0, to, len) as i64
+        };
+        let r = match how {
+            "raw-udp" => 0,
+            "raw-hdrincl" if v4 => option(libc::IPPROTO_IP, libc::IP_HDRINCL),
+            "raw-hdrincl" => option(libc::IPPROTO_IPV6, 36),
+            "raw-hdrincl-solraw" => option(255, 36),
+            _ => {
+                let to = (&raw const ss).cast();
+                libc::sendto(s, request.as_ptr().cast(), request.len(), 0, to, len) as i64
+            }
         };
         let e = if r < 0 { last_errno() } else { 0 };
         libc::close(s);
@@ -1755,7 +1769,7 @@ fn run_op(words: &[String]) -> String {
         "connect" | "connect-mapped" => op_connect(a(0), a(1), a(2)),
         "udp" => op_udp(a(1), a(2)),
         "ping" | "ping-connect" => op_ping(a(0), a(1), a(2)),
-        "raw-send" | "raw-hdrincl" => op_raw(a(0), a(1), a(2)),
+        "raw-send" | "raw-udp" | "raw-hdrincl" | "raw-hdrincl-solraw" => op_raw(a(0), a(1), a(2)),
         "tcp-ulp" | "ip-options" | "flowlabel" => op_sockopt(a(0), a(1)),
         "ip-retopts" | "ip-retopts-sendmmsg" | "ip-rr-sendmmsg" => op_retopts(a(0), a(1), a(2)),
         "rthdr-send" | "rthdr-sendmmsg" => op_rthdr_send(a(0), a(1), a(2), a(3)),

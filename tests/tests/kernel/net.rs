@@ -380,18 +380,21 @@ fn ping_sockets_are_judged_without_a_port() {
 }
 
 /// Raw sockets (listed in `network.sockets`, and `CAP_NET_RAW`: a root command that kept
-/// it) have no port the kernel goes by: a raw UDP socket writes its own header, port
-/// included, so its sends are judged as port 0; one that writes its own IP header too
-/// (`IP_HDRINCL`, `IPV6_HDRINCL`, or made with `IPPROTO_RAW`) sends where that header
-/// says, which no hook reads: refused.
+/// it) have no port the kernel goes by: an ICMP one's sends are judged as port 0; one of a
+/// protocol with ports (UDP) would write its own, and one that writes its own IP header
+/// (`IP_HDRINCL`, `IPV6_HDRINCL` at either level, or made with `IPPROTO_RAW`) sends where
+/// that header says, which no hook reads: refused.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
     let d = workdir("raw");
     let cases = [
         "raw-send 127.0.0.1 9",
+        "raw-udp 127.0.0.1",
+        "raw-udp ::1",
         "raw-hdrincl 127.0.0.1",
         "raw-hdrincl ::1",
+        "raw-hdrincl-solraw ::1",
         "socket 2 3 255",
         "socket 10 3 255",
     ];
@@ -399,36 +402,36 @@ fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
         let words: Vec<&str> = op.split(' ').collect();
         assert_eq!(probe_outside(&words), OK, "outside: {op}");
     }
-    let policy =
-        "network:\n  sockets: [unix, inet, inet6, netlink, raw]\n  allow: ['127.0.0.1:9']\n";
+    let sockets = "network:\n  sockets: [unix, inet, inet6, netlink, raw]\n";
     let r = check(
         &d,
-        Some(policy),
+        Some(&format!("{sockets}  allow: ['127.0.0.1:9']\n")),
         &[
             ("udp 127.0.0.1 9", OK),
             (cases[0], EPERM),
-            (cases[1], EPERM),
-            (cases[2], EPERM),
-            (cases[3], EACCES),
-            (cases[4], EACCES),
+            (cases[1], EACCES),
+            (cases[2], EACCES),
+            (cases[3], EPERM),
+            (cases[4], EPERM),
+            (cases[5], EPERM),
+            (cases[6], EACCES),
+            (cases[7], EACCES),
         ],
     );
     r.check_records(&[
         rec("/dst_endpoint/ip", "127.0.0.1")
             .has("/dst_endpoint/port", 0)
             .has("/unmapped/rule", "network.block_private"),
-        rec("/unmapped/reason", "socket_option")
-            .count(2)
-            .has("/unmapped/socket_option/level", 0)
-            .has("/unmapped/socket_option/option", 3),
-        rec("/unmapped/activity", "socket")
-            .count(2)
-            .has("/unmapped/socket/protocol", 255),
+        rec("/unmapped/socket_option/level", "0").has("/unmapped/socket_option/option", 3),
+        rec("/unmapped/socket_option/level", "41").has("/unmapped/socket_option/option", 36),
+        rec("/unmapped/socket_option/level", "255").has("/unmapped/socket_option/option", 36),
+        rec("/unmapped/socket/protocol", "17").count(2),
+        rec("/unmapped/socket/protocol", "255").count(2),
     ]);
-    // A rule without a port lets the raw send through.
+    // A rule without a port lets the ICMP send through.
     check(
         &d,
-        Some("network:\n  sockets: [unix, inet, inet6, netlink, raw]\n  allow: ['127.0.0.1']\n"),
+        Some(&format!("{sockets}  allow: ['127.0.0.1']\n")),
         &[(cases[0], OK)],
     );
 }
