@@ -348,17 +348,20 @@ fn ping_sockets_are_judged_without_a_port() {
         assert_eq!(probe_outside_as(User::Agent, &op), OK, "outside: {op:?}");
     }
     // One port of loopback (block_private denies the rest): TCP to it is let through (no
-    // listener: the kernel's refusal), an echo request is not.
+    // listener: the kernel's refusal), an echo request is not; a whole host (127.0.0.2,
+    // loopback too) is open to them.
     let r = check_as(
         User::Agent,
         &d,
-        Some("network:\n  allow: ['127.0.0.1:443', '[::1]:443']\n"),
+        Some("network:\n  allow: ['127.0.0.1:443', '[::1]:443', 127.0.0.2]\n"),
         &[
             ("connect 127.0.0.1 443", "ECONNREFUSED"),
             ("ping 127.0.0.1 443", EPERM),
             ("ping-connect 127.0.0.1 443", EPERM),
             ("ping ::1 443", EPERM),
             ("ping-connect ::1 443", EPERM),
+            ("ping 127.0.0.2 443", OK),
+            ("ping-connect 127.0.0.2 7", OK),
         ],
     );
     r.check_records(&[
@@ -370,13 +373,6 @@ fn ping_sockets_are_judged_without_a_port() {
             .count(2)
             .has("/dst_endpoint/port", 0),
     ]);
-    // The whole host: echo requests go.
-    check_as(
-        User::Agent,
-        &d,
-        Some("network:\n  allow: ['127.0.0.1', '[::1]']\n"),
-        &[("ping 127.0.0.1 443", OK), ("ping-connect ::1 7", OK)],
-    );
 }
 
 /// Raw sockets (listed in `network.sockets`, and `CAP_NET_RAW`: a root command that kept
@@ -403,11 +399,13 @@ fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
         assert_eq!(probe_outside(&words), OK, "outside: {op}");
     }
     let sockets = "network:\n  sockets: [unix, inet, inet6, netlink, raw]\n";
+    // A port of one host; all of another (127.0.0.2, loopback too).
     let r = check(
         &d,
-        Some(&format!("{sockets}  allow: ['127.0.0.1:9']\n")),
+        Some(&format!("{sockets}  allow: ['127.0.0.1:9', 127.0.0.2]\n")),
         &[
             ("udp 127.0.0.1 9", OK),
+            ("raw-send 127.0.0.2 9", OK),
             (cases[0], EPERM),
             (cases[1], EACCES),
             (cases[2], EACCES),
@@ -428,10 +426,4 @@ fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
         rec("/unmapped/socket/protocol", "17").count(2),
         rec("/unmapped/socket/protocol", "255").count(2),
     ]);
-    // A rule without a port lets the ICMP send through.
-    check(
-        &d,
-        Some(&format!("{sockets}  allow: ['127.0.0.1']\n")),
-        &[(cases[0], OK)],
-    );
 }
