@@ -240,7 +240,12 @@ fn delivered_here(msg: &[u8]) -> Option<IpNet> {
 /// Notice of address and route changes on this host (a `NETLINK_ROUTE` socket in the IPv4
 /// and IPv6 address and route groups), so that an address or local prefix gained while
 /// sandbox runs (DHCP, SLAAC, a VPN coming up) joins the private set.
-pub struct AddrWatch(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
+pub struct AddrWatch {
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    /// A notice that matters was read and not yet reported (kept across a cancelled
+    /// [`AddrWatch::changed`]).
+    pending: bool,
+}
 
 /// `RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR`, and the route groups
 /// (`RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`: a `local` route added by itself;
@@ -279,31 +284,73 @@ impl AddrWatch {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: the OwnedFd owns its descriptor for as long as the AsyncFd exists.
-        Ok(Self(unsafe { tokio::io::unix::AsyncFd::register(fd) }?))
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(fd) }?;
+        Ok(Self { fd, pending: false })
     }
 
-    /// Waits until an address was added or removed (or notices were lost, which may hide
-    /// one): the caller then reads the addresses again.
+    /// Waits until an address was added or removed, or a route that delivers to this host
+    /// (or notices were lost, which may hide one): the caller then reads them again. The
+    /// other routes' notices (a busy router's) are read and let go. Cancel-safe: a notice
+    /// read before a cancellation is reported by the next call.
     pub async fn changed(&mut self) -> std::io::Result<()> {
-        let mut g = self.0.readable().await?;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(g.get_inner());
-        let mut buf = [0u8; 8192];
+        let mut buf = vec![0u8; 8192];
         loop {
-            // SAFETY: reading into our buffer.
-            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n >= 0 {
-                continue;
+            if std::mem::take(&mut self.pending) {
+                return Ok(());
             }
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EAGAIN) => break,
-                // Lost notices (ENOBUFS) or an interruption: read on, then re-read all.
-                Some(libc::ENOBUFS | libc::EINTR) => {}
-                _ => return Err(std::io::Error::last_os_error()),
+            let mut g = self.fd.readable().await?;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(g.get_inner());
+            loop {
+                // SAFETY: reading into our buffer.
+                let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+                if n >= 0 {
+                    self.pending |= notices_matter(&buf[..n.unsigned_abs()]);
+                    continue;
+                }
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EAGAIN) => break,
+                    // Lost notices: any of them may have mattered.
+                    Some(libc::ENOBUFS) => self.pending = true,
+                    Some(libc::EINTR) => {}
+                    _ => return Err(std::io::Error::last_os_error()),
+                }
             }
+            g.clear_ready();
         }
-        g.clear_ready();
-        Ok(())
     }
+}
+
+/// Netlink notices, as read: `RTM_NEWADDR`, `RTM_DELADDR`, and `RTM_NEWROUTE`/`DELROUTE`
+/// of a route that delivers to this host (`local`, `broadcast`, `anycast`).
+const RTM_NEWADDR: u16 = 20;
+const RTM_DELADDR: u16 = 21;
+const RTM_DELROUTE: u16 = 25;
+
+/// Whether a datagram of notices holds one that changes what reaches this host (one that
+/// cannot be read counts: the caller reads everything again).
+fn notices_matter(buf: &[u8]) -> bool {
+    let mut at = 0usize;
+    while at + 16 <= buf.len() {
+        let len = u32::from_ne_bytes(buf[at..at + 4].try_into().expect("4")) as usize;
+        let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+        if len < 16 || at + len > buf.len() {
+            return true;
+        }
+        match kind {
+            RTM_NEWADDR | RTM_DELADDR => return true,
+            RTM_NEWROUTE | RTM_DELROUTE => {
+                let Some(&route_type) = buf.get(at + 16 + 7) else {
+                    return true;
+                };
+                if DELIVERED_HERE.iter().any(|(_, t)| *t == route_type) {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        at += (len + 3) & !3;
+    }
+    false
 }
 
 #[cfg(test)]
@@ -313,6 +360,30 @@ mod tests {
         // Every Linux host (and network namespace) has lo with 127.0.0.1.
         let a = super::addresses();
         assert!(a.iter().any(std::net::IpAddr::is_loopback), "{a:?}");
+    }
+
+    /// Notices of addresses and of local routes matter; a forwarding route's does not; one
+    /// that cannot be read does.
+    #[test]
+    fn only_notices_of_what_reaches_this_host_matter() {
+        let notice = |kind: u16, route_type: u8| {
+            let mut m = vec![0u8; 28];
+            m[0..4].copy_from_slice(&28u32.to_ne_bytes());
+            m[4..6].copy_from_slice(&kind.to_ne_bytes());
+            m[23] = route_type;
+            m
+        };
+        let unicast = notice(super::RTM_NEWROUTE, 1);
+        assert!(!super::notices_matter(&unicast));
+        assert!(!super::notices_matter(
+            &[unicast.clone(), unicast.clone()].concat()
+        ));
+        assert!(super::notices_matter(&notice(super::RTM_NEWADDR, 0)));
+        assert!(super::notices_matter(&notice(super::RTM_DELROUTE, 2)));
+        assert!(super::notices_matter(
+            &[unicast.clone(), notice(super::RTM_NEWROUTE, 3)].concat()
+        ));
+        assert!(super::notices_matter(&unicast[..20]));
     }
 
     #[test]
