@@ -1406,6 +1406,19 @@ fn network_by_socket_family_listen_and_host_addresses() {
         .status();
 }
 
+/// A TCP listener on every address of this host (`::`, IPv4 too) that accepts and drops
+/// connections for the rest of the test: its port.
+fn listener_everywhere() -> String {
+    let tcp = std::net::TcpListener::bind(("::", 0)).unwrap();
+    let port = tcp.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for c in tcp.incoming() {
+            drop(c);
+        }
+    });
+    port
+}
+
 /// An address the host gains while a sandbox runs (DHCP, SLAAC, a VPN coming up) reaches
 /// the host's own services just like the ones it had at the start: it joins the private
 /// set as soon as the kernel announces it.
@@ -1419,13 +1432,7 @@ fn host_addresses_gained_while_running_are_private_too() {
             .args(["addr", op, &format!("{addr}/{len}"), "dev", "lo"])
             .status();
     };
-    let tcp = std::net::TcpListener::bind(("::", 0)).unwrap();
-    let port = tcp.local_addr().unwrap().port().to_string();
-    std::thread::spawn(move || {
-        for c in tcp.incoming() {
-            drop(c);
-        }
-    });
+    let port = listener_everywhere();
     let ops: &[&[&str]] = &[
         &["sleep", "2500"],
         &["connect", v4, &port],
@@ -1480,13 +1487,7 @@ fn local_prefixes_of_the_host_are_private_too() {
     };
     let (start, gained, route) = ("93.184.220.1/24", "93.184.221.1/24", "2001:db8:221::/64");
     let (v4_start, v4_gained, v6_gained) = ("93.184.220.77", "93.184.221.77", "2001:db8:221::77");
-    let tcp = std::net::TcpListener::bind(("::", 0)).unwrap();
-    let port = tcp.local_addr().unwrap().port().to_string();
-    std::thread::spawn(move || {
-        for c in tcp.incoming() {
-            drop(c);
-        }
-    });
+    let port = listener_everywhere();
     let ops: &[&[&str]] = &[
         &["sleep", "4000"],
         &["connect", v4_start, &port],
