@@ -371,17 +371,19 @@ pub fn gained(c: &NetCompiled, n: &IpNet) -> bool {
 
 /// The policy's own rules with a deny on every prefix of `own` that [`gained`] says this
 /// host gained, after the prefix's own rules (as at compile time: only a rule naming the
-/// prefix itself opens it).
-fn with_gained(c: &NetCompiled, own: &HostNets) -> Own {
-    let mut out = c.own.clone();
-    let Some(rule) = c.host_rule else {
-        return out;
+/// prefix itself opens it). The policy's own, not a copy, when the host gained nothing
+/// (`base_entry` runs for every address a name lets go).
+fn with_gained<'a>(c: &'a NetCompiled, own: &HostNets) -> std::borrow::Cow<'a, Own> {
+    let gains: Vec<&IpNet> = own.iter().filter(|n| gained(c, n)).collect();
+    let (Some(rule), false) = (c.host_rule, gains.is_empty()) else {
+        return std::borrow::Cow::Borrowed(&c.own);
     };
-    for n in own.iter().filter(|n| gained(c, n)) {
+    let mut out = c.own.clone();
+    for n in gains {
         let (key, deny) = rule_of(*n, (0, u16::MAX), net_action::DENY, rule.into());
         out.entry(key).or_default().push(deny);
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// The LPM entries to write when this host gained `new` (addresses, local prefixes) after
