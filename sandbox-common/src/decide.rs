@@ -371,10 +371,10 @@ pub const fn socket_option(level: i32, option: i32) -> Option<Deny> {
 
 /// `socket(2)` by an in-scope task: the family must be in `network.sockets`; inet sockets
 /// are TCP, UDP and ping unless raw, SCTP or MPTCP are named too (their own paths reach
-/// addresses that `connect` never sees), and never a raw socket of `IPPROTO_RAW`, which
-/// writes its own IP header (see `IP_HDRINCL` in [`socket_option`]), nor one of a
-/// protocol with ports ([`port_counts`]: TCP, UDP, ...), which writes its own port where
-/// the rules judge its destination as port 0. The kernel connector
+/// addresses that `connect` never sees); a raw socket is of ICMP only: one of
+/// `IPPROTO_RAW` writes its own IP header (see `IP_HDRINCL` in [`socket_option`]), one of
+/// a protocol with ports ([`port_counts`]: TCP, UDP, ...) its own port where the rules
+/// judge its destination as port 0, one of a tunnel an inner destination. The kernel connector
 /// (netlink) is refused whatever the policy: its process events report the host's other
 /// processes.
 #[inline(always)]
@@ -386,9 +386,9 @@ pub fn socket_create(
     protocol: u32,
 ) -> Option<Deny> {
     use sock::{
-        AF_INET, AF_INET6, AF_NETLINK, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_RAW,
-        IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE, NETLINK_CONNECTOR, SOCK_DGRAM,
-        SOCK_RAW, SOCK_SEQPACKET, SOCK_STREAM, SOCK_TYPE_MASK,
+        AF_INET, AF_INET6, AF_NETLINK, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_MPTCP, IPPROTO_SCTP,
+        IPPROTO_TCP, IPPROTO_UDP, IPPROTO_UDPLITE, NETLINK_CONNECTOR, SOCK_DGRAM, SOCK_RAW,
+        SOCK_SEQPACKET, SOCK_STREAM, SOCK_TYPE_MASK,
     };
     let kind = Some(Deny::because(reason::SOCKET_KIND));
     if family >= 64 || families & (1u64 << family) == 0 {
@@ -421,11 +421,10 @@ pub fn socket_create(
         }
         // SOCK_SEQPACKET on inet is SCTP.
         SOCK_SEQPACKET => flags & policy_flags::SOCK_SCTP != 0,
-        SOCK_RAW => {
-            protocol != IPPROTO_RAW
-                && !port_counts(SOCK_DGRAM, protocol)
-                && flags & policy_flags::SOCK_RAW != 0
-        }
+        // ICMP only: `IPPROTO_RAW` writes its own IP header, a protocol with ports its own
+        // port, a tunnel's (IPIP, IPv6 in IPv4, GRE, ...) an inner destination its far end
+        // follows.
+        SOCK_RAW => protocol == ping && flags & policy_flags::SOCK_RAW != 0,
         // SOCK_PACKET (the old packet socket) and anything newer.
         _ => flags & policy_flags::SOCK_RAW != 0,
     };

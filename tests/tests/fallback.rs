@@ -272,7 +272,7 @@ fn network_loopback_denied_by_block_private_with_records() {
     let allowed = format!("connect 127.0.0.1 {oport}");
     // A ping socket's connect (`ping_pre_connect` runs `connect4`) to the allowed port: an
     // echo request ignores the port, so it is judged as port 0, which the rule leaves shut.
-    std::fs::write("/proc/sys/net/ipv4/ping_group_range", "0 2147483647").expect("ping");
+    let _ping = Sysctl::set("/proc/sys/net/ipv4/ping_group_range", "0 2147483647");
     let ping = format!("ping-connect 127.0.0.1 {oport}");
     let mut cases = vec![
         (connect.as_str(), "OK"),
@@ -356,6 +356,24 @@ fn network_loopback_denied_by_block_private_with_records() {
         "the allowed connect left a record\n{}",
         r.dump()
     );
+}
+
+/// A sysctl set for a test and put back after it (this test also runs on the developer's
+/// own machine).
+struct Sysctl(&'static str, String);
+
+impl Sysctl {
+    fn set(path: &'static str, value: &str) -> Self {
+        let old = std::fs::read_to_string(path).expect(path);
+        std::fs::write(path, value).expect(path);
+        Self(path, old)
+    }
+}
+
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0, self.1.trim());
+    }
 }
 
 #[test]

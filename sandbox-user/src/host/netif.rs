@@ -100,15 +100,14 @@ const RTA_TABLE: u16 = 15;
 const SOL_NETLINK: i32 = 270;
 const NETLINK_GET_STRICT_CHK: i32 = 12;
 
-/// The prefixes of the routes (IPv4 and IPv6, of the tables every lookup goes through)
-/// that deliver to this host.
-fn local_routes() -> std::io::Result<Vec<IpNet>> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+/// A `NETLINK_ROUTE` socket (`flags`: `SOCK_NONBLOCK` or none).
+fn route_socket(flags: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
     // SAFETY: plain socket(2); the descriptor is owned right after.
     let fd = unsafe {
         libc::socket(
             libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | flags,
             libc::NETLINK_ROUTE,
         )
     };
@@ -116,7 +115,47 @@ fn local_routes() -> std::io::Result<Vec<IpNet>> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a fresh descriptor of ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// One netlink message of a datagram: its type, flags, sequence number, and what follows
+/// its header; `Err` for one whose length does not fit.
+struct Message<'a> {
+    kind: u16,
+    flags: u16,
+    seq: u32,
+    body: &'a [u8],
+}
+
+/// The messages of a datagram as read (`nlmsghdr`s, each 4-byte aligned).
+fn messages(buf: &[u8]) -> impl Iterator<Item = Result<Message<'_>, ()>> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        if at + 16 > buf.len() {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_ne_bytes(buf[i..i + 4].try_into().expect("4"));
+        let len = u32_at(at) as usize;
+        if len < 16 || at + len > buf.len() {
+            at = buf.len();
+            return Some(Err(()));
+        }
+        let m = Message {
+            kind: u16::from_ne_bytes([buf[at + 4], buf[at + 5]]),
+            flags: u16::from_ne_bytes([buf[at + 6], buf[at + 7]]),
+            seq: u32_at(at + 8),
+            body: &buf[at + 16..at + len],
+        };
+        at += (len + 3) & !3;
+        Some(Ok(m))
+    })
+}
+
+/// The prefixes of the routes (IPv4 and IPv6, of the tables every lookup goes through)
+/// that deliver to this host.
+fn local_routes() -> std::io::Result<Vec<IpNet>> {
+    use std::os::fd::AsRawFd;
+    let fd = route_socket(0)?;
     let one: i32 = 1;
     // SAFETY: an int option on our socket. Without it (before 4.20) the dump is of every
     // route, filtered below.
@@ -166,34 +205,31 @@ fn read_dump(fd: &std::os::fd::OwnedFd, seq: u32, out: &mut Vec<IpNet>) -> std::
         if n == 0 {
             return Err(std::io::Error::other("the dump ended without its end"));
         }
-        let mut at = 0usize;
-        let n = n.unsigned_abs();
-        while at + 16 <= n {
-            let u32_at = |i: usize| u32::from_ne_bytes(buf[i..i + 4].try_into().expect("4"));
-            let len = u32_at(at) as usize;
-            let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
-            if len < 16 || at + len > n {
+        for m in messages(&buf[..n.unsigned_abs()]) {
+            let Ok(m) = m else {
                 return Err(std::io::Error::other("a malformed netlink message"));
+            };
+            if m.seq != seq {
+                continue;
             }
-            let flags = u16::from_ne_bytes([buf[at + 6], buf[at + 7]]);
-            if u32_at(at + 8) == seq {
-                if flags & NLM_F_DUMP_INTR != 0 {
-                    // The tables changed during the dump: the change's notice makes the
-                    // caller read them again; this reading may have missed a route.
-                    return Err(std::io::Error::other("the dump was interrupted"));
-                }
-                // Both carry an error code (negative; 0 for none) after the header.
-                let code = if len >= 20 { u32_at(at + 16) as i32 } else { 0 };
-                match kind {
-                    NLMSG_DONE if code == 0 => return Ok(()),
-                    NLMSG_DONE | NLMSG_ERROR => {
-                        return Err(std::io::Error::from_raw_os_error(-code));
-                    }
-                    RTM_NEWROUTE => out.extend(delivered_here(&buf[at + 16..at + len])),
-                    _ => {}
-                }
+            if m.flags & NLM_F_DUMP_INTR != 0 {
+                // The tables changed during the dump: the change's notice makes the caller
+                // read them again; this reading may have missed a route.
+                return Err(std::io::Error::other("the dump was interrupted"));
             }
-            at += (len + 3) & !3;
+            // Both carry an error code (negative; 0 for none) after the header.
+            let code = m
+                .body
+                .get(..4)
+                .map_or(0, |b| i32::from_ne_bytes(b.try_into().expect("4")));
+            match m.kind {
+                NLMSG_DONE if code == 0 => return Ok(()),
+                NLMSG_DONE | NLMSG_ERROR => {
+                    return Err(std::io::Error::from_raw_os_error(-code));
+                }
+                RTM_NEWROUTE => out.extend(delivered_here(m.body)),
+                _ => {}
+            }
         }
     }
 }
@@ -245,7 +281,12 @@ pub struct AddrWatch {
     /// A notice that matters was read and not yet reported (kept across a cancelled
     /// [`AddrWatch::changed`]).
     pending: bool,
+    buf: Vec<u8>,
 }
+
+/// How many datagrams of notices [`AddrWatch::changed`] reads before it lets the rest of
+/// the session run (a router loading a full table sends them by the thousand).
+const NOTICES_PER_TURN: usize = 64;
 
 /// `RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR`, and the route groups
 /// (`RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE`: a `local` route added by itself;
@@ -254,20 +295,7 @@ const ADDRESS_GROUPS: u32 = 0x10 | 0x100 | 0x40 | 0x400;
 
 impl AddrWatch {
     pub fn new() -> std::io::Result<Self> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain socket(2); the descriptor is owned right after.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor of ours.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let fd = route_socket(libc::SOCK_NONBLOCK)?;
         // SAFETY: a zeroed sockaddr_nl is valid; the family and groups are set below.
         let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         sa.nl_family = libc::AF_NETLINK as u16;
@@ -285,7 +313,11 @@ impl AddrWatch {
         }
         // SAFETY: the OwnedFd owns its descriptor for as long as the AsyncFd exists.
         let fd = unsafe { tokio::io::unix::AsyncFd::register(fd) }?;
-        Ok(Self { fd, pending: false })
+        Ok(Self {
+            fd,
+            pending: false,
+            buf: vec![0u8; 8192],
+        })
     }
 
     /// Waits until an address was added or removed, or a route that delivers to this host
@@ -293,14 +325,15 @@ impl AddrWatch {
     /// other routes' notices (a busy router's) are read and let go. Cancel-safe: a notice
     /// read before a cancellation is reported by the next call.
     pub async fn changed(&mut self) -> std::io::Result<()> {
-        let mut buf = vec![0u8; 8192];
         loop {
             if std::mem::take(&mut self.pending) {
                 return Ok(());
             }
             let mut g = self.fd.readable().await?;
             let fd = std::os::fd::AsRawFd::as_raw_fd(g.get_inner());
-            loop {
+            let mut drained = false;
+            for _ in 0..NOTICES_PER_TURN {
+                let buf = &mut self.buf;
                 // SAFETY: reading into our buffer.
                 let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
                 if n >= 0 {
@@ -308,14 +341,23 @@ impl AddrWatch {
                     continue;
                 }
                 match std::io::Error::last_os_error().raw_os_error() {
-                    Some(libc::EAGAIN) => break,
+                    Some(libc::EAGAIN) => {
+                        drained = true;
+                        break;
+                    }
                     // Lost notices: any of them may have mattered.
                     Some(libc::ENOBUFS) => self.pending = true,
                     Some(libc::EINTR) => {}
                     _ => return Err(std::io::Error::last_os_error()),
                 }
             }
-            g.clear_ready();
+            if drained {
+                g.clear_ready();
+            } else if !self.pending {
+                // More to read: the rest of the session first.
+                drop(g);
+                tokio::task::yield_now().await;
+            }
         }
     }
 }
@@ -329,28 +371,18 @@ const RTM_DELROUTE: u16 = 25;
 /// Whether a datagram of notices holds one that changes what reaches this host (one that
 /// cannot be read counts: the caller reads everything again).
 fn notices_matter(buf: &[u8]) -> bool {
-    let mut at = 0usize;
-    while at + 16 <= buf.len() {
-        let len = u32::from_ne_bytes(buf[at..at + 4].try_into().expect("4")) as usize;
-        let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
-        if len < 16 || at + len > buf.len() {
-            return true;
-        }
-        match kind {
-            RTM_NEWADDR | RTM_DELADDR => return true,
-            RTM_NEWROUTE | RTM_DELROUTE => {
-                let Some(&route_type) = buf.get(at + 16 + 7) else {
-                    return true;
-                };
-                if DELIVERED_HERE.iter().any(|(_, t)| *t == route_type) {
-                    return true;
-                }
-            }
-            _ => {}
-        }
-        at += (len + 3) & !3;
-    }
-    false
+    messages(buf).any(|m| match m {
+        Ok(m) => match m.kind {
+            RTM_NEWADDR | RTM_DELADDR => true,
+            // A route's type is the eighth byte of its `rtmsg`.
+            RTM_NEWROUTE | RTM_DELROUTE => m
+                .body
+                .get(7)
+                .is_none_or(|t| DELIVERED_HERE.iter().any(|(_, k)| k == t)),
+            _ => false,
+        },
+        Err(()) => true,
+    })
 }
 
 #[cfg(test)]
@@ -386,6 +418,69 @@ mod tests {
         assert!(super::notices_matter(&unicast[..20]));
     }
 
+    /// A route (an `rtmsg` and its attributes) is this host's when its type delivers here
+    /// and its table is one every lookup goes through (`RTA_TABLE` over the header's).
+    #[test]
+    fn routes_of_the_tables_every_lookup_uses_deliver_here() {
+        let route =
+            |family: i32, dst: &[u8], len: u8, table: u8, kind: u8, rta_table: Option<u32>| {
+                let mut m = vec![
+                    u8::try_from(family).unwrap(),
+                    len,
+                    0,
+                    0,
+                    table,
+                    0,
+                    0,
+                    kind,
+                    0,
+                    0,
+                    0,
+                    0,
+                ];
+                let mut attr = |t: u16, data: &[u8]| {
+                    m.extend_from_slice(&u16::try_from(4 + data.len()).unwrap().to_ne_bytes());
+                    m.extend_from_slice(&t.to_ne_bytes());
+                    m.extend_from_slice(data);
+                    m.resize(m.len().next_multiple_of(4), 0);
+                };
+                if !dst.is_empty() {
+                    attr(super::RTA_DST, dst);
+                }
+                if let Some(t) = rta_table {
+                    attr(super::RTA_TABLE, &t.to_ne_bytes());
+                }
+                super::delivered_here(&m)
+            };
+        let net = [93, 184, 220, 0];
+        let want: ipnet::IpNet = "93.184.220.0/24".parse().unwrap();
+        assert_eq!(route(libc::AF_INET, &net, 24, 255, 2, None), Some(want));
+        assert_eq!(
+            route(libc::AF_INET, &net, 24, 252, 2, Some(254)),
+            Some(want)
+        );
+        assert_eq!(
+            route(libc::AF_INET, &net, 24, 252, 2, Some(100)),
+            None,
+            "table 100"
+        );
+        assert_eq!(
+            route(libc::AF_INET, &net, 24, 254, 1, None),
+            None,
+            "unicast"
+        );
+        assert_eq!(route(libc::AF_INET, &[], 0, 100, 2, None), None, "tproxy's");
+        assert_eq!(
+            route(libc::AF_INET6, &[0; 16], 0, 255, 4, None),
+            Some("::/0".parse().unwrap())
+        );
+        assert_eq!(
+            route(libc::AF_INET6, &[0; 16], 0, 255, 3, None),
+            None,
+            "no IPv6 broadcast"
+        );
+    }
+
     #[test]
     fn reads_the_local_routing_table() {
         // Every Linux host with lo up has `local 127.0.0.0/8` and `broadcast
@@ -398,5 +493,7 @@ mod tests {
             "{routes:?}"
         );
         assert!(super::local().contains(&lo));
+        // Not the default route, nor any other forwarding one.
+        assert!(routes.iter().all(|n| n.prefix_len() > 0), "{routes:?}");
     }
 }

@@ -857,10 +857,10 @@ impl Enforcer {
 
     /// Makes the LPM entries for resolved `allow_hosts` addresses match `want` (address ->
     /// allow rules). `have` is what was installed before; it is updated to what is in the
-    /// kernel. `own`: the addresses this host has had while sandbox ran, never allowed by a
-    /// name. An address that goes away (or became this host's) gets back what the policy
-    /// says for that exact prefix ([`crate::compile::net::base_entry`]: the deny of a gained
-    /// host address, the policy's own entry, or none). Addresses leave first, so expiry
+    /// kernel. `own`: the addresses and local prefixes this host has had while sandbox ran,
+    /// never allowed by a name. An address that goes away (or became this host's) gets back
+    /// what the policy says for that exact prefix ([`crate::compile::net::base_entry`]: the
+    /// policy's own entry with the denies of what the host gained, or none). Addresses leave first, so expiry
     /// never waits on a write that fails; a failed write leaves that address as it was and
     /// the rest is still written; the first error is returned.
     pub fn set_hosts(
@@ -907,8 +907,8 @@ impl Enforcer {
     }
 
     /// Denies what in `now` (addresses and local prefixes, `netif::local`) this host gained
-    /// after the policy was compiled (with `block_private`): each gets its own entry, deny
-    /// first, and the policy's entries inside it are written again with that deny
+    /// after the policy was compiled (with `block_private`): each gets its own entry with
+    /// that deny, and the policy's entries inside it are written again with it
     /// (`compile::net::gained_entries`). `added` holds what was added before; it is updated
     /// once every entry is written. Returns what was added this time. What goes away keeps
     /// its entry: a stale deny fails closed.

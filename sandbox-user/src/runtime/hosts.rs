@@ -58,7 +58,8 @@ pub struct Round {
 
 /// Resolves every `allow_hosts` name of `c` with the nameservers of /etc/resolv.conf, all
 /// names at once (a slow nameserver costs its timeout once, not once per name). `own`: the
-/// addresses this host has had while sandbox ran (never allowed, as private ones).
+/// addresses and local prefixes this host has had while sandbox ran (never allowed, as
+/// private ones).
 pub fn resolve(c: &CompiledPolicy, own: &compile::net::HostNets) -> Round {
     let servers =
         crate::policy::resolvers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());

@@ -377,9 +377,10 @@ fn ping_sockets_are_judged_without_a_port() {
 
 /// Raw sockets (listed in `network.sockets`, and `CAP_NET_RAW`: a root command that kept
 /// it) have no port the kernel goes by: an ICMP one's sends are judged as port 0; one of a
-/// protocol with ports (UDP) would write its own, and one that writes its own IP header
-/// (`IP_HDRINCL`, `IPV6_HDRINCL` at either level, or made with `IPPROTO_RAW`) sends where
-/// that header says, which no hook reads: refused.
+/// protocol with ports (UDP) would write its own, one of a tunnel (GRE) an inner
+/// destination, and one that writes its own IP header (`IP_HDRINCL`, `IPV6_HDRINCL` at
+/// either level, or made with `IPPROTO_RAW`) sends where that header says, which no hook
+/// reads: refused.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
@@ -393,6 +394,7 @@ fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
         "raw-hdrincl-solraw ::1",
         "socket 2 3 255",
         "socket 10 3 255",
+        "socket 2 3 47",
     ];
     for op in cases {
         let words: Vec<&str> = op.split(' ').collect();
@@ -414,6 +416,7 @@ fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
             (cases[5], EPERM),
             (cases[6], EACCES),
             (cases[7], EACCES),
+            (cases[8], EACCES),
         ],
     );
     r.check_records(&[
@@ -425,5 +428,6 @@ fn raw_sockets_are_judged_without_a_port_and_write_no_header_of_their_own() {
         rec("/unmapped/socket_option/level", "255").has("/unmapped/socket_option/option", 36),
         rec("/unmapped/socket/protocol", "17").count(2),
         rec("/unmapped/socket/protocol", "255").count(2),
+        rec("/unmapped/socket/protocol", "47"),
     ]);
 }
