@@ -116,7 +116,8 @@ pub struct RawNetwork {
     #[serde(default)]
     pub unix: Vec<String>,
     /// Socket families (and inet protocols) that may be created: `unix`, `inet`, `inet6`,
-    /// `netlink`, `raw`, `sctp`, `mptcp`... Default `[unix, inet, inet6, netlink]`.
+    /// `netlink`, `raw` (ICMP raw sockets, with `CAP_NET_RAW`), `sctp`, `mptcp`... Default
+    /// `[unix, inet, inet6, netlink]`.
     pub sockets: Option<Vec<String>>,
     /// Local addresses (CIDR[:PORTS]) the command may listen on. Default: loopback only.
     pub listen: Option<Vec<String>>,
