@@ -11,9 +11,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 /// What reaches this host: every address of its interfaces (as a /32 or /128) and every
-/// prefix its routes deliver to it (`local`, `broadcast`, `anycast`), as the fewest
-/// prefixes that cover them all (`IpNet::aggregate`), sorted. Empty when neither can be
-/// read.
+/// prefix its routes deliver to it (`local`, `broadcast`, `anycast`), sorted, without
+/// duplicates, each as read. Empty when neither can be read.
 pub fn local() -> Vec<IpNet> {
     let mut out: Vec<IpNet> = addresses().into_iter().map(IpNet::from).collect();
     // A dump the tables' changes interrupted is read again (their notice follows too).
@@ -31,7 +30,11 @@ pub fn local() -> Vec<IpNet> {
              only its interfaces' addresses are private"
         ),
     }
-    IpNet::aggregate(&out)
+    // Not merged (`IpNet::aggregate`): two local /24s merged into a /23 that the policy
+    // happens to name would put the host's deny after the policy's rules for it.
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Every IPv4 and IPv6 address on an interface of this host, sorted, without duplicates.
