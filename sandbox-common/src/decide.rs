@@ -125,13 +125,28 @@ pub mod guard {
     /// As `NEW`, and what stands at the name is a symlink (made there, renamed or linked
     /// there).
     pub const NEW_LINK: u32 = 4;
+    /// As `NEW`, and what stands at the name is a directory (renamed there).
+    pub const NEW_DIR: u32 = 5;
+    /// The guards above fit in these bits; `ARRIVES * g` (`g` one of `NEW`, `NEW_LINK`,
+    /// `NEW_DIR`) added to `OLD` or `MOVE` says that the name, while it goes away, gets
+    /// another file at once (`RENAME_EXCHANGE`: each name is the other's new name).
+    pub const BASE: u32 = 7;
+    pub const ARRIVES: u32 = 8;
+
+    /// Something new stands at the name.
+    #[inline(always)]
+    pub fn is_new(g: u32) -> bool {
+        g == NEW || g == NEW_LINK || g == NEW_DIR
+    }
 }
 
 /// A change to a name (create, remove, rename, link, attributes), in order: the file
 /// rules for a write to the name; then nothing new at an ancestor of a protected path
-/// (`guard::NEW`, `guard::NEW_LINK`); no symlink at a literal grant's name
-/// (`guard::NEW_LINK`); no removing or moving an ancestor of a denied path (`guard::OLD`,
-/// `guard::MOVE`); no moving a directory out from below a denied area (`guard::MOVE`).
+/// (`guard::NEW`, `guard::NEW_LINK`, `guard::NEW_DIR`, or swapped in: `guard::ARRIVES`);
+/// no directory or symlink moved into a read-only rule's span (`accept::SPAN`); no
+/// symlink at a literal grant's name (`guard::NEW_LINK`); no removing or moving an
+/// ancestor of a denied path (`guard::OLD`, `guard::MOVE`); no moving a directory out
+/// from below a denied area (`guard::MOVE`).
 #[inline(always)]
 pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Option<Deny> {
     if let Some(d) = file(flags, fmode::WRITE, is_dir, m) {
@@ -146,17 +161,24 @@ pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Optio
         rule: slot as u16,
     };
     let has = |slot: usize| m.path & (1 << slot) != 0;
-    let new = guard == guard::NEW || guard == guard::NEW_LINK;
+    // What stands at the name: made or moved there (`base`), or swapped in (`arrives`).
+    let (base, arrives) = (guard & guard::BASE, guard / guard::ARRIVES);
+    let new = guard::is_new(base) || guard::is_new(arrives);
+    let link = base == guard::NEW_LINK || arrives == guard::NEW_LINK;
+    let carrier = link || base == guard::NEW_DIR || arrives == guard::NEW_DIR;
     if new && has(accept::ANCESTOR) {
         return Some(slot_deny(reason::ANCESTOR, accept::ANCESTOR));
     }
-    if guard == guard::NEW_LINK && has(accept::GRANT_NAME) {
+    if carrier && has(accept::SPAN) {
+        return Some(slot_deny(reason::ANCESTOR, accept::SPAN));
+    }
+    if link && has(accept::GRANT_NAME) {
         return Some(slot_deny(reason::GRANT_LINK, accept::GRANT_NAME));
     }
-    if (guard == guard::OLD || guard == guard::MOVE) && has(accept::HOLDS_DENIED) {
+    if (base == guard::OLD || base == guard::MOVE) && has(accept::HOLDS_DENIED) {
         return Some(slot_deny(reason::ANCESTOR, accept::HOLDS_DENIED));
     }
-    if guard == guard::MOVE && is_dir && has(accept::CONTAINED) {
+    if base == guard::MOVE && is_dir && has(accept::CONTAINED) {
         return Some(slot_deny(reason::MOVES_PROTECTED, accept::CONTAINED));
     }
     None

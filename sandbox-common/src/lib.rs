@@ -111,6 +111,12 @@ pub mod accept {
     /// loaded, so a link the command left at `~/.gemini` would grant its target to the
     /// next run.
     pub const GRANT_NAME: usize = 10;
+    /// Strictly below `L` of a read-only rule `A/**/L/**/S` (an area the rule names by a
+    /// pattern, `**/.git` for `**/.git/**/config`): no directory or symlink may arrive
+    /// here (renamed, exchanged, linked), as it could bring files of the command's to
+    /// where `S` is expected (`.git/modules/x` replaced by a repository with a `config` of
+    /// its own). An empty directory may be made, and files are judged by the rule itself.
+    pub const SPAN: usize = 11;
     pub const SLOTS: usize = 16;
 }
 

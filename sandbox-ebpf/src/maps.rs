@@ -106,11 +106,16 @@ pub static RENAME_DEST: LruHashMap<u64, RenameDest> = LruHashMap::with_max_entri
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct RenameDest {
-    /// The new name's dentry: the entry belongs to the rename that names it.
+    /// The new name's dentry (the old one's for an exchange onto a symlink): the entry
+    /// belongs to the rename that names it.
     pub dentry: u64,
-    /// Kinds of rule matching the new name's path.
+    /// Kinds of rule matching that name's path.
     pub mask: u32,
-    pub _pad: u32,
+    /// Non-zero for `RENAME_EXCHANGE`.
+    pub exchange: u32,
+    /// The rename's two dentries, as path_rename got them.
+    pub old: u64,
+    pub new: u64,
 }
 
 /// Deny/audit records to the loader.

@@ -46,7 +46,7 @@ enum Cmd {
     Test {
         #[arg(long, default_value = kernel::DEFAULT_KERNELS)]
         kernels: String,
-        /// Only kernel tests whose name contains this.
+        /// Only kernel tests whose name contains this (or one of its `|`-separated parts).
         #[arg(long)]
         filter: Option<String>,
         /// Skip the host unit tests.

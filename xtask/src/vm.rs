@@ -640,7 +640,7 @@ pub enum What {
 }
 
 /// The kernel tests' names (the host can list the guest's test binary), those containing
-/// `filter` when one is given.
+/// `filter` (or one of its `|`-separated parts) when one is given.
 pub fn kernel_tests(arts: &Artifacts, filter: Option<&str>) -> anyhow::Result<Vec<String>> {
     let out = Command::new(&arts.kernel_tests)
         .args(["--list", "--include-ignored"])
@@ -650,7 +650,7 @@ pub fn kernel_tests(arts: &Artifacts, filter: Option<&str>) -> anyhow::Result<Ve
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.strip_suffix(": test"))
-        .filter(|n| filter.is_none_or(|f| n.contains(f)))
+        .filter(|n| filter.is_none_or(|f| f.split('|').any(|part| n.contains(part))))
         .map(str::to_owned)
         .collect())
 }

@@ -176,16 +176,17 @@ fn check_with<const TYPED: bool>(
     // a stack slot more in the hook's frame, which is at the verifier's limit with the
     // global functions below it (`file_open` 248 of the 256 its share of 512 rounds to).
     // An `exec.deny` rule that refuses the kernel's open of a binary to run it (execve's,
-    // a script's interpreter, an ELF interpreter) is the exec section's, in its mode.
-    let exec_rule = f_mode & fmode::EXEC != 0
-        && u32::from(v.rule) == accept::EXEC_DENY as u32
+    // a script's interpreter, an ELF interpreter) is the exec section's, in its mode; one
+    // that refuses any other access (a read to copy the binary, `ld.so binary`) is both
+    // sections': audited only when both audit.
+    let exec_rule = u32::from(v.rule) == accept::EXEC_DENY as u32
         && (v.reason == reason::RULE || v.reason == reason::INODE);
-    let audit_flag = if exec_rule {
-        policy_flags::AUDIT_EXEC
+    let audit = if exec_rule {
+        unknown & policy_flags::AUDIT_EXEC != 0
+            && (f_mode & fmode::EXEC != 0 || unknown & audit_flag != 0)
     } else {
-        audit_flag
+        unknown & audit_flag != 0
     };
-    let audit = unknown & audit_flag != 0;
     let flags = kread::forget(flags, unknown);
     // Where the path starts and whether it is only the last component are constants on
     // many of the ways here too (a state each, through the rest, on 6.1).

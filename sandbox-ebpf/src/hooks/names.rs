@@ -202,19 +202,27 @@ fn mode_arg(ctx: &aya_ebpf::programs::LsmContext) -> u32 {
 const NONE: u32 = guard::NONE;
 const NEW: u32 = guard::NEW;
 const NEW_LINK: u32 = guard::NEW_LINK;
+const NEW_DIR: u32 = guard::NEW_DIR;
 const OLD: u32 = guard::OLD;
 
 /// `renameat2`'s flag that swaps the two names (include/uapi/linux/fs.h).
 const RENAME_EXCHANGE: u32 = 1 << 1;
 
 /// The guard of a name that `old` (the file renamed or linked) will stand at: `NEW_LINK`
-/// for a symlink (or one that cannot be read: fail closed), else `NEW`.
+/// for a symlink (or one that cannot be read: fail closed), `NEW_DIR` for a directory,
+/// else `NEW`.
 #[inline(always)]
 fn new_guard(old: *const u8) -> u32 {
     let off = kread::offsets();
     let inode: *const u8 = kread::read_ptr(old, off.dentry_d_inode).unwrap_or(core::ptr::null());
     let mode: u16 = kread::read(inode, off.inode_i_mode).unwrap_or(imode::S_IFLNK);
-    if imode::is_lnk(mode) { NEW_LINK } else { NEW }
+    if imode::is_lnk(mode) {
+        NEW_LINK
+    } else if imode::is_dir(mode) {
+        NEW_DIR
+    } else {
+        NEW
+    }
 }
 
 // A directory may be made at an ancestor's name (the rules below it apply as before);
@@ -234,7 +242,9 @@ hook!(inode_link, "inode_link", |ctx, scope| {
 name_hook!(path_link, "path_link", hook::LINK, dentry 0, NONE, |_ctx| LINKED);
 // rename(old, new): the old name at inode_rename, the new one at path_rename (both names
 // change). The kernel calls inode_rename a second time with the names swapped for
-// RENAME_EXCHANGE, so each moving name is seen there as the old one, with its directories.
+// RENAME_EXCHANGE (first `new, old`, then `old, new`), so each moving name is seen there
+// as the old one, with its directories, and as the name the other file arrives at
+// (path_rename notes the exchange).
 // Before the scope lookup, for any task: the loader's check that the directory cache
 // reads the right rename count (`dircache::note_rename`).
 hook!(
@@ -242,21 +252,42 @@ hook!(
     "inode_rename",
     |ctx, scope| {
     let (old_dir, new_dir): (*const u8, *const u8) = (ctx.arg(0), ctx.arg(2));
-    let new: *const u8 = ctx.arg(3);
+    let (old, new): (*const u8, *const u8) = (ctx.arg(1), ctx.arg(3));
     let key = pid_tgid();
     // SAFETY: the value is plain data copied out immediately.
     let dest = unsafe { RENAME_DEST.get(&key) }.copied();
-    let _ = RENAME_DEST.remove(&key);
+    // The exchange path_rename noted, if this is one of its two calls.
+    let swap = dest.filter(|d| {
+        d.exchange != 0
+            && (d.old == old as u64 && d.new == new as u64
+                || d.old == new as u64 && d.new == old as u64)
+    });
+    // Kept for an exchange's second call, the one in the rename's own order.
+    let last = swap.is_none_or(|d| d.old == old as u64);
+    if last {
+        let _ = RENAME_DEST.remove(&key);
+    }
     // Moving into a protected area too keeps the files protected (the destination as
     // path_rename matched it; unknown for the second name of RENAME_EXCHANGE: not kept).
     let stays =
         dest.is_some_and(|d| d.dentry == new as u64 && d.mask & (1 << accept::CONTAINED) != 0);
-    let guard = if old_dir == new_dir || stays {
+    let leaves = if old_dir == new_dir || stays {
         guard::OLD
     } else {
         guard::MOVE
     };
-    check_name::<true>(hook::RENAME, scope, ctx.arg::<*const u8>(1), guard, NO_MODE)
+    // What arrives at the name in its place, for an exchange.
+    let guard = if swap.is_some() {
+        leaves + guard::ARRIVES * new_guard(new)
+    } else {
+        leaves
+    };
+    let v = check_name::<true>(hook::RENAME, scope, old, guard, NO_MODE);
+    if v != 0 && !last {
+        // Refused at the first call: there is no second.
+        let _ = RENAME_DEST.remove(&key);
+    }
+    v
     },
     if crate::dircache::note_rename()
         && crate::moves::rename_begins(ctx.arg::<*const u8>(1), ctx.arg::<*const u8>(3))
@@ -267,7 +298,8 @@ hook!(path_rename, "path_rename", |ctx, scope| {
     // as new is the one a symlink arrives at, if one does (the other name's write and
     // ancestry are judged at `inode_rename`, which the kernel calls for both names).
     let flags: u32 = ctx.arg(4);
-    let (name, guard) = if flags & RENAME_EXCHANGE != 0 && new_guard(new) == NEW_LINK {
+    let exchange = flags & RENAME_EXCHANGE != 0;
+    let (name, guard) = if exchange && new_guard(new) == NEW_LINK {
         (old, NEW_LINK)
     } else {
         (new, new_guard(old))
@@ -277,7 +309,9 @@ hook!(path_rename, "path_rename", |ctx, scope| {
         let v = RenameDest {
             dentry: name as u64,
             mask: m.path,
-            _pad: 0,
+            exchange: u32::from(exchange),
+            old: old as u64,
+            new: new as u64,
         };
         let _ = RENAME_DEST.insert(&pid_tgid(), &v, 0);
     })

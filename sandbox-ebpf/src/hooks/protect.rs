@@ -115,17 +115,22 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
 ///   (`override_creds`) with a thread keyring of their own, as the DNS resolver's, the NFS
 ///   id mapper's and the SMB upcall's caches are (a confined task's override, an io_uring
 ///   personality or `faccessat`'s, has none: it cannot make a keyring);
-/// - root's keys (the kernel's keyrings: `.user_reg`, IMA's) checked for a non-root
-///   filesystem uid, which their "other" permissions alone govern.
+/// - root's keys (the kernel's keyrings: `.user_reg`, IMA's) used, not possessed, under
+///   a non-root filesystem uid: their "other" permissions alone govern that. A possessed
+///   key (reached from the task's own keyrings: root's `@u`, a session keyring sudo's
+///   `pam_keyinit` made) has its possessor's permissions, which a root command gets by
+///   `setfsuid` alone; and no key is made under that exemption.
+/// `key_ref`: the key's address with the kernel's "possessed" bit (bit 0).
 #[inline(always)]
-fn key(key: u64, cred: *const u8, need: u32, scope: Scope) -> i32 {
+fn key(key_ref: u64, cred: *const u8, need: u32, scope: Scope) -> i32 {
     let off = kread::offsets();
     let mut serial = 0;
+    let key = key_ref & !1;
     if off.valid != 0 {
         // As numbers: LLVM merged the tests' booleans into a register that held the typed
         // pointer on another path, which the verifier refuses.
         let cred = kread::untyped(cred);
-        if kernel_lookup(cred) != 0 || kernel_keyring(key, cred) != 0 {
+        if kernel_lookup(cred) != 0 || key_ref & 1 == 0 && kernel_keyring(key, cred) != 0 {
             return 0;
         }
         serial = kread::read(key as *const u8, off.key_serial).unwrap_or(0);
@@ -175,12 +180,12 @@ fn kernel_keyring(key: u64, cred: u64) -> u32 {
 
 /// `key_permission`'s key: argument 0 is a `key_ref_t` (the key's address with the
 /// "possessed" bit 0), a pointer to a struct no kernel defines, whose load 6.1's verifier
-/// refuses: read from the argument array as a number.
+/// refuses: read from the argument array as a number, the bit kept.
 #[inline(always)]
-fn key_of_ref(ctx: &aya_ebpf::programs::LsmContext) -> u64 {
+fn key_ref(ctx: &aya_ebpf::programs::LsmContext) -> u64 {
     use aya_ebpf::EbpfContext as _;
-    let key_ref: u64 = kread::read(ctx.as_ptr().cast_const().cast::<u8>(), 0).unwrap_or(0);
-    key_ref & !1
+    // Not read: possessed (no exemption), a null key.
+    kread::read(ctx.as_ptr().cast_const().cast::<u8>(), 0).unwrap_or(1)
 }
 
 /// btrfs subvolume and snapshot ioctls (include/uapi/linux/btrfs.h: `_IOW(0x94, nr, 4096
@@ -242,13 +247,14 @@ hook!(task_setnice, "task_setnice", |ctx, scope| {
     task(hook::TASK, scope, ctx.arg(0), 0, false)
 });
 hook!(key_permission, "key_permission", |ctx, scope| key(
-    key_of_ref(&ctx),
+    key_ref(&ctx),
     ctx.arg(1),
     ctx.arg(2),
     scope
 ));
+// A key being made is judged as possessed: the maker's.
 hook!(key_alloc, "key_alloc", |ctx, scope| key(
-    kread::untyped(ctx.arg(0)),
+    kread::untyped(ctx.arg(0)) | 1,
     ctx.arg(1),
     sandbox_common::KEY_CREATE,
     scope

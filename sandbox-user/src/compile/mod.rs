@@ -357,8 +357,9 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
 }
 
 /// The names above protected paths (`accept::ANCESTOR`; `accept::HOLDS_DENIED` above
-/// denied ones) and the areas denied files may not be moved out of (`accept::CONTAINED`),
-/// each attributed to the first rule that needs it.
+/// denied ones), the areas denied files may not be moved out of (`accept::CONTAINED`)
+/// and the read-only spans nothing is moved into (`accept::SPAN`), each attributed to the
+/// first rule that needs it.
 fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
     let mut seen = std::collections::HashSet::new();
     let mut extra = Vec::new();
@@ -382,6 +383,19 @@ fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
         } else {
             Vec::new()
         };
+        // Below a read-only rule's area that the rule names by a pattern (`**/.git` of
+        // `**/.git/**/config`: the command made none of them), no directory or symlink
+        // arrives. Not below a plain area (the workspace of `**/.git/**/config`, `~/proj`
+        // of `~/proj/**/Makefile`): every directory moved there would be refused.
+        let spans: Vec<(String, usize)> = if denied {
+            Vec::new()
+        } else {
+            areas
+                .iter()
+                .filter(|l| l.contains("**"))
+                .map(|l| (format!("{l}/**"), accept::SPAN))
+                .collect()
+        };
         let areas = if denied { areas } else { Vec::new() };
         let wanted = ancestors
             .into_iter()
@@ -391,7 +405,8 @@ fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
                 areas
                     .into_iter()
                     .map(|l| (format!("{l}/**"), accept::CONTAINED)),
-            );
+            )
+            .chain(spans);
         for (glob, slot) in wanted {
             if seen.insert((glob.clone(), slot)) {
                 // A name with no glob character is matched through the hash set, exactly.

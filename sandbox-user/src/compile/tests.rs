@@ -532,6 +532,33 @@ fn compiled_policy_marks_ancestors_and_areas() {
     assert_eq!(r.source, "/home/u/proj/**/secret.json");
 }
 
+/// Below an area a read-only rule names by a pattern (`**/.git` of `**/.git/**/config`)
+/// nothing may be moved in (`accept::SPAN`): a directory there could hold a `config` of the
+/// command's. Not the area's name itself (an ancestor), not below a plain area (the
+/// workspace), not for deny rules (a denied file the command brought is its own).
+#[test]
+fn read_only_spans_named_by_a_pattern_are_marked() {
+    let c = net_policy(
+        "files:\n  read_only: ['/w/**/.git/**/config', '/w/m/**/Makefile']\n  deny: ['/w/**/.d/**/k']\n",
+    );
+    let has = |path: &str| dfa::has(c.match_path(path.as_bytes()), accept::SPAN);
+    for span in [
+        "/w/.git/modules",
+        "/w/.git/modules/lib",
+        "/w/a/b/.git/worktrees/x",
+    ] {
+        assert!(has(span), "{span} is in a span");
+    }
+    for not in ["/w/.git", "/w/a/.git", "/w/a", "/w/m/x", "/w/.d/x", "/tmp"] {
+        assert!(!has(not), "{not} is not in a span");
+    }
+    let r = c.rule_for(accept::SPAN, b"/w/.git/modules").unwrap();
+    assert_eq!(
+        (r.field.as_str(), r.source.as_str()),
+        ("files.read_only[0]", "/w/**/.git/**/config")
+    );
+}
+
 /// A literal grant's name is marked (`accept::GRANT_NAME`): no symlink may stand there,
 /// which the next run's grant would follow. Exactly the name: not what is below it, not a
 /// glob grant's names.

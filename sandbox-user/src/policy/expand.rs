@@ -10,28 +10,46 @@ use super::Context;
 
 const GLOB_CHARS: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
 
-/// Expands variables and `~`, and makes the pattern absolute against `base`.
+/// Expands variables and `~`, and makes the path absolute against `base`.
 pub fn expand(s: &str, ctx: &Context, base: &Path) -> Result<String, String> {
-    let s = expand_vars(s, ctx)?;
-    let s = expand_tilde(&s, ctx);
+    expand_as(s, ctx, base, &|v| v.to_owned())
+}
+
+/// [`expand`] for a glob: what the variables, `~` and `base` put in is escaped, so that a
+/// home or workspace named `client[acme]` or `proj{old}` is matched as itself, not as a
+/// class or alternatives that the real path does not match (every rule relative to the
+/// workspace would then name another path).
+pub fn expand_glob(s: &str, ctx: &Context, base: &Path) -> Result<String, String> {
+    expand_as(s, ctx, base, &escape_glob)
+}
+
+fn expand_as(
+    s: &str,
+    ctx: &Context,
+    base: &Path,
+    quote: &dyn Fn(&str) -> String,
+) -> Result<String, String> {
+    let s = expand_vars(s, ctx, quote)?;
+    let s = expand_tilde(&s, ctx, quote);
     if s.starts_with('/') {
         Ok(s)
     } else {
-        Ok(format!("{}/{}", base.display(), s))
+        Ok(format!("{}/{}", quote(&base.display().to_string()), s))
     }
 }
 
-fn expand_tilde(s: &str, ctx: &Context) -> String {
+fn expand_tilde(s: &str, ctx: &Context, quote: &dyn Fn(&str) -> String) -> String {
+    let home = || quote(&ctx.home.display().to_string());
     if s == "~" {
-        ctx.home.display().to_string()
+        home()
     } else if let Some(rest) = s.strip_prefix("~/") {
-        format!("{}/{rest}", ctx.home.display())
+        format!("{}/{rest}", home())
     } else {
         s.to_owned()
     }
 }
 
-fn expand_vars(s: &str, ctx: &Context) -> Result<String, String> {
+fn expand_vars(s: &str, ctx: &Context, quote: &dyn Fn(&str) -> String) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find('$') {
@@ -46,8 +64,8 @@ fn expand_vars(s: &str, ctx: &Context) -> Result<String, String> {
             };
             check_var_name(name)?;
             match (ctx.env.get(name).filter(|v| !v.is_empty()), default) {
-                (Some(v), _) => out.push_str(v),
-                (None, Some(d)) => out.push_str(&expand_tilde(d, ctx)),
+                (Some(v), _) => out.push_str(&quote(v)),
+                (None, Some(d)) => out.push_str(&expand_tilde(d, ctx, quote)),
                 (None, None) => return Err(format!("environment variable {name} is not set")),
             }
             rest = &body[end + 1..];
@@ -61,7 +79,7 @@ fn expand_vars(s: &str, ctx: &Context) -> Result<String, String> {
                 .env
                 .get(name)
                 .ok_or_else(|| format!("environment variable {name} is not set"))?;
-            out.push_str(v);
+            out.push_str(&quote(v));
             rest = &after[len..];
         }
     }
@@ -111,8 +129,11 @@ impl Canonicalizer {
     /// made them differ.
     pub fn pattern(&mut self, s: &str) -> (String, Option<PathBuf>, Option<String>) {
         let comps: Vec<&str> = s.split('/').filter(|c| !c.is_empty()).collect();
-        let literal_len = comps.iter().take_while(|c| !c.contains(GLOB_CHARS)).count();
-        let canonical = self.existing_prefix(&comps[..literal_len], 0);
+        // A component whose glob characters are all escaped names itself.
+        let literal: Vec<String> = comps.iter().map_while(|c| unescape(c)).collect();
+        let literal_len = literal.len();
+        let literal: Vec<&str> = literal.iter().map(String::as_str).collect();
+        let canonical = self.existing_prefix(&literal, 0);
         let mut glob = escape_glob(&canonical.display().to_string());
         for c in &comps[literal_len..] {
             if !glob.ends_with('/') {
@@ -121,7 +142,7 @@ impl Canonicalizer {
             glob.push_str(c);
         }
         let whole_literal = literal_len == comps.len();
-        let mut written = escape_glob(&format!("/{}", comps[..literal_len].join("/")));
+        let mut written = escape_glob(&format!("/{}", literal.join("/")));
         for c in &comps[literal_len..] {
             if !written.ends_with('/') {
                 written.push('/');
@@ -181,6 +202,21 @@ impl Canonicalizer {
         let comps: Vec<&str> = normal.split('/').filter(|c| !c.is_empty()).collect();
         Some(self.existing_prefix(&comps, depth + 1))
     }
+}
+
+/// The name a glob component matches when it has no glob character but escaped ones
+/// (`client\[acme\]` -> `client[acme]`); `None` for a pattern.
+fn unescape(c: &str) -> Option<String> {
+    let mut out = String::with_capacity(c.len());
+    let mut chars = c.chars();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '\\' => out.push(chars.next()?),
+            ch if GLOB_CHARS.contains(&ch) => return None,
+            ch => out.push(ch),
+        }
+    }
+    Some(out)
 }
 
 /// Escapes glob characters so that `s` matches itself literally.

@@ -406,6 +406,21 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         let mut out = Vec::new();
         for (i, s) in list.iter().enumerate() {
             let field = format!("{section}[{i}]");
+            if section == "exec.allow" && bare_name(s) {
+                let path = on_path(s, ctx).map_or_else(
+                    || "e.g. /usr/bin/".to_owned() + s,
+                    |p| p.display().to_string(),
+                );
+                errs.push(FieldError {
+                    field,
+                    message: format!(
+                        "'{s}': a name without a path would allow every file of that name, \
+                         one the command writes itself too; name the binary by its path \
+                         ({path})"
+                    ),
+                });
+                continue;
+            }
             let others = (protective && (s == "~" || s.starts_with("~/")))
                 .then(|| other_homes(&s[1..], &ctx.other_homes))
                 .flatten();
@@ -704,6 +719,21 @@ fn process(raw: &raw::RawProcess, errs: &mut Vec<FieldError>) -> Process {
     }
 }
 
+/// A binary named without a path (`sudo`): that name anywhere, for `exec.deny`.
+fn bare_name(s: &str) -> bool {
+    !s.contains('/') && !s.starts_with('~') && !s.starts_with('$')
+}
+
+/// Where `name` is found on the `PATH` sandbox was started with, canonical.
+fn on_path(name: &str, ctx: &Context) -> Option<PathBuf> {
+    let path = ctx.env.get("PATH")?;
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .map(|p| canonical_or_self(&p))
+}
+
 /// Expands and checks one path pattern. Returns the absolute glob, when there are no glob
 /// characters the literal path, and the glob as written when a symlink changed it.
 fn path_rule(
@@ -720,12 +750,12 @@ fn path_rule(
         return Err("NUL byte in pattern".into());
     }
     // A binary named without a slash means that name anywhere.
-    let s = if exec && !s.contains('/') && !s.starts_with('~') && !s.starts_with('$') {
+    let s = if exec && bare_name(s) {
         format!("/**/{s}")
     } else {
         s.to_owned()
     };
-    let expanded = expand::expand(&s, ctx, workspace)?;
+    let expanded = expand::expand_glob(&s, ctx, workspace)?;
     let normalized = expand::normalize(&expanded);
     let (glob, literal, written) = canon.pattern(&normalized);
     crate::compile::matcher::glob(&glob).map_err(|e| format!("invalid glob: {}", e.kind()))?;

@@ -218,6 +218,61 @@ fn workspace_is_normalised() {
     assert_eq!(p.files.workspace, std::path::PathBuf::from("/work/ws/b"));
 }
 
+/// A bare name in `exec.allow` would allow every file of that name (`/tmp/git` written by
+/// the command): an error naming the field and the binary on `PATH`. In `exec.deny` it is
+/// that name anywhere, as documented.
+#[test]
+fn exec_allow_wants_paths() {
+    let mut c = ctx();
+    c.env
+        .insert("PATH".to_owned(), "relative:/bin:/usr/bin".to_owned());
+    let e = load_str("exec:\n  allow: [/usr/bin/env, sh]\n", "p.yaml", &c)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("exec.allow[1]") && e.contains("'sh'"), "{e}");
+    assert!(e.contains("name the binary by its path (/"), "{e}");
+    assert!(e.contains("p.yaml:2:"), "points at the line: {e}");
+    let p = load_str(
+        "exec:\n  deny: [sh]\n  allow: ['/usr/bin/*']\n",
+        "p.yaml",
+        &c,
+    )
+    .unwrap();
+    assert_eq!(p.exec.deny[0].glob, "/**/sh");
+}
+
+/// A workspace, home or variable whose path has glob characters (`client[acme]`,
+/// `proj{old}`) is put into the rules escaped: the rules name that directory, not a class
+/// or alternatives that the real path does not match. Its literal rules stay literal.
+#[test]
+fn glob_characters_of_the_workspace_and_home_are_matched_as_themselves() {
+    let mut c = ctx();
+    c.cwd = "/work/client[acme]".into();
+    c.home = "/home/u{x}".into();
+    c.env.insert("P".to_owned(), "/srv/a*b".to_owned());
+    let yaml = "files:\n  deny: ['.git/**', '~/.ssh', '$P/k', 'd/*.key']\n";
+    let p = load_str(yaml, "p.yaml", &c).unwrap();
+    let globs: Vec<&str> = p.files.deny.iter().map(|r| r.glob.as_str()).collect();
+    assert_eq!(
+        globs,
+        [
+            "/work/client\\[acme\\]/.git/**",
+            "/home/u\\{x\\}/.ssh",
+            "/srv/a\\*b/k",
+            "/work/client\\[acme\\]/d/*.key",
+        ]
+    );
+    assert_eq!(
+        p.files.deny[1].literal.as_deref(),
+        Some(std::path::Path::new("/home/u{x}/.ssh"))
+    );
+    let m = crate::compile::matcher::glob(&p.files.deny[0].glob)
+        .unwrap()
+        .compile_matcher();
+    assert!(m.is_match("/work/client[acme]/.git/config"));
+    assert!(!m.is_match("/work/clienta/.git/config"));
+}
+
 /// A root command's protective `~` rules cover the other users' homes too (a second rule
 /// of the same field); its grants stay in its own home.
 #[test]

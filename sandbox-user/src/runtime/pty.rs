@@ -642,8 +642,10 @@ impl Dropped {
 }
 
 /// OSC numbers passed on: titles (0-2), colours and their resets (4, 10-12, 104, 110-112),
-/// the working directory (7), hyperlinks (8), prompt marks (133).
-const OSC_ALLOWED: &[u32] = &[0, 1, 2, 4, 7, 8, 10, 11, 12, 104, 110, 111, 112, 133];
+/// hyperlinks (8), prompt marks (133). Not the working directory (7): the terminal opens
+/// its next tab or split there, where the command could have left a repository whose
+/// `core.fsmonitor` the user's prompt runs through `git status`, outside.
+const OSC_ALLOWED: &[u32] = &[0, 1, 2, 4, 8, 10, 11, 12, 104, 110, 111, 112, 133];
 /// A control sequence longer than this is dropped whole.
 const CSI_MAX: usize = 64;
 /// An OSC longer than this is dropped whole (a hyperlink with a long URL fits).
@@ -1217,8 +1219,9 @@ mod tests {
 
     #[test]
     fn other_oscs_strings_and_window_ops_are_dropped() {
-        let cases: [(&[u8], Dropped); 8] = [
+        let cases: [(&[u8], Dropped); 9] = [
             (b"a\x1b]1337;File=name=eA==:eA==\x07b", Dropped::Osc),
+            (b"a\x1b]7;file://h/tmp/w\x07b", Dropped::Osc),
             (b"a\x1b]5113;ac=send\x1b\\b", Dropped::Osc),
             (b"a\x1b]50;?\x07b", Dropped::Osc),
             (b"a\x1bP$qm\x1b\\b", Dropped::String),

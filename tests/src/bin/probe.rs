@@ -46,6 +46,7 @@
 //!   key-listed DESC              whether /proc/keys lists a key described DESC
 //!   watch PATH                   an inotify watch on PATH (every event)
 //!   setresuid R E S              set this process's real, effective and saved uids
+//!   setfsuid U                   set this process's filesystem uid (OK when it took)
 //!   shm-make KEY, shm-read KEY, shm-rm KEY   a System V shared memory segment (numeric KEY):
 //!                                make it holding "the secret", read it back, remove it
 //!   mq-make NAME, mq-take NAME   a POSIX message queue: make it holding "the secret";
@@ -1838,19 +1839,37 @@ fn run_op(words: &[String]) -> String {
             }
         }
         "key-listed" => op_key_listed(a(1)),
-        "setresuid" => {
+        "setresuid" | "setfsuid" => {
             let id = |i: usize| a(i).parse::<libc::uid_t>().unwrap_or(0);
-            // SAFETY: plain syscall.
-            if unsafe { libc::setresuid(id(1), id(2), id(3)) } == 0 {
-                "OK".into()
-            } else {
-                errno_name(last_errno())
-            }
+            op_set_uid(a(0), [id(1), id(2), id(3)])
         }
         "shm-make" | "shm-read" | "shm-rm" => op_shm(a(0), a(1)),
         "map-hold" => op_map_hold(a(1)),
         "mq-make" | "mq-take" | "mq-take-path" => op_mq(a(0), a(1)),
         _ => "BADOP".into(),
+    }
+}
+
+/// `setresuid R E S`, or `setfsuid U` (`ids[0]`), checked by reading it back (it never
+/// fails).
+fn op_set_uid(op: &str, ids: [libc::uid_t; 3]) -> String {
+    if op == "setfsuid" {
+        // SAFETY: plain syscalls; `-1` only reads the filesystem uid back.
+        let now = unsafe {
+            libc::setfsuid(ids[0]);
+            libc::setfsuid(libc::uid_t::MAX)
+        };
+        return if now.cast_unsigned() == ids[0] {
+            "OK".into()
+        } else {
+            "EPERM".into()
+        };
+    }
+    // SAFETY: plain syscall.
+    if unsafe { libc::setresuid(ids[0], ids[1], ids[2]) } == 0 {
+        "OK".into()
+    } else {
+        errno_name(last_errno())
     }
 }
 

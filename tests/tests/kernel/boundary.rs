@@ -222,8 +222,18 @@ fn kernel_keys_of_the_user_stay_outside() {
             "no record of a {need}: {keys:#?}"
         );
     }
-    // A root command that sets its uids apart (real: nobody, effective and filesystem:
-    // the agent's) is still judged for the agent's keys. Outside, so set, root lists them.
+    root_keys_with_uids_apart(&d);
+    // Still the agent's outside.
+    assert_eq!(
+        probe_outside_as_agent(&[&["key-read", "kt-secret"]]),
+        vec!["OK"],
+        "outside the sandbox, after"
+    );
+}
+
+/// A root command that sets its uids apart (real: nobody, effective and filesystem: the
+/// agent's) is still judged for the agent's keys. Outside, so set, root lists them.
+fn root_keys_with_uids_apart(d: &std::path::Path) {
     let uid = User::Agent.uid().to_string();
     let apart: &[&[&str]] = &[
         &["setresuid", "65534", &uid, "0"],
@@ -242,15 +252,31 @@ fn kernel_keys_of_the_user_stay_outside() {
         "OK",
         "root outside, its uids set apart"
     );
-    let r = probe(&d, None, apart);
+    // A root command's filesystem uid set apart does not make root's own keyrings (`@u`,
+    // possessed: its possessor's permissions) the kernel's. Outside, root reads its key so.
+    let fs_apart = ["setfsuid", "65534", "::", "key-read", "kt-root"];
+    assert_eq!(probe_outside(&["key-add", "kt-root"]), "OK", "root outside");
+    assert_eq!(
+        probe_outside(&fs_apart),
+        "OK",
+        "root outside, fsuid set apart"
+    );
+    let r = probe(
+        d,
+        None,
+        &[
+            &["setfsuid", "65534"],
+            &["key-read", "kt-root"],
+            &["setfsuid", "0"],
+            apart[0],
+            apart[1],
+        ],
+    );
+    r.expect("setfsuid 0", "OK");
     r.expect(&format!("setresuid 65534 {uid} 0"), "OK");
     r.expect("key-listed kt-secret", "NOT_LISTED");
-    // Still the agent's outside.
-    assert_eq!(
-        probe_outside_as_agent(&[&["key-read", "kt-secret"]]),
-        vec!["OK"],
-        "outside the sandbox, after"
-    );
+    r.expect("setfsuid 65534", "OK");
+    assert_ne!(r.result("key-read kt-root"), "OK", "{:#?}", r.audit);
 }
 
 /// System V shared memory, semaphores and message queues pass no hook the policy decides

@@ -112,7 +112,8 @@ fn exec_allowlist_and_setuid_denial() {
 }
 
 /// A denied binary named as another program's ELF interpreter (`PT_INTERP`): the kernel
-/// opens it to run it without a `bprm_check` of its own, so the open itself is judged.
+/// opens it to run it without a `bprm_check` of its own, so the open itself is judged. A
+/// read of it is refused by the exec rule even where file rules are only audited.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn a_denied_binary_does_not_run_as_an_elf_interpreter() {
@@ -126,7 +127,10 @@ fn a_denied_binary_does_not_run_as_an_elf_interpreter() {
     let ran = format!("STATUS{}", 42 << 8);
     assert_eq!(probe_outside_as(User::Agent, &["exec", &denied]), ran);
     assert_eq!(probe_outside_as(User::Agent, &["exec", &stub]), ran);
-    let policy = format!("exec:\n  deny: [{denied}]\n");
+    assert_eq!(probe_outside_as(User::Agent, &["open", &denied, "r"]), "OK");
+    // Files only audited: the exec section's rule still keeps the binary from being read
+    // (a copy would run under another name).
+    let policy = format!("files:\n  mode: audit\nexec:\n  deny: [{denied}]\n");
     let r = check_as(
         User::Agent,
         &d,
@@ -134,6 +138,7 @@ fn a_denied_binary_does_not_run_as_an_elf_interpreter() {
         &[
             (format!("exec {denied}").as_str(), EACCES),
             (format!("exec {stub}").as_str(), EACCES),
+            (format!("open {denied} r").as_str(), EACCES),
         ],
     );
     r.check_records(&[rec("/class_uid", "1007")

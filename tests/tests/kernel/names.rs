@@ -143,14 +143,21 @@ fn ancestor_layout(d: &std::path::Path) {
     std::fs::create_dir_all(d.join("free/y")).unwrap();
     std::fs::create_dir_all(d.join("cfg/hooks")).unwrap();
     std::fs::create_dir_all(d.join("free/.vs")).unwrap();
+    // A repository's directory below `.gt` (as `.git/modules/lib`), and one of the
+    // command's holding a `config` of its own.
+    write(&d.join("repo/.gt/modules/lib/config"), "[core]");
+    write(&d.join("stage/config"), "[core] fsmonitor = evil");
     User::Agent.own(d);
 }
 
 /// A rule protects a path; renaming, removing or replacing a directory above it would
 /// take the protection away (Landlock's REFER reasoning): `mv secrets s2` for
 /// `secrets/**`, `mv docker d2; ln -s ... docker` for `docker/config.json`, a directory
-/// moved out from under `proj/**/secret.json`. All of it works outside, as the same
-/// non-root owner; inside it is denied, while renames that keep the protection work.
+/// moved out from under `proj/**/secret.json`, a directory swapped in at `.vs`
+/// (`RENAME_EXCHANGE`) for `**/.vs/tasks.json`, a directory of the command's moved,
+/// swapped or linked in below `.gt` for `**/.gt/**/config`. All of it works outside, as
+/// the same non-root owner; inside it is denied, while renames that keep the protection
+/// work.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn ancestors_of_protected_paths_stay_put() {
@@ -164,6 +171,13 @@ fn ancestors_of_protected_paths_stay_put() {
         vec!["symlink".to_owned(), o("d2"), o("docker")],
         vec!["rmdir".to_owned(), o("empty")],
         vec!["rename".to_owned(), o("proj/a"), o("free/a")],
+        vec!["rename-exchange".to_owned(), o("free/.vs"), o("free/y")],
+        vec![
+            "rename".to_owned(),
+            o("repo/.gt/modules/lib"),
+            o("repo/.gt/modules/old"),
+        ],
+        vec!["rename".to_owned(), o("stage"), o("repo/.gt/modules/lib")],
     ] {
         let ops: Vec<&str> = op.iter().map(String::as_str).collect();
         assert_eq!(
@@ -176,7 +190,7 @@ fn ancestors_of_protected_paths_stay_put() {
     let d = workdir_as(User::Agent, "ancestors");
     ancestor_layout(&d);
     let policy = format!(
-        "files:\n  deny:\n    - {0}/secrets/**\n    - {0}/docker/config.json\n    - {0}/proj/**/secret.json\n    - {0}/empty/**\n    - {0}/ghost/token\n  read_only:\n    - {0}/cfg/hooks/**\n    - {0}/**/.vs/tasks.json\n",
+        "files:\n  deny:\n    - {0}/secrets/**\n    - {0}/docker/config.json\n    - {0}/proj/**/secret.json\n    - {0}/empty/**\n    - {0}/ghost/token\n  read_only:\n    - {0}/cfg/hooks/**\n    - {0}/**/.vs/tasks.json\n    - {0}/**/.gt/**/config\n",
         d.display()
     );
     let r = check_as(
@@ -199,8 +213,19 @@ fn ancestors_of_protected_paths_stay_put() {
             // directory takes its files away from where they would run, harmlessly.
             ("rename cfg cfg2", OK),
             ("symlink /tmp cfg", EACCES),
+            // Swapped in: each name of an exchange is the other's new name.
+            ("rename-exchange free/.vs free/z", EACCES),
+            ("rename-exchange free/z free/.vs", EACCES),
             ("rmdir free/.vs", OK),
             ("rename free/z free/.vs", EACCES),
+            // Below `.gt`: moving away is harmless, arriving is not (a directory or a
+            // symlink could bring a `config`); an empty directory may be made.
+            ("rename repo/.gt/modules/lib repo/.gt/modules/old", OK),
+            ("rename stage repo/.gt/modules/lib", EACCES),
+            ("rename-exchange repo/.gt/modules/old stage", EACCES),
+            ("symlink stage repo/.gt/modules/lib", EACCES),
+            ("mkdir repo/.gt/modules/lib", OK),
+            ("rename stage/config repo/.gt/modules/lib/config", EACCES),
         ],
     );
     assert!(d.join("secrets/key").exists() && d.join("docker/config.json").exists());
@@ -217,6 +242,20 @@ fn ancestors_of_protected_paths_stay_put() {
         rec("/file/path", path_str(&d, "proj/c"))
             .has("/unmapped/reason", "moves_protected_files")
             .has("/unmapped/rule", "files.deny[2]"),
+        // Each exchange is refused at the name `.vs` gets a directory at (and the plain
+        // rename onto it after).
+        rec("/file/path", path_str(&d, "free/.vs"))
+            .count(3)
+            .has("/unmapped/activity", "rename")
+            .has("/unmapped/reason", "ancestor_of_protected_path")
+            .has("/unmapped/rule", "files.read_only[1]"),
+        rec("/file/path", path_str(&d, "repo/.gt/modules/lib"))
+            .count(2)
+            .has("/unmapped/reason", "ancestor_of_protected_path")
+            .has("/unmapped/rule", "files.read_only[2]"),
+        rec("/file/path", path_str(&d, "repo/.gt/modules/old"))
+            .has("/unmapped/activity", "rename")
+            .has("/unmapped/rule", "files.read_only[2]"),
     ]);
 }
 
