@@ -125,7 +125,8 @@ pub mod guard {
     /// As `NEW`, and what stands at the name is a symlink (made there, renamed or linked
     /// there).
     pub const NEW_LINK: u32 = 4;
-    /// As `NEW`, and what stands at the name is a directory (renamed there).
+    /// As `NEW`, and what stands at the name is a directory renamed there from another
+    /// directory.
     pub const NEW_DIR: u32 = 5;
     /// The guards above fit in these bits; `ARRIVES * g` (`g` one of `NEW`, `NEW_LINK`,
     /// `NEW_DIR`) added to `OLD` or `MOVE` says that the name, while it goes away, gets
@@ -170,7 +171,7 @@ pub fn name_change(flags: u32, is_dir: bool, guard: u32, m: &FileMatch) -> Optio
         return Some(slot_deny(reason::ANCESTOR, accept::ANCESTOR));
     }
     if carrier && has(accept::SPAN) {
-        return Some(slot_deny(reason::ANCESTOR, accept::SPAN));
+        return Some(slot_deny(reason::INTO_SPAN, accept::SPAN));
     }
     if link && has(accept::GRANT_NAME) {
         return Some(slot_deny(reason::GRANT_LINK, accept::GRANT_NAME));

@@ -113,9 +113,10 @@ pub mod accept {
     pub const GRANT_NAME: usize = 10;
     /// Strictly below `L` of a read-only rule `A/**/L/**/S` (an area the rule names by a
     /// pattern, `**/.git` for `**/.git/**/config`): no directory or symlink may arrive
-    /// here (renamed, exchanged, linked), as it could bring files of the command's to
-    /// where `S` is expected (`.git/modules/x` replaced by a repository with a `config` of
-    /// its own). An empty directory may be made, and files are judged by the rule itself.
+    /// here from another directory (renamed, exchanged, linked), as it could bring files
+    /// of the command's to where `S` is expected (`.git/modules/x` replaced by a
+    /// repository with a `config` of its own). An empty directory may be made, one renamed
+    /// within its directory stood there already, and files are judged by the rule itself.
     pub const SPAN: usize = 11;
     pub const SLOTS: usize = 16;
 }
@@ -712,6 +713,10 @@ pub mod reason {
     /// V IPC, mounts, hostname or loopback ports of the processes there, and a user's own
     /// namespaces outside (rootless containers, Flatpak) are the user's to enter.
     pub const FOREIGN_NAMESPACE: u32 = 28;
+    /// A directory or symlink moved, swapped or linked in below a read-only rule's area
+    /// (`accept::SPAN`): it could bring files of the command's where the rule's are
+    /// expected.
+    pub const INTO_SPAN: u32 = 29;
 }
 
 /// `EventHeader::flags`.

@@ -175,18 +175,19 @@ fn check_with<const TYPED: bool>(
     // Audit or deny, read here rather than before the resolve: a value held across it is
     // a stack slot more in the hook's frame, which is at the verifier's limit with the
     // global functions below it (`file_open` 248 of the 256 its share of 512 rounds to).
-    // An `exec.deny` rule that refuses the kernel's open of a binary to run it (execve's,
-    // a script's interpreter, an ELF interpreter) is the exec section's, in its mode; one
-    // that refuses any other access (a read to copy the binary, `ld.so binary`) is both
-    // sections': audited only when both audit.
+    // An `exec.deny` rule is the exec section's, in its mode, whatever it refuses: the
+    // kernel's open of a binary to run it (execve's, a script's interpreter, an ELF
+    // interpreter) or any other access (a read to copy the binary, `ld.so binary`), also
+    // where file rules are only audited. (Both sections' mode for the other accesses
+    // took a stack slot more than `file_open` has.)
     let exec_rule = u32::from(v.rule) == accept::EXEC_DENY as u32
         && (v.reason == reason::RULE || v.reason == reason::INODE);
-    let audit = if exec_rule {
-        unknown & policy_flags::AUDIT_EXEC != 0
-            && (f_mode & fmode::EXEC != 0 || unknown & audit_flag != 0)
+    let audit_flag = if exec_rule {
+        policy_flags::AUDIT_EXEC
     } else {
-        unknown & audit_flag != 0
+        audit_flag
     };
+    let audit = unknown & audit_flag != 0;
     let flags = kread::forget(flags, unknown);
     // Where the path starts and whether it is only the last component are constants on
     // many of the ways here too (a state each, through the rest, on 6.1).

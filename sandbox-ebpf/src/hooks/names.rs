@@ -208,6 +208,31 @@ const OLD: u32 = guard::OLD;
 /// `renameat2`'s flag that swaps the two names (include/uapi/linux/fs.h).
 const RENAME_EXCHANGE: u32 = 1 << 1;
 
+/// A directory renamed within its directory arrives from nowhere new (`NEW`: still judged
+/// as new at an ancestor's name, not as brought into a read-only span, `accept::SPAN`,
+/// where it stood already).
+#[inline(always)]
+fn in_place(guard: u32, same_dir: bool) -> u32 {
+    if guard == NEW_DIR && same_dir {
+        NEW
+    } else {
+        guard
+    }
+}
+
+/// `a` and `b` are names in the same directory (fail closed: not when unread).
+#[inline(always)]
+fn same_parent(a: *const u8, b: *const u8) -> bool {
+    let off = kread::offsets();
+    match (
+        kread::read_ptr(a, off.dentry_d_parent),
+        kread::read_ptr(b, off.dentry_d_parent),
+    ) {
+        (Ok(pa), Ok(pb)) => !pa.is_null() && pa == pb,
+        _ => false,
+    }
+}
+
 /// The guard of a name that `old` (the file renamed or linked) will stand at: `NEW_LINK`
 /// for a symlink (or one that cannot be read: fail closed), `NEW_DIR` for a directory,
 /// else `NEW`.
@@ -256,14 +281,20 @@ hook!(
     let key = pid_tgid();
     // SAFETY: the value is plain data copied out immediately.
     let dest = unsafe { RENAME_DEST.get(&key) }.copied();
-    // The exchange path_rename noted, if this is one of its two calls.
-    let swap = dest.filter(|d| {
-        d.exchange != 0
-            && (d.old == old as u64 && d.new == new as u64
-                || d.old == new as u64 && d.new == old as u64)
+    // The rename path_rename noted, if this is it (or one of an exchange's two calls).
+    let noted = dest.filter(|d| {
+        d.old == old as u64 && d.new == new as u64 || d.old == new as u64 && d.new == old as u64
     });
+    // An exchange. Without a note (the LRU map lost it to other tasks' renames, or the
+    // kernel renames without path_rename): one when the new name has a file, which would
+    // then arrive here (fail closed).
+    let swap = match noted {
+        Some(d) => d.exchange != 0,
+        None => kread::read_ptr(new, kread::offsets().dentry_d_inode)
+            .map_or(true, |inode| !inode.is_null()),
+    };
     // Kept for an exchange's second call, the one in the rename's own order.
-    let last = swap.is_none_or(|d| d.old == old as u64);
+    let last = noted.is_none_or(|d| d.exchange == 0 || d.old == old as u64);
     if last {
         let _ = RENAME_DEST.remove(&key);
     }
@@ -277,8 +308,8 @@ hook!(
         guard::MOVE
     };
     // What arrives at the name in its place, for an exchange.
-    let guard = if swap.is_some() {
-        leaves + guard::ARRIVES * new_guard(new)
+    let guard = if swap {
+        leaves + guard::ARRIVES * in_place(new_guard(new), old_dir == new_dir)
     } else {
         leaves
     };
@@ -302,7 +333,7 @@ hook!(path_rename, "path_rename", |ctx, scope| {
     let (name, guard) = if exchange && new_guard(new) == NEW_LINK {
         (old, NEW_LINK)
     } else {
-        (new, new_guard(old))
+        (new, in_place(new_guard(old), same_parent(old, new)))
     };
     let judged = (name, core::ptr::null());
     check_name_noting::<true, false>(hook::RENAME, scope, judged, guard, NO_MODE, |m| {

@@ -115,22 +115,27 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
 ///   (`override_creds`) with a thread keyring of their own, as the DNS resolver's, the NFS
 ///   id mapper's and the SMB upcall's caches are (a confined task's override, an io_uring
 ///   personality or `faccessat`'s, has none: it cannot make a keyring);
-/// - root's keys (the kernel's keyrings: `.user_reg`, IMA's) used, not possessed, under
-///   a non-root filesystem uid: their "other" permissions alone govern that. A possessed
-///   key (reached from the task's own keyrings: root's `@u`, a session keyring sudo's
-///   `pam_keyinit` made) has its possessor's permissions, which a root command gets by
-///   `setfsuid` alone; and no key is made under that exemption.
+/// - root's keys (the kernel's keyrings: `.user_reg`, IMA's, the platform's) under a
+///   non-root filesystem uid: searched or viewed (the kernel's own signature checks and
+///   user keyring lookups search its keyrings as possessed, under the task's
+///   credentials), or used in any way when not possessed, which their "other"
+///   permissions alone govern. A possessed key read, written, linked, changed or removed
+///   (root's `@u`, a session keyring of root's that sudo's `pam_keyinit` made) has its
+///   possessor's permissions, which a root command gets by `setfsuid` alone: judged; and
+///   no key is made under the exemption.
 /// `key_ref`: the key's address with the kernel's "possessed" bit (bit 0).
 #[inline(always)]
 fn key(key_ref: u64, cred: *const u8, need: u32, scope: Scope) -> i32 {
     let off = kread::offsets();
     let mut serial = 0;
     let key = key_ref & !1;
+    let looks = need == KEY_NEED_VIEW || need == KEY_NEED_SEARCH;
     if off.valid != 0 {
         // As numbers: LLVM merged the tests' booleans into a register that held the typed
         // pointer on another path, which the verifier refuses.
         let cred = kread::untyped(cred);
-        if kernel_lookup(cred) != 0 || key_ref & 1 == 0 && kernel_keyring(key, cred) != 0 {
+        if kernel_lookup(cred) != 0 || (key_ref & 1 == 0 || looks) && kernel_keyring(key, cred) != 0
+        {
             return 0;
         }
         serial = kread::read(key as *const u8, off.key_serial).unwrap_or(0);
@@ -140,6 +145,11 @@ fn key(key_ref: u64, cred: *const u8, need: u32, scope: Scope) -> i32 {
     rep.target = serial;
     deny(rep, reason::KERNEL_KEYS, scope)
 }
+
+/// The kernel's `enum key_need_perm` (include/linux/key.h): looking at a key, searching
+/// a keyring.
+const KEY_NEED_VIEW: u32 = 1;
+const KEY_NEED_SEARCH: u32 = 4;
 
 /// 1 when `cred` (an address) is credentials the kernel put on for a lookup of its own: an
 /// override in force (`current->cred` is not `real_cred`), used by the check, with a

@@ -237,6 +237,7 @@ impl Formatter<'_> {
             reason::FOREIGN_NAMESPACE => {
                 "(a namespace the command did not start in: other processes')"
             }
+            reason::INTO_SPAN => "(a directory or symlink moved below a read-only area)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -272,6 +273,7 @@ impl Formatter<'_> {
             reason::BLOCK_DEVICE => "block_device",
             reason::GRANT_LINK => "symlink_at_grant",
             reason::FOREIGN_NAMESPACE => "foreign_namespace",
+            reason::INTO_SPAN => "moves_into_protected_area",
             _ => "unknown",
         }
     }

@@ -50,6 +50,12 @@ pub struct AuditFile {
     line: Vec<u8>,
 }
 
+impl Drop for AuditFile {
+    fn drop(&mut self) {
+        self.say_unwritten();
+    }
+}
+
 /// Why an audit log was refused or could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditOpenError {
@@ -347,6 +353,20 @@ impl AuditFile {
             let stuck =
                 std::mem::replace(&mut self.out, std::io::BufWriter::with_capacity(1 << 16, f));
             drop(stuck.into_parts());
+        }
+    }
+
+    /// Said when the log closes with records it could never write (the file system stayed
+    /// full or failing to the end): they are gone, and only the terminal can say so.
+    fn say_unwritten(&mut self) {
+        let _ = self.flush();
+        if self.unwritten > 0 {
+            crate::term::line(&format!(
+                "sandbox: {} audit records could not be written to {} and are lost (the file \
+                 system stayed full or failing to the end of the run)",
+                self.unwritten,
+                self.path.display()
+            ));
         }
     }
 

@@ -392,7 +392,7 @@ fn add_ancestors(patterns: &mut Vec<(matcher::Pattern, usize)>) {
         } else {
             areas
                 .iter()
-                .filter(|l| l.contains("**"))
+                .filter(|l| !matcher::is_plain(l))
                 .map(|l| (format!("{l}/**"), accept::SPAN))
                 .collect()
         };

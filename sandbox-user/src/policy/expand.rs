@@ -20,7 +20,8 @@ pub fn expand(s: &str, ctx: &Context, base: &Path) -> Result<String, String> {
 /// class or alternatives that the real path does not match (every rule relative to the
 /// workspace would then name another path).
 pub fn expand_glob(s: &str, ctx: &Context, base: &Path) -> Result<String, String> {
-    expand_as(s, ctx, base, &escape_glob)
+    // A comma too: inside `{$A,$B}` one would split the alternatives.
+    expand_as(s, ctx, base, &|v| escape_glob(v).replace(',', "\\,"))
 }
 
 fn expand_as(

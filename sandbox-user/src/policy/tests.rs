@@ -250,7 +250,8 @@ fn glob_characters_of_the_workspace_and_home_are_matched_as_themselves() {
     c.cwd = "/work/client[acme]".into();
     c.home = "/home/u{x}".into();
     c.env.insert("P".to_owned(), "/srv/a*b".to_owned());
-    let yaml = "files:\n  deny: ['.git/**', '~/.ssh', '$P/k', 'd/*.key']\n";
+    c.env.insert("Q".to_owned(), "x,y".to_owned());
+    let yaml = "files:\n  deny: ['.git/**', '~/.ssh', '$P/k', 'd/*.key', '/o/{$Q,z}']\n";
     let p = load_str(yaml, "p.yaml", &c).unwrap();
     let globs: Vec<&str> = p.files.deny.iter().map(|r| r.glob.as_str()).collect();
     assert_eq!(
@@ -260,8 +261,13 @@ fn glob_characters_of_the_workspace_and_home_are_matched_as_themselves() {
             "/home/u\\{x\\}/.ssh",
             "/srv/a\\*b/k",
             "/work/client\\[acme\\]/d/*.key",
+            "/o/{x\\,y,z}",
         ]
     );
+    let q = crate::compile::matcher::glob(&p.files.deny[4].glob)
+        .unwrap()
+        .compile_matcher();
+    assert!(q.is_match("/o/x,y") && q.is_match("/o/z") && !q.is_match("/o/x"));
     assert_eq!(
         p.files.deny[1].literal.as_deref(),
         Some(std::path::Path::new("/home/u{x}/.ssh"))

@@ -218,8 +218,9 @@ fn ancestors_of_protected_paths_stay_put() {
             ("rename-exchange free/z free/.vs", EACCES),
             ("rmdir free/.vs", OK),
             ("rename free/z free/.vs", EACCES),
-            // Below `.gt`: moving away is harmless, arriving is not (a directory or a
-            // symlink could bring a `config`); an empty directory may be made.
+            // Below `.gt`: moving away or within its directory is harmless, arriving from
+            // elsewhere is not (a directory or a symlink could bring a `config`); an
+            // empty directory may be made.
             ("rename repo/.gt/modules/lib repo/.gt/modules/old", OK),
             ("rename stage repo/.gt/modules/lib", EACCES),
             ("rename-exchange repo/.gt/modules/old stage", EACCES),
@@ -251,10 +252,11 @@ fn ancestors_of_protected_paths_stay_put() {
             .has("/unmapped/rule", "files.read_only[1]"),
         rec("/file/path", path_str(&d, "repo/.gt/modules/lib"))
             .count(2)
-            .has("/unmapped/reason", "ancestor_of_protected_path")
+            .has("/unmapped/reason", "moves_into_protected_area")
             .has("/unmapped/rule", "files.read_only[2]"),
         rec("/file/path", path_str(&d, "repo/.gt/modules/old"))
             .has("/unmapped/activity", "rename")
+            .has("/unmapped/reason", "moves_into_protected_area")
             .has("/unmapped/rule", "files.read_only[2]"),
     ]);
 }
