@@ -494,6 +494,10 @@ pub struct KernelOffsets {
     pub task_struct_cred: u32,
     pub cred_fsuid: u32,
     pub cred_thread_keyring: u32,
+    /// `cred.uid`, `cred.euid`, `cred.suid`: a task with none of them root.
+    pub cred_uid: u32,
+    pub cred_euid: u32,
+    pub cred_suid: u32,
     pub key_uid: u32,
     pub key_serial: u32,
     /// `path.dentry`.
@@ -543,7 +547,7 @@ pub struct KernelOffsets {
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 276);
+const _: () = assert!(size_of::<KernelOffsets>() == 288);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -898,6 +902,9 @@ impl KernelOffsets {
         task_struct_cred: 0,
         cred_fsuid: 0,
         cred_thread_keyring: 0,
+        cred_uid: 0,
+        cred_euid: 0,
+        cred_suid: 0,
         key_uid: 0,
         key_serial: 0,
         path_dentry: 0,

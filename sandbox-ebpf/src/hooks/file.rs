@@ -175,12 +175,15 @@ fn check_with<const TYPED: bool>(
     // Audit or deny, read here rather than before the resolve: a value held across it is
     // a stack slot more in the hook's frame, which is at the verifier's limit with the
     // global functions below it (`file_open` 248 of the 256 its share of 512 rounds to).
-    // An `exec.deny` rule is the exec section's, in its mode, whatever it refuses: the
-    // kernel's open of a binary to run it (execve's, a script's interpreter, an ELF
-    // interpreter) or any other access (a read to copy the binary, `ld.so binary`), also
-    // where file rules are only audited. (Both sections' mode for the other accesses
+    // An `exec.deny` rule that refuses the kernel's open of a binary to run it (execve's,
+    // a script's interpreter, an ELF interpreter) or a read of it (to copy it, `ld.so
+    // binary`) is the exec section's, in its mode, also where file rules are only
+    // audited. One that refuses a write or a name change is the file section's: its
+    // verdict comes before the read-only rules' (`decide::file`), so it keeps their mode
+    // (`~/.local/bin/sudo` made under `exec.mode: audit`). (Both sections' mode for reads
     // took a stack slot more than `file_open` has.)
-    let exec_rule = u32::from(v.rule) == accept::EXEC_DENY as u32
+    let exec_rule = f_mode & fmode::WRITE == 0
+        && u32::from(v.rule) == accept::EXEC_DENY as u32
         && (v.reason == reason::RULE || v.reason == reason::INODE);
     let audit_flag = if exec_rule {
         policy_flags::AUDIT_EXEC

@@ -116,13 +116,14 @@ fn ptrace(target: *const u8, mode: u32, scope: Scope) -> i32 {
 ///   id mapper's and the SMB upcall's caches are (a confined task's override, an io_uring
 ///   personality or `faccessat`'s, has none: it cannot make a keyring);
 /// - root's keys (the kernel's keyrings: `.user_reg`, IMA's, the platform's) under a
-///   non-root filesystem uid: searched or viewed (the kernel's own signature checks and
-///   user keyring lookups search its keyrings as possessed, under the task's
-///   credentials), or used in any way when not possessed, which their "other"
-///   permissions alone govern. A possessed key read, written, linked, changed or removed
-///   (root's `@u`, a session keyring of root's that sudo's `pam_keyinit` made) has its
-///   possessor's permissions, which a root command gets by `setfsuid` alone: judged; and
-///   no key is made under the exemption.
+///   non-root filesystem uid: used in any way when not possessed, which their "other"
+///   permissions alone govern; searched or viewed by a task none of whose uids is root
+///   (the kernel's own signature checks and user keyring lookups search its keyrings as
+///   possessed, under the task's credentials). A possessed key otherwise (root's `@u`, a
+///   session keyring of root's that sudo's `pam_keyinit` made) has its possessor's
+///   permissions, which a root command gets by `setfsuid` alone (and a search is enough
+///   to sign or decrypt with a key: `KEYCTL_PKEY_*`): judged; and no key is made under
+///   the exemption.
 /// `key_ref`: the key's address with the kernel's "possessed" bit (bit 0).
 #[inline(always)]
 fn key(key_ref: u64, cred: *const u8, need: u32, scope: Scope) -> i32 {
@@ -134,7 +135,9 @@ fn key(key_ref: u64, cred: *const u8, need: u32, scope: Scope) -> i32 {
         // As numbers: LLVM merged the tests' booleans into a register that held the typed
         // pointer on another path, which the verifier refuses.
         let cred = kread::untyped(cred);
-        if kernel_lookup(cred) != 0 || (key_ref & 1 == 0 || looks) && kernel_keyring(key, cred) != 0
+        if kernel_lookup(cred) != 0
+            || (key_ref & 1 == 0 || looks && unprivileged(cred) != 0)
+                && kernel_keyring(key, cred) != 0
         {
             return 0;
         }
@@ -170,6 +173,21 @@ fn kernel_lookup(cred: u64) -> u32 {
     }
     match kread::read::<u64>(cred as *const u8, off.cred_thread_keyring) {
         Ok(keyring) if keyring != 0 => 1,
+        _ => 0,
+    }
+}
+
+/// 1 when none of the real, effective and saved uids of `cred` (an address) is root's.
+#[inline(never)]
+fn unprivileged(cred: u64) -> u32 {
+    let off = kread::offsets();
+    let c = cred as *const u8;
+    match (
+        kread::read::<u32>(c, off.cred_uid),
+        kread::read::<u32>(c, off.cred_euid),
+        kread::read::<u32>(c, off.cred_suid),
+    ) {
+        (Ok(u), Ok(e), Ok(s)) if u != 0 && e != 0 && s != 0 => 1,
         _ => 0,
     }
 }
