@@ -301,6 +301,14 @@ pub fn plan(policy: &Policy, host: &HostFacts) -> (Option<Plan>, Coverage) {
     // Areas. Exec goes with reading unless exec.allow lists the binaries.
     let exec_allowlist = !policy.exec.allow.is_empty() && !exec_audit;
     let read_rights = if exec_allowlist { r } else { r | x };
+    if exec_allowlist {
+        cov.notes.push(
+            "exec.allow: a copy of any binary in a memfd runs (fexecve: Landlock judges no \
+             file of the kernel's internal mounts), and so does what an allowed dynamic \
+             loader is given"
+                .into(),
+        );
+    }
     let allow_side = |rules: &[crate::policy::PathRule],
                       rights: u64,
                       areas: &mut Vec<Area>,
@@ -691,6 +699,14 @@ fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
             "self-protection (signals, ptrace)",
             "not enforced by `sandbox attach` in the fallback (Landlock scoping applies only \
              to a process that restricts itself)",
+        );
+        cov.implicit(
+            "self-protection (cgroup)",
+            "bound processes running as root, or whose user owns a cgroup above the bound one \
+             (a user's delegated manager), can move to another cgroup (cgroup.procs, clone3 \
+             with CLONE_INTO_CGROUP), outside the network programs' reach; sockets made \
+             outside the bound cgroup (systemd socket activation) are judged by the cgroup \
+             they were made in",
         );
     } else {
         match host.landlock {

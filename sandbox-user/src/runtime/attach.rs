@@ -13,6 +13,8 @@
 
 use std::path::{Path, PathBuf};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use anyhow::Context as _;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -160,10 +162,10 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
         armed.compiled.name,
         armed.cgroup.path.display()
     ));
-    loop {
-        let reload = serve(&mut armed, &mut ring, &mut audit, &sinks, &mut signals).await?;
-        if !reload {
-            break;
+    let removed = loop {
+        let stop = serve(&mut armed, &mut ring, &mut audit, &sinks, &mut signals).await?;
+        if stop != Stop::Reload {
+            break stop == Stop::Removed;
         }
         tracing::debug!("reload requested");
         notify.reloading();
@@ -216,15 +218,55 @@ pub async fn attach(opts: AttachOptions) -> anyhow::Result<i32> {
                 ));
             }
         }
-    }
+    };
     notify.stopping();
     armed.enforcer.release();
     finish(&mut armed, &mut ring, &mut audit, &sinks)?;
+    if removed {
+        term::line(&format!(
+            "sandbox: error: the cgroup {} was removed, so this binding confines nothing: a \
+             cgroup made again at its path (a service's restart makes a new one) is not \
+             bound. Bind a slice, which outlives its services' restarts (see \
+             sandbox-attach@.service), or run sandbox attach again",
+            armed.cgroup.path.display()
+        ));
+        return Ok(crate::cli::EXIT_SANDBOX_FAILED.into());
+    }
     term::line(&format!(
         "sandbox: stopped: {} is no longer confined",
         armed.cgroup.path.display()
     ));
     Ok(0)
+}
+
+/// Why [`serve`] ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stop {
+    /// SIGHUP: read the policy again.
+    Reload,
+    /// SIGTERM or SIGINT.
+    Signal,
+    /// The bound cgroup is gone ([`watch_cgroup`]).
+    Removed,
+}
+
+/// Ends the binding when the bound cgroup (`path`, inode number `id`: its cgroup id) is
+/// removed or another one stands at its path: the programs would go on matching an id no
+/// process has, while a service restarted into a new cgroup there runs unconfined and
+/// sandbox said it was enforcing. Checked every second; ends `serve` by a SIGTERM to this
+/// process (its handler is `serve`'s).
+async fn watch_cgroup(path: PathBuf, id: u64, gone: std::sync::Arc<AtomicBool>) {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if !std::fs::metadata(&path).is_ok_and(|m| m.ino() == id) {
+            gone.store(true, Ordering::SeqCst);
+            // SAFETY: a signal to this process, which handles SIGTERM.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+            return;
+        }
+    }
 }
 
 /// The terminals and shared-memory files the confined processes hold (a service on a
@@ -343,15 +385,28 @@ async fn serve(
     audit: &mut AuditFile,
     sinks: &Sinks,
     signals: &mut [(i32, Signal)],
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Stop> {
+    let gone = std::sync::Arc::new(AtomicBool::new(false));
+    let watch = tokio::spawn(watch_cgroup(
+        armed.cgroup.path.clone(),
+        armed.cgroup.id,
+        gone.clone(),
+    ));
     let mut session = Session::new(armed, ring, audit, sinks, signals)?;
     let reload = loop {
         if let Event::Signal(sig) = session.next().await? {
             break sig == libc::SIGHUP;
         }
     };
+    watch.abort();
     session.close()?;
-    Ok(reload)
+    Ok(if gone.load(Ordering::SeqCst) {
+        Stop::Removed
+    } else if reload {
+        Stop::Reload
+    } else {
+        Stop::Signal
+    })
 }
 
 /// Writes what is left in the ring of a released set of programs, and its drop count.

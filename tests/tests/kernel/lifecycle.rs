@@ -9,7 +9,8 @@ use sandbox_tests::*;
 
 /// `sandbox attach` on an existing cgroup: its processes are confined from binding on;
 /// SIGHUP swaps in an edited policy, a broken edit is refused and changes nothing;
-/// SIGTERM ends enforcement and leaves the cgroup and its processes alone.
+/// SIGTERM ends enforcement and leaves the cgroup and its processes alone; the cgroup
+/// removed ends the binding with an error.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn attach_to_a_service_cgroup_and_reload() {
@@ -103,8 +104,15 @@ fn attach_to_a_service_cgroup_and_reload() {
     assert_eq!(paths[..2], [one.as_str(), two.as_str()], "{audit:#?}");
     assert!(paths.len() > 3, "{audit:#?}");
     assert!(paths[2..].iter().all(|p| *p == two), "{audit:#?}");
-    // The processes have exited: move nothing, just remove the test cgroup.
-    let _ = std::fs::remove_dir(cg);
+    // The cgroup removed under a binding (as a service's restart removes its cgroup and
+    // makes another at the path): said, and a failure, not "enforcing" on nothing. (The
+    // processes have exited: the cgroup is empty.)
+    write(&policy, &deny("two"));
+    let mut again = Attached::start("svc-test", &policy, &d.join("audit2.jsonl"));
+    again.wait_line("enforcing policy 'svc'");
+    std::fs::remove_dir(cg).unwrap();
+    let said = again.wait_line("was removed");
+    assert_eq!(again.child.wait().unwrap().code(), Some(125), "{said}");
 }
 
 /// A service of the attach tests: its directory with a `secret` file, its cgroup
