@@ -146,6 +146,12 @@ fn a_denied_binary_does_not_run_as_an_elf_interpreter() {
         .has("/activity_id", 1)
         .has("/process/file/path", denied.as_str())
         .has("/unmapped/rule", "exec.deny[0]")]);
+    // The read: a file record naming the exec section's rule, in that section's mode.
+    r.check_records(&[rec("/unmapped/access", "read")
+        .has("/class_uid", 1001)
+        .has("/action", "Denied")
+        .has("/file/path", denied.as_str())
+        .has("/unmapped/rule", "exec.deny[0]")]);
 }
 
 /// x86-64 code that exits with `status`.
