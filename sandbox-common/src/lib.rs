@@ -80,6 +80,9 @@ pub mod policy_flags {
     pub const SOCK_SCTP: u32 = 1 << 13;
     /// `network.sockets` includes `mptcp` (subflows to addresses the peer announces).
     pub const SOCK_MPTCP: u32 = 1 << 14;
+    /// `network.unix_inbound: true`: processes outside the sandbox may connect and send
+    /// to unix sockets the command made.
+    pub const UNIX_INBOUND: u32 = 1 << 15;
 }
 
 /// Kinds of path rule; bit `1 << slot` in the kind masks.
@@ -721,6 +724,10 @@ pub mod reason {
     /// (`accept::SPAN`): it could bring files of the command's where the rule's are
     /// expected.
     pub const INTO_SPAN: u32 = 29;
+    /// A process outside the sandbox connecting or sending to a unix socket the command
+    /// made: a server of the command's at a name an outside program trusts (tmux's
+    /// socket, an ssh agent's) would tell that program what to run or take what it sends.
+    pub const OUTSIDE_CLIENT: u32 = 30;
 }
 
 /// `EventHeader::flags`.

@@ -77,6 +77,41 @@ pub fn decide<R>(outside: R, decide: impl FnOnce(Scope) -> R) -> R {
     verdict
 }
 
+/// [`decide`] for tasks outside the scope too: `decide(scope, false)` for a task in scope,
+/// `decide(bound, true)` for any other, given this set's live bound policy (allowed when
+/// the set binds none). For tasks outside that reach into the sandbox; the record such a
+/// decision writes is the bound policy's, with the outside task as its actor.
+#[inline(always)]
+pub fn decide_both(decide: impl FnOnce(Scope, bool) -> i32) -> i32 {
+    let mut cell = Claim::EMPTY;
+    let (scope, inbound) = match current(&raw mut cell) {
+        Some(s) => (s, false),
+        None => match bound(&raw mut cell) {
+            Some(s) => (s, true),
+            None => return 0,
+        },
+    };
+    let verdict = decide(scope, inbound);
+    scope.mem.release();
+    verdict
+}
+
+/// This set's bound policy, when it is live, whatever the current task's cgroup.
+#[inline(always)]
+fn bound(cell: *mut u32) -> Option<Scope> {
+    let ctl = SCOPE.get(0)?;
+    if ctl.id == 0 {
+        return None;
+    }
+    let info = POLICIES.get(ctl.policy_id)?;
+    (info.live != 0).then_some(Scope {
+        policy_id: ctl.policy_id,
+        info,
+        cgroup: ctl.id,
+        mem: Claim::new(cell),
+    })
+}
+
 /// The live policy of the current task, if it is in scope. `cell`: where the program keeps
 /// the slot of working memory its decision takes ([`Claim`]).
 #[inline(always)]

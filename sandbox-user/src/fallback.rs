@@ -648,7 +648,8 @@ fn place(path: &Path, rights: u64, holes: &[&Hole], plan: &mut Plan) {
 /// The network half: what the cgroup socket-address programs do not see.
 fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
     let n = &policy.network;
-    let default_sockets = n.sock_families == default_families() && n.sock_flags == 0;
+    let default_sockets = n.sock_families == default_families()
+        && n.sock_flags & !sandbox_common::policy_flags::UNIX_INBOUND == 0;
     let why = "not enforced: sockets of any family the kernel lets the user create can be \
                created (no socket_create hook without BPF LSM)";
     if default_sockets {
@@ -687,6 +688,14 @@ fn network_coverage(policy: &Policy, host: &HostFacts, cov: &mut Coverage) {
                 n.unix.len()
             ),
             why,
+        );
+    }
+    if n.sock_flags & sandbox_common::policy_flags::UNIX_INBOUND == 0 {
+        cov.implicit(
+            "the command's unix sockets closed to processes outside (network.unix_inbound: \
+             false)",
+            "not enforced: a process outside the sandbox may connect and send to a unix \
+             socket the command made (no unix_stream_connect hook without BPF LSM)",
         );
     }
     cov.notes.push(

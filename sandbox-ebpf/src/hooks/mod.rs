@@ -45,6 +45,20 @@ macro_rules! hook {
             $crate::scope::decide(0, |$scope| $body)
         }
     };
+    // `|ctx, scope, inbound|`: the body decides for tasks outside the scope too, with
+    // `inbound` true and this set's bound policy (a task outside reaching into the
+    // sandbox: `scope::decide_both`).
+    ($prog:ident, $hook:literal, |$ctx:ident, $scope:ident, $inbound:ident| $body:expr) => {
+        #[aya_ebpf::macros::lsm(hook = $hook)]
+        pub fn $prog($ctx: aya_ebpf::programs::LsmContext) -> i32 {
+            const PREV: usize = sandbox_common::programs::arity(stringify!($prog));
+            let prev: i32 = $ctx.arg(PREV);
+            if prev != 0 {
+                return $crate::hooks::honour(prev);
+            }
+            $crate::scope::decide_both(|$scope, $inbound| $body)
+        }
+    };
 }
 pub(crate) use hook;
 

@@ -264,15 +264,27 @@ fn bind(socket: *const u8, sa: *const u8, len: i32, scope: Scope) -> i32 {
     }
 }
 
-/// A connect or send to the unix socket `peer` (a `struct sock *`).
+/// A connect or send to the unix socket `peer` (a `struct sock *`) by a task in scope, or,
+/// with `inbound`, by a task outside it (`scope` is then the set's bound policy): refused
+/// when the socket was made inside, unless `network.unix_inbound` lets it.
 #[inline(always)]
-fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
+fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool) -> i32 {
     let off = kread::offsets();
     let audit = scope.audits(policy_flags::AUDIT_NET);
+    if inbound && scope.flags() & policy_flags::UNIX_INBOUND != 0 {
+        return 0;
+    }
     if off.valid == 0 {
-        return no_offsets(hook_id, scope);
+        return if inbound {
+            0
+        } else {
+            no_offsets(hook_id, scope)
+        };
     }
     let inside = scope::sock_within(peer, scope.cgroup);
+    if inbound && !inside {
+        return 0;
+    }
     let pid = kread::read_ptr(peer, off.sock_peer_pid)
         .and_then(|p| kread::read::<u32>(p, off.pid_nr))
         .unwrap_or(0);
@@ -287,17 +299,24 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
             fmode::WRITE,
             policy_flags::AUDIT_NET,
             pid,
-            |m, _| decide::unix(inside, m),
+            |m, _| {
+                if inbound {
+                    Some(decide::Deny::because(reason::OUTSIDE_CLIENT))
+                } else {
+                    decide::unix(inside, m)
+                }
+            },
         );
     }
-    if inside {
+    if inside && !inbound {
         return 0;
     }
     let Ok(ua) = kread::read_ptr(peer, off.unix_sock_addr) else {
         return -errno::EPERM;
     };
     if ua.is_null() {
-        // An unnamed peer: the other end of a socketpair or connection handed in.
+        // An unnamed peer: the other end of a socketpair or connection handed in (an
+        // unnamed socket is reached only through a descriptor, never by a connect).
         return 0;
     }
     let len: i32 = kread::read(ua, off.unix_address_len).unwrap_or(0);
@@ -331,6 +350,15 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
         return -errno::EACCES;
     };
     rep.path_start = start;
+    if inbound {
+        return finish(
+            scope.mem,
+            rep,
+            decide::Deny::because(reason::OUTSIDE_CLIENT),
+            audit,
+            errno::EACCES,
+        );
+    }
     let m = path::match_name(w, scope.policy_id, start);
     match decide::unix(false, &m) {
         Some(v) => finish(scope.mem, rep, v, audit, errno::EACCES),
@@ -339,9 +367,10 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8) -> i32 {
 }
 
 #[inline(always)]
-fn unix_send(other: *const u8, scope: Scope) -> i32 {
+fn unix_send(other: *const u8, scope: Scope, inbound: bool) -> i32 {
     match kread::read_ptr(other, kread::offsets().socket_sk) {
-        Ok(sk) => unix_peer(hook::UNIX_SEND, scope, sk),
+        Ok(sk) => unix_peer(hook::UNIX_SEND, scope, sk, inbound),
+        Err(_) if inbound => 0,
         Err(_) => -errno::EACCES,
     }
 }
@@ -396,9 +425,13 @@ hook!(socket_listen, "socket_listen", |ctx, scope| listen(
 hook!(socket_bind, "socket_bind", |ctx, scope| {
     bind(ctx.arg(0), ctx.arg(1), ctx.arg(2), scope)
 });
-hook!(unix_stream_connect, "unix_stream_connect", |ctx, scope| {
-    unix_peer(hook::UNIX_CONNECT, scope, ctx.arg(1))
-});
-hook!(unix_may_send, "unix_may_send", |ctx, scope| {
-    unix_send(ctx.arg(1), scope)
+// Both ways: a task in scope reaching a socket outside (`network.unix`), and a task
+// outside reaching a socket the command made (`network.unix_inbound`).
+hook!(
+    unix_stream_connect,
+    "unix_stream_connect",
+    |ctx, scope, inbound| { unix_peer(hook::UNIX_CONNECT, scope, ctx.arg(1), inbound) }
+);
+hook!(unix_may_send, "unix_may_send", |ctx, scope, inbound| {
+    unix_send(ctx.arg(1), scope, inbound)
 });

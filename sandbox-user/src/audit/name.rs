@@ -238,6 +238,7 @@ impl Formatter<'_> {
                 "(a namespace the command did not start in: other processes')"
             }
             reason::INTO_SPAN => "(a directory or symlink moved below a read-only area)",
+            reason::OUTSIDE_CLIENT => "network.unix_inbound",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -274,6 +275,7 @@ impl Formatter<'_> {
             reason::GRANT_LINK => "symlink_at_grant",
             reason::FOREIGN_NAMESPACE => "foreign_namespace",
             reason::INTO_SPAN => "moves_into_protected_area",
+            reason::OUTSIDE_CLIENT => "outside_client",
             _ => "unknown",
         }
     }

@@ -516,6 +516,9 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         }
     }
     let (mut sock_families, mut sock_flags) = (0u64, 0u32);
+    if raw.network.unix_inbound == Some(true) {
+        sock_flags |= sandbox_common::policy_flags::UNIX_INBOUND;
+    }
     let sockets: Vec<String> = raw
         .network
         .sockets

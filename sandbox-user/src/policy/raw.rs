@@ -121,6 +121,11 @@ pub struct RawNetwork {
     pub sockets: Option<Vec<String>>,
     /// Local addresses (CIDR[:PORTS]) the command may listen on. Default: loopback only.
     pub listen: Option<Vec<String>>,
+    /// Default false: processes outside the sandbox may not connect or send to unix
+    /// sockets the command made (named or abstract). A server of the command's at a name
+    /// an outside program trusts (tmux's socket, an ssh agent's) would tell that program
+    /// what to run, or take what it sends. True for a service whose clients are outside.
+    pub unix_inbound: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]

@@ -1809,6 +1809,7 @@ fn run_op(words: &[String]) -> String {
         #[cfg(target_arch = "x86_64")]
         "qemu-exit" => qemu_exit(a(1).parse().unwrap_or(1)),
         "unix-connect" | "unix-send" | "unix-self" => boundary::unix(a(0), a(1)),
+        "unix-serve" => boundary::unix_serve(&words[1..]),
         "ptrace" | "mem" | "environ" | "vm-read" | "getfd" | "kill" | "setnice" => {
             boundary::process(a(0), a(1), a(2))
         }
@@ -1970,6 +1971,45 @@ mod boundary {
                 r
             }
         }
+    }
+
+    /// `unix-serve MS TARGET...`: serves a stream socket at each `TARGET` (a path or
+    /// `@name`) and a datagram socket at `TARGET` + `.d` for `MS` milliseconds, taking
+    /// what comes; `OK`, or `BIND errno`.
+    pub fn unix_serve(args: &[String]) -> String {
+        let Some((ms, targets)) = args.split_first() else {
+            return "BADARGS".into();
+        };
+        let mut socks = Vec::new();
+        for t in targets {
+            let (Ok(a), Ok(ad)) = (addr(t), addr(&format!("{t}.d"))) else {
+                return "BADADDR".into();
+            };
+            let bound = UnixListener::bind_addr(&a)
+                .and_then(|l| UnixDatagram::bind_addr(&ad).map(|d| (l, d)))
+                .and_then(|(l, d)| {
+                    l.set_nonblocking(true)?;
+                    d.set_nonblocking(true)?;
+                    Ok((l, d))
+                });
+            match bound {
+                Ok(x) => socks.push(x),
+                Err(e) => return format!("BIND {}", errno_name(e.raw_os_error().unwrap_or(0))),
+            }
+        }
+        let end =
+            std::time::Instant::now() + std::time::Duration::from_millis(ms.parse().unwrap_or(0));
+        let mut b = [0u8; 64];
+        while std::time::Instant::now() < end {
+            for (l, d) in &socks {
+                while let Ok(c) = l.accept() {
+                    drop(c);
+                }
+                while d.recv(&mut b).is_ok() {}
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        "OK".into()
     }
 
     pub fn process(op: &str, pid: &str, arg: &str) -> String {

@@ -7,6 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use sandbox_tests::*;
 use serde_json::Value;
@@ -283,6 +284,94 @@ fn root_keys_with_uids_apart(d: &std::path::Path) {
         .some()
         .has("/unmapped/reason", "kernel_keys")
         .has("/unmapped/key/need", "search")]);
+}
+
+/// Unix sockets the command makes are the command's: no process outside the sandbox may
+/// connect or send to one, named or abstract. A server of the command's at a name that an
+/// outside program trusts would tell that program what to do: a tmux client runs the shell
+/// its server names (its socket in `/tmp` moved aside and one of the command's bound in
+/// its place), `ssh-add` hands its keys to whatever listens at `SSH_AUTH_SOCK`.
+/// `network.unix_inbound: true` lets them (a service whose clients are outside). The agent
+/// user on both sides; the route shown working without the sandbox first.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn outside_clients_never_reach_the_commands_unix_sockets() {
+    let d = agent_dir("unix_inbound");
+    let path = d.join("srv.sock").display().to_string();
+    let abs = format!("@sandbox-kt-inbound-{}", std::process::id());
+    let (path_d, abs_d) = (format!("{path}.d"), format!("{abs}.d"));
+    let ops = [
+        ["unix-connect", path.as_str()],
+        ["unix-send", path_d.as_str()],
+        ["unix-connect", abs.as_str()],
+        ["unix-send", abs_d.as_str()],
+    ];
+    let clients: Vec<&[&str]> = ops.iter().map(<[&str; 2]>::as_slice).collect();
+    // The clients once the server answers, or refuses, on both of its names.
+    let reach = || {
+        let deadline = std::time::Instant::now() + Duration::from_mins(2);
+        loop {
+            let got = probe_outside_as_agent(&clients);
+            let up = |r: &String| r != "ENOENT" && r != "ECONNREFUSED";
+            if (up(&got[0]) && up(&got[2])) || std::time::Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let gone = |p: &str| {
+        let _ = std::fs::remove_file(p);
+        let _ = std::fs::remove_file(format!("{p}.d"));
+    };
+    let serve = vec![
+        "unix-serve".to_owned(),
+        "4000".to_owned(),
+        path.clone(),
+        abs.clone(),
+    ];
+    let outside = std::thread::spawn({
+        let serve = serve.clone();
+        move || {
+            let ops: Vec<&str> = serve.iter().map(String::as_str).collect();
+            probe_outside_as_agent(&[&ops])
+        }
+    });
+    assert_eq!(reach(), vec!["OK"; 4], "outside the sandbox");
+    assert_eq!(outside.join().unwrap(), vec!["OK"], "the server outside");
+    gone(&path);
+    let inside = |policy: Option<&'static str>| {
+        let t = std::thread::spawn({
+            let (d, path, abs) = (d.clone(), path.clone(), abs.clone());
+            move || probe_as_agent(&d, policy, &[&["unix-serve", "6000", &path, &abs]])
+        });
+        let got = reach();
+        let r = t.join().unwrap();
+        gone(&path);
+        (got, r)
+    };
+    let (got, r) = inside(None);
+    assert_eq!(
+        got,
+        vec!["EACCES"; 4],
+        "inside, the built-in policy: {:#?}",
+        r.audit
+    );
+    r.expect(&format!("unix-serve 6000 {path} {abs}"), "OK");
+    for (name, activity) in [
+        (path.as_str(), "connect"),
+        (path_d.as_str(), "send"),
+        (abs.as_str(), "connect"),
+        (abs_d.as_str(), "send"),
+    ] {
+        r.check_records(&[rec("/dst_endpoint/name", name)
+            .some()
+            .has("/unmapped/activity", activity)
+            .has("/unmapped/reason", "outside_client")
+            .has("/unmapped/rule", "network.unix_inbound")
+            .has("/actor/user/uid", User::Agent.uid().to_string())]);
+    }
+    let (got, r) = inside(Some("network:\n  unix_inbound: true\n"));
+    assert_eq!(got, vec!["OK"; 4], "inside, unix_inbound: {:#?}", r.audit);
 }
 
 /// System V shared memory, semaphores and message queues pass no hook the policy decides
