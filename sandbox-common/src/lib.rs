@@ -728,6 +728,11 @@ pub mod reason {
     /// made: a server of the command's at a name an outside program trusts (tmux's
     /// socket, an ssh agent's) would tell that program what to run or take what it sends.
     pub const OUTSIDE_CLIENT: u32 = 30;
+    /// A file's owner set to another process or a process group (`F_SETOWN`,
+    /// `F_SETOWN_EX`, `FIOSETOWN`, `SIOCSPGRP`): the kernel's `SIGIO` (or `F_SETSIG`'s
+    /// signal) to the owner passes no signal check of the sender's, so any process of the
+    /// user (of every user, for a root command) could be signalled.
+    pub const FILE_OWNER: u32 = 31;
 }
 
 /// `EventHeader::flags`.

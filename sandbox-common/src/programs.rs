@@ -100,6 +100,7 @@ pub const PROGRAMS: &[Program] = &[
     prog("kernel_load_data", "kernel_load_data", 2),
     prog("locked_down", "locked_down", 1),
     prog("file_send_sigiotask", "file_send_sigiotask", 3),
+    prog("file_fcntl", "file_fcntl", 3),
 ];
 
 /// A program that counts directory moves (`sandbox-ebpf/src/moves.rs`): `fentry` or

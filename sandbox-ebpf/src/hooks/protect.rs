@@ -40,6 +40,14 @@ const FIRMWARE: u32 = 1;
 /// Terminal ioctls that push bytes into a terminal's input (include/uapi/asm-generic/ioctls.h).
 const TIOCSTI: u32 = 0x5412;
 const TIOCLINUX: u32 = 0x541C;
+/// A file's owner, whom its `SIGIO` goes to: by ioctl (both read it from the caller's
+/// memory after the hook, so they are refused whatever they name), and by `fcntl`.
+const FIOSETOWN: u32 = 0x8901;
+const SIOCSPGRP: u32 = 0x8902;
+const F_SETOWN: u32 = 8;
+const F_SETOWN_EX: u32 = 15;
+/// The signal a file's owner is sent by default.
+const SIGIO: u32 = 29;
 
 #[inline(always)]
 fn deny(rep: Report, why: u32, scope: Scope) -> i32 {
@@ -233,7 +241,11 @@ const BTRFS_SUBVOL_IOCTLS: [u32; 6] = [
 /// Checked before the scope lookup: every ioctl of the host runs this hook.
 #[inline(always)]
 fn refused_ioctl(cmd: u32) -> bool {
-    cmd == TIOCSTI || cmd == TIOCLINUX || cmd & 0xffff_ff00 == 0x5000_9400 && subvolume(cmd)
+    cmd == TIOCSTI
+        || cmd == TIOCLINUX
+        || cmd == FIOSETOWN
+        || cmd == SIOCSPGRP
+        || cmd & 0xffff_ff00 == 0x5000_9400 && subvolume(cmd)
 }
 
 #[inline(always)]
@@ -247,10 +259,36 @@ fn ioctl(cmd: u32, scope: Scope) -> i32 {
     rep.access = cmd;
     let why = if subvolume(cmd) {
         reason::SUBVOLUME
+    } else if cmd == FIOSETOWN || cmd == SIOCSPGRP {
+        reason::FILE_OWNER
     } else {
         reason::TTY_INJECTION
     };
     deny(rep, why, scope)
+}
+
+/// `fcntl(F_SETOWN, who)`: the command may own its files' `SIGIO` itself (`who` its own
+/// process, or 0 to clear), not have it sent to another process or a process group: the
+/// kernel sends it without the signal checks (`task_kill`) that `kill` would pass, so a
+/// root command could signal any process of the host (`SIGRTMIN+4` to PID 1 powers it
+/// off). `F_SETOWN_EX` names its owner in the caller's memory, read again after the hook:
+/// refused, as the ioctls are. A command in a PID namespace of its own names itself by a
+/// number of that namespace, which is not its number here: refused too.
+#[inline(always)]
+fn set_owner(cmd: u32, arg: u64, scope: Scope) -> i32 {
+    let who = arg as i32;
+    let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
+    if cmd == F_SETOWN && (who == 0 || who as u32 == tgid) {
+        return 0;
+    }
+    let mut rep = Report::bare(hook::SIGNAL, scope.policy_id);
+    rep.access = SIGIO;
+    rep.target = if cmd == F_SETOWN {
+        who.unsigned_abs()
+    } else {
+        0
+    };
+    deny(rep, reason::FILE_OWNER, scope)
 }
 
 /// Loading code into the kernel (`how`: 1 from a file, 2 from memory; `id` the kind) or
@@ -316,6 +354,12 @@ hook!(
         ioctl(ctx.arg(1), scope)
     },
     if refused_ioctl(ctx.arg(1)) || names::sets_file_attributes(ctx.arg(1))
+);
+hook!(
+    file_fcntl,
+    "file_fcntl",
+    |ctx, scope| set_owner(ctx.arg(1), ctx.arg(2), scope),
+    if matches!(ctx.arg::<u32>(1), F_SETOWN | F_SETOWN_EX)
 );
 hook!(sb_mount, "sb_mount", |_ctx, scope| {
     deny(

@@ -41,7 +41,10 @@ impl Formatter<'_> {
             Hook::Exec => format!("exec {}", path()),
             Hook::Protect("bpf") => format!("bpf() command {}", h.target),
             Hook::Protect("signal") => format!("signal {} to pid {}", h.access, h.target),
-            Hook::Protect("ioctl") => format!("ioctl {:#x} (terminal input)", h.access),
+            Hook::Protect("ioctl") if h.reason == sandbox_common::reason::TTY_INJECTION => {
+                format!("ioctl {:#x} (terminal input)", h.access)
+            }
+            Hook::Protect("ioctl") => format!("ioctl {:#x}", h.access),
             Hook::Protect("kernel") => match h.access {
                 3 => format!("kernel lockdown check (reason {})", h.target),
                 _ => format!("loading {} into the kernel", read_file_kind(h.target)),

@@ -239,6 +239,7 @@ impl Formatter<'_> {
             }
             reason::INTO_SPAN => "(a directory or symlink moved below a read-only area)",
             reason::OUTSIDE_CLIENT => "network.unix_inbound",
+            reason::FILE_OWNER => "(a file's SIGIO sent to another process: F_SETOWN)",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -276,6 +277,7 @@ impl Formatter<'_> {
             reason::FOREIGN_NAMESPACE => "foreign_namespace",
             reason::INTO_SPAN => "moves_into_protected_area",
             reason::OUTSIDE_CLIENT => "outside_client",
+            reason::FILE_OWNER => "file_owner",
             _ => "unknown",
         }
     }

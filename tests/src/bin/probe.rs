@@ -1810,6 +1810,7 @@ fn run_op(words: &[String]) -> String {
         "qemu-exit" => qemu_exit(a(1).parse().unwrap_or(1)),
         "unix-connect" | "unix-send" | "unix-self" => boundary::unix(a(0), a(1)),
         "unix-serve" => boundary::unix_serve(&words[1..]),
+        "sigio-to" | "sigio-ex" | "fiosetown" | "siocspgrp" => boundary::sigio(a(0), a(1), a(2)),
         "ptrace" | "mem" | "environ" | "vm-read" | "getfd" | "kill" | "setnice" => {
             boundary::process(a(0), a(1), a(2))
         }
@@ -2010,6 +2011,50 @@ mod boundary {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         "OK".into()
+    }
+
+    /// Makes `pid` (`self`: this process) the owner of a socket's `SIGIO`, by `fcntl`
+    /// (`sigio-to`: `F_SETOWN`, `sigio-ex`: `F_SETOWN_EX`) or ioctl (`fiosetown`,
+    /// `siocspgrp`), with `sig` as its signal (`F_SETSIG`), then makes I/O happen on it;
+    /// the errno of the step that failed, else `OK`.
+    pub fn sigio(op: &str, pid: &str, sig: &str) -> String {
+        const F_SETOWN_EX: i32 = 15;
+        const F_SETSIG: i32 = 10;
+        // SAFETY: plain syscalls on locals; both descriptors are closed.
+        unsafe {
+            let pid: libc::pid_t = if pid == "self" {
+                libc::getpid()
+            } else {
+                pid.parse().unwrap_or(0)
+            };
+            let sig: i32 = sig.parse().unwrap_or(libc::SIGWINCH);
+            let mut sv = [0i32; 2];
+            if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) != 0 {
+                return errno_name(last_errno());
+            }
+            // `struct f_owner_ex { int type; pid_t pid; }`, type F_OWNER_PID (1).
+            let ex: [i32; 2] = [1, pid];
+            let set = match op {
+                "sigio-to" => libc::fcntl(sv[0], libc::F_SETOWN, pid),
+                "sigio-ex" => libc::fcntl(sv[0], F_SETOWN_EX, ex.as_ptr()),
+                "fiosetown" => libc::ioctl(sv[0], 0x8901, &raw const pid),
+                _ => libc::ioctl(sv[0], 0x8902, &raw const pid),
+            };
+            let out = if set != 0
+                || libc::fcntl(sv[0], F_SETSIG, sig) != 0
+                || libc::fcntl(sv[0], libc::F_SETFL, libc::O_ASYNC) != 0
+            {
+                errno_name(last_errno())
+            } else {
+                let r = libc::write(sv[1], b"x".as_ptr().cast(), 1);
+                // Let the signal land before the answer is printed.
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                ret(r as i64)
+            };
+            libc::close(sv[0]);
+            libc::close(sv[1]);
+            out
+        }
     }
 
     pub fn process(op: &str, pid: &str, arg: &str) -> String {

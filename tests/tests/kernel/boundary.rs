@@ -645,6 +645,72 @@ fn other_processes_of_the_same_user() {
     let _ = target.wait();
 }
 
+/// A file's owner gets its `SIGIO` (or the `F_SETSIG` signal) from the kernel, past the
+/// signal checks `kill` passes: the command may own its files itself, never name another
+/// process (`F_SETOWN`, `F_SETOWN_EX`, `FIOSETOWN`, `SIOCSPGRP`). Otherwise any process
+/// of its user (of every user, for a root command: `SIGRTMIN+4` to PID 1 powers the host
+/// off) could be signalled. The agent user; the route shown outside first (the target
+/// dies).
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn signals_through_a_files_owner_stay_inside() {
+    let d = agent_dir("sigio");
+    let b = bins();
+    let target = || {
+        Command::new(&b.probe)
+            .args(["sleep", "600000"])
+            .uid(User::Agent.uid())
+            .gid(User::Agent.gid())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = target();
+    let pid = first.id().to_string();
+    assert_eq!(
+        probe_outside_as_agent(&[&["sigio-to", &pid, "15"]]),
+        vec!["OK"],
+        "outside the sandbox"
+    );
+    let status = first.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(15),
+        "outside, the owner's signal ended the target: {status:?}"
+    );
+    let mut target = target();
+    let pid = target.id().to_string();
+    let r = probe_as_agent(
+        &d,
+        None,
+        &[
+            &["sigio-to", &pid, "15"],
+            &["sigio-ex", &pid, "15"],
+            &["fiosetown", &pid, "15"],
+            &["siocspgrp", &pid, "15"],
+            &["sigio-to", "self", "28"],
+        ],
+    );
+    r.expect(&format!("sigio-to {pid} 15"), "EPERM");
+    r.expect(&format!("sigio-ex {pid} 15"), "EPERM");
+    r.expect(&format!("fiosetown {pid} 15"), "EPERM");
+    r.expect(&format!("siocspgrp {pid} 15"), "EPERM");
+    // Its own SIGIO (here SIGWINCH, which nothing minds) is the command's.
+    r.expect("sigio-to self 28", "OK");
+    assert!(
+        target.try_wait().unwrap().is_none(),
+        "the target was signalled"
+    );
+    r.check_records(&[
+        rec("/process/pid", pid.as_str())
+            .has("/unmapped/activity", "signal")
+            .has("/unmapped/reason", "file_owner"),
+        rec("/unmapped/reason", "file_owner").count(4),
+    ]);
+    target.kill().unwrap();
+    let _ = target.wait();
+}
+
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn other_processes_proc_entries_are_refused() {
