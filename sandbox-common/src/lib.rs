@@ -233,6 +233,10 @@ pub mod own_mark {
     /// Only the inode's name and attributes: a device node a confined process made (what
     /// it reaches is the host's device).
     pub const NAME: u32 = 2;
+    /// As `WHOLE`, and a pty whose sessions are the command's: one a confined process
+    /// made, or sandbox's pty for the command (not the user's terminal given with
+    /// `--terminal direct`, whose foreground job may be the user's shell).
+    pub const PTY: u32 = 3;
 }
 
 /// `DFA_ACCEPT[base + state]`: kinds of rule (bit `1 << slot`, see [`accept`]) that match a
@@ -474,6 +478,8 @@ pub struct KernelOffsets {
     pub unix_sock_addr: u32,
     pub unix_address_len: u32,
     pub unix_address_name: u32,
+    /// `unix_sock.peer`: the socket a datagram socket is connected to.
+    pub unix_sock_peer: u32,
     /// Cgroups: `cgroup.kn`, `kernfs_node.id`, `cgroup.self.parent`, `task_struct.cgroups`,
     /// `css_set.dfl_cgrp`.
     pub cgroup_kn: u32,
@@ -550,7 +556,7 @@ pub struct KernelOffsets {
     /// with zero offsets (they deny in-scope operations instead).
     pub valid: u32,
 }
-const _: () = assert!(size_of::<KernelOffsets>() == 288);
+const _: () = assert!(size_of::<KernelOffsets>() == 292);
 
 /// The fewest bytes of a dentry's inline name (`d_iname`) the programs rely on: 32 on
 /// every 64-bit kernel before 6.14, 40 from it.
@@ -902,6 +908,7 @@ impl KernelOffsets {
         unix_sock_addr: 0,
         unix_address_len: 0,
         unix_address_name: 0,
+        unix_sock_peer: 0,
         cgroup_kn: 0,
         kernfs_node_id: 0,
         cgroup_parent: 0,

@@ -25,6 +25,13 @@ pub fn mark(inode: *const u8) {
     set(inode, own_mark::WHOLE);
 }
 
+/// Marks `inode` (typed by the verifier), a pty's slave made by a confined process, as
+/// wholly the sandbox's, sessions and all (`own_mark::PTY`).
+#[inline(always)]
+pub fn mark_pty(inode: *const u8) {
+    set(inode, own_mark::PTY);
+}
+
 /// Marks `inode` (typed by the verifier) as the sandbox's by its name only.
 #[inline(always)]
 pub fn mark_name(inode: *const u8) {
@@ -56,4 +63,13 @@ pub fn wholly_ours(inode: *const u8) -> bool {
     // SAFETY: `inode` is typed by the verifier; a lookup, the value read at once.
     let v = unsafe { OWN_INODES.get_ptr_mut(inode.cast_mut().cast::<inode>()) };
     !v.is_null() && unsafe { core::ptr::read_volatile(v) } != own_mark::NAME
+}
+
+/// `inode` (typed by the verifier) is a pty whose sessions are the command's
+/// (`own_mark::PTY`).
+#[inline(always)]
+pub fn pty_ours(inode: *const u8) -> bool {
+    // SAFETY: `inode` is typed by the verifier; a lookup, the value read at once.
+    let v = unsafe { OWN_INODES.get_ptr_mut(inode.cast_mut().cast::<inode>()) };
+    !v.is_null() && unsafe { core::ptr::read_volatile(v) } == own_mark::PTY
 }

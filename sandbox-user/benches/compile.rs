@@ -51,6 +51,7 @@ fn main() {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     println!(
         "{:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10}",

@@ -1224,6 +1224,7 @@ fn compiled(text: &str) -> anyhow::Result<CompiledPolicy> {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let p = load_str(text, "bench.yaml", &ctx)?;
     Ok(compile(&p, sandbox_user::compile::FIXED_SEED)?)

@@ -825,6 +825,7 @@ mod tests {
             resolvers: Vec::new(),
             host_addrs: Vec::new(),
             other_homes: Vec::new(),
+            mount_aliases: Vec::new(),
         };
         crate::policy::load_str(yaml, "test.yaml", &ctx).expect("valid policy")
     }

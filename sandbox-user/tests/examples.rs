@@ -17,6 +17,7 @@ fn load(name: &str) -> sandbox_user::compile::CompiledPolicy {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let p = load_file(&path, &ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
     compile(&p, sandbox_user::compile::FIXED_SEED).unwrap_or_else(|e| panic!("{name}: {e}"))

@@ -299,7 +299,7 @@ pub fn d_instantiate(ctx: aya_ebpf::programs::LsmContext) -> i32 {
     if off.valid != 0 && !inode.is_null() {
         if crate::terminal::is_slave(dentry, inode, off) {
             if crate::scope::confined() {
-                crate::own::mark(inode);
+                crate::own::mark_pty(inode);
             }
         } else if crate::shm::made_on_tmpfs(dentry, inode, off) {
             let mode: u16 = kread::field(inode, off.inode_i_mode).unwrap_or(0);

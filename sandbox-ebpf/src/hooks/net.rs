@@ -268,7 +268,7 @@ fn bind(socket: *const u8, sa: *const u8, len: i32, scope: Scope) -> i32 {
 /// with `inbound`, by a task outside it (`scope` is then the set's bound policy): refused
 /// when the socket was made inside, unless `network.unix_inbound` lets it.
 #[inline(always)]
-fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool) -> i32 {
+fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool, from: *const u8) -> i32 {
     let off = kread::offsets();
     let audit = scope.audits(policy_flags::AUDIT_NET);
     if inbound && scope.flags() & policy_flags::UNIX_INBOUND != 0 {
@@ -283,6 +283,14 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool) -> i32 
     }
     let inside = scope::sock_within(peer, scope.cgroup);
     if inbound && !inside {
+        return 0;
+    }
+    // A reply to a datagram socket of the command's that is connected to the sender (a
+    // client inside asked that server, which `network.unix` let it reach): passes.
+    if inbound
+        && !from.is_null()
+        && kread::read_ptr(peer, off.unix_sock_peer).is_ok_and(|p| p == from)
+    {
         return 0;
     }
     let pid = kread::read_ptr(peer, off.sock_peer_pid)
@@ -367,9 +375,10 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool) -> i32 
 }
 
 #[inline(always)]
-fn unix_send(other: *const u8, scope: Scope, inbound: bool) -> i32 {
+fn unix_send(sock: *const u8, other: *const u8, scope: Scope, inbound: bool) -> i32 {
+    let from = kread::read_ptr(sock, kread::offsets().socket_sk).unwrap_or(core::ptr::null());
     match kread::read_ptr(other, kread::offsets().socket_sk) {
-        Ok(sk) => unix_peer(hook::UNIX_SEND, scope, sk, inbound),
+        Ok(sk) => unix_peer(hook::UNIX_SEND, scope, sk, inbound, from),
         Err(_) if inbound => 0,
         Err(_) => -errno::EACCES,
     }
@@ -430,8 +439,16 @@ hook!(socket_bind, "socket_bind", |ctx, scope| {
 hook!(
     unix_stream_connect,
     "unix_stream_connect",
-    |ctx, scope, inbound| { unix_peer(hook::UNIX_CONNECT, scope, ctx.arg(1), inbound) }
+    |ctx, scope, inbound| {
+        unix_peer(
+            hook::UNIX_CONNECT,
+            scope,
+            ctx.arg(1),
+            inbound,
+            core::ptr::null(),
+        )
+    }
 );
 hook!(unix_may_send, "unix_may_send", |ctx, scope, inbound| {
-    unix_send(ctx.arg(1), scope, inbound)
+    unix_send(ctx.arg(0), ctx.arg(1), scope, inbound)
 });

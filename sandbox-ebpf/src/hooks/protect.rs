@@ -46,6 +46,13 @@ const FIOSETOWN: u32 = 0x8901;
 const SIOCSPGRP: u32 = 0x8902;
 const F_SETOWN: u32 = 8;
 const F_SETOWN_EX: u32 = 15;
+/// Asynchronous I/O on: a terminal then makes its foreground process group the owner
+/// itself (`__tty_fasync`), whoever asked.
+const F_SETFL: u32 = 4;
+const O_ASYNC: u64 = 0o20000;
+const FIOASYNC: u32 = 0x5452;
+/// `/dev/tty`: the caller's controlling terminal, whichever it is.
+const DEV_TTY: u32 = 5 << 20;
 /// The signal a file's owner is sent by default.
 const SIGIO: u32 = 29;
 
@@ -245,6 +252,7 @@ fn refused_ioctl(cmd: u32) -> bool {
         || cmd == TIOCLINUX
         || cmd == FIOSETOWN
         || cmd == SIOCSPGRP
+        || cmd == FIOASYNC
         || cmd & 0xffff_ff00 == 0x5000_9400 && subvolume(cmd)
 }
 
@@ -259,7 +267,7 @@ fn ioctl(cmd: u32, scope: Scope) -> i32 {
     rep.access = cmd;
     let why = if subvolume(cmd) {
         reason::SUBVOLUME
-    } else if cmd == FIOSETOWN || cmd == SIOCSPGRP {
+    } else if cmd == FIOSETOWN || cmd == SIOCSPGRP || cmd == FIOASYNC {
         reason::FILE_OWNER
     } else {
         reason::TTY_INJECTION
@@ -275,7 +283,10 @@ fn ioctl(cmd: u32, scope: Scope) -> i32 {
 /// refused, as the ioctls are. A command in a PID namespace of its own names itself by a
 /// number of that namespace, which is not its number here: refused too.
 #[inline(always)]
-fn set_owner(cmd: u32, arg: u64, scope: Scope) -> i32 {
+fn set_owner(file: *const u8, cmd: u32, arg: u64, scope: Scope) -> i32 {
+    if cmd == F_SETFL {
+        return async_io(file, scope);
+    }
     let who = arg as i32;
     let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
     if cmd == F_SETOWN && (who == 0 || who as u32 == tgid) {
@@ -355,11 +366,39 @@ hook!(
     },
     if refused_ioctl(ctx.arg(1)) || names::sets_file_attributes(ctx.arg(1))
 );
+/// Asynchronous I/O turned on for `file` (`O_ASYNC`, `FIOASYNC`): refused on a terminal
+/// but a pty whose sessions are the command's (`own_mark::PTY`), and on `/dev/tty`: the
+/// kernel sends a terminal's `SIGIO` to its foreground process group, with
+/// `--terminal direct` the user's shell or whatever job holds the terminal. Other files'
+/// owner stays the caller. (`FIOASYNC` is refused on every file: in `file_ioctl`, LLVM
+/// merged this read of the file's inode with the attribute ioctls' into one load from a
+/// pointer that may be null, which 6.1 refuses; `fcntl` is the usual way.)
+#[inline(always)]
+fn async_io(file: *const u8, scope: Scope) -> i32 {
+    let off = kread::offsets();
+    let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
+    let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
+    let mode: u16 = kread::field(inode, off.inode_i_mode).unwrap_or(0);
+    if !sandbox_common::decide::imode::is_chr(mode) {
+        return 0;
+    }
+    let rdev: u32 = kread::field(inode, off.inode_i_rdev).unwrap_or(0);
+    if rdev != DEV_TTY
+        && !(crate::terminal::is_terminal(dentry, inode, off) && !crate::own::pty_ours(inode))
+    {
+        return 0;
+    }
+    let mut rep = Report::bare(hook::SIGNAL, scope.policy_id);
+    rep.access = SIGIO;
+    deny(rep, reason::FILE_OWNER, scope)
+}
+
 hook!(
     file_fcntl,
     "file_fcntl",
-    |ctx, scope| set_owner(ctx.arg(1), ctx.arg(2), scope),
+    |ctx, scope| set_owner(ctx.arg(0), ctx.arg(1), ctx.arg(2), scope),
     if matches!(ctx.arg::<u32>(1), F_SETOWN | F_SETOWN_EX)
+        || ctx.arg::<u32>(1) == F_SETFL && ctx.arg::<u64>(2) & O_ASYNC != 0
 );
 hook!(sb_mount, "sb_mount", |_ctx, scope| {
     deny(

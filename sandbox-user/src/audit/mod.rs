@@ -30,6 +30,7 @@ pub(crate) fn built_in_policy() -> crate::compile::CompiledPolicy {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let p = crate::policy::load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
     crate::compile::compile(&p, 1).unwrap()

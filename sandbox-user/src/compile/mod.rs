@@ -6,6 +6,7 @@
 //! - Network rules become LPM-trie entries whose values already hold the inherited rules of
 //!   shorter prefixes (see `net`), so the kernel needs one lookup.
 
+pub mod alias;
 pub mod matcher;
 pub mod net;
 
@@ -42,6 +43,8 @@ pub struct CompiledPolicy {
     pub rules: Vec<RuleInfo>,
     pub identity: Vec<IdentityRule>,
     pub net: net::NetCompiled,
+    /// The mounts the path rules were compiled through (`alias.rs`).
+    pub aliases: Vec<crate::host::mounts::Alias>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -198,6 +201,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     let mut rules: Vec<RuleInfo> = Vec::new();
     let mut patterns: Vec<(matcher::Pattern, usize)> = Vec::new();
     let mut identity = Vec::new();
+    let aliases = &policy.files.aliases;
     let mut add_paths = |list: &[PathRule], slot: usize, rules: &mut Vec<RuleInfo>| {
         for r in list {
             let id = rules.len();
@@ -213,6 +217,19 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
                 },
                 id,
             ));
+            // The same files where a mount shows them at another path than the programs
+            // name them by (`alias.rs`): every kind of rule, grants too.
+            let placed = alias::through_all(&r.glob, r.literal.is_some(), aliases);
+            for g in &placed {
+                patterns.push((
+                    matcher::Pattern {
+                        glob: g.clone(),
+                        shape: matcher::Shape::of(r.literal.is_some()),
+                        slot,
+                    },
+                    id,
+                ));
+            }
             // `~/.bashrc -> dotfiles/bashrc`: the link (and whatever replaces it) too. Not
             // for rules that grant: their aliases would widen them.
             if let Some(w) = &r.written
@@ -221,19 +238,25 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
                     accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY
                 )
             {
-                patterns.push((
-                    matcher::Pattern {
-                        glob: w.clone(),
-                        shape: matcher::Shape::of(r.literal.is_some()),
-                        slot,
-                    },
-                    id,
-                ));
+                let w_placed = alias::through_all(w, r.literal.is_some(), aliases);
+                for g in std::iter::once(w).chain(&w_placed) {
+                    patterns.push((
+                        matcher::Pattern {
+                            glob: g.clone(),
+                            shape: matcher::Shape::of(r.literal.is_some()),
+                            slot,
+                        },
+                        id,
+                    ));
+                }
             }
             // A literal grant's name (and its target's, when a symlink leads there): no
             // symlink may be made or moved there, or the next run's grant would follow it.
             if r.literal.is_some() && matches!(slot, accept::FILE_WRITE | accept::FILE_READ) {
-                for glob in std::iter::once(&r.glob).chain(r.written.as_ref()) {
+                for glob in std::iter::once(&r.glob)
+                    .chain(r.written.as_ref())
+                    .chain(&placed)
+                {
                     let shape = if matcher::is_plain(glob) {
                         matcher::Shape::Name
                     } else {
@@ -353,6 +376,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
         rules,
         identity,
         net,
+        aliases: policy.files.aliases.clone(),
     })
 }
 

@@ -341,6 +341,7 @@ fn default_policy_matcher_is_small() {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
     let c = super::compile(&p, SEED).unwrap();
@@ -376,6 +377,7 @@ fn net_policy(yaml: &str) -> super::CompiledPolicy {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap()
 }
@@ -500,6 +502,7 @@ fn compiled_policy_marks_ancestors_and_areas() {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let p = load_str(
         "files:\n  deny:\n    - /home/u/.ssh/**\n    - /home/u/proj/**/secret.json\n",
@@ -649,6 +652,7 @@ fn home_ctx(home: &std::path::Path) -> Context {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     }
 }
 
@@ -740,6 +744,7 @@ fn allow_hosts_entries_never_open_this_host() {
             "2001:db8:feed::50/128".parse().unwrap(),
         ],
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let yaml = "network:\n  allow_hosts: [a.test]\n";
     let c = super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap();
@@ -800,6 +805,7 @@ fn host_private_addresses_are_denied_by_themselves() {
             "127.0.0.0/8".parse().unwrap(),
         ],
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let compile =
         |yaml: &str| super::compile(&load_str(yaml, "p.yaml", &ctx).unwrap(), SEED).unwrap();
@@ -826,6 +832,7 @@ fn local_prefixes_of_this_host_are_denied_whole() {
         resolvers: Vec::new(),
         host_addrs: vec![host.parse().unwrap(), "127.0.0.0/8".parse().unwrap()],
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     };
     let yaml = "network:\n  allow: ['93.184.217.9:443']\n  allow_hosts: [a.test]\n";
     let compile =
@@ -908,4 +915,91 @@ fn local_prefixes_of_this_host_are_denied_whole() {
         c.rules[usize::from(rule)].source,
         "93.184.217.0/24 (local to this host)"
     );
+}
+
+/// A home on a data disk whose root is mounted too (`/data`, and `/data/home` on
+/// `/home`): the programs name its files by `/data/home/...`. The built-in policy's rules
+/// hold there, grants (the workspace) too; and only there.
+#[test]
+fn rules_hold_where_a_mount_of_a_subdirectory_places_its_files() {
+    let ctx = Context {
+        home: "/home/u".into(),
+        cwd: "/home/u/proj".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+        other_homes: Vec::new(),
+        mount_aliases: vec![crate::host::mounts::Alias {
+            mount_point: "/home".into(),
+            placed: "/data/home".into(),
+        }],
+    };
+    let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
+    let c = super::compile(&p, SEED).unwrap();
+    for path in ["/home/u/.ssh/id_rsa", "/data/home/u/.ssh/id_rsa"] {
+        assert_eq!(
+            c.rule_for(accept::FILE_DENY, path.as_bytes())
+                .map(|r| r.source.as_str()),
+            Some("~/.ssh"),
+            "{path}"
+        );
+    }
+    for path in ["/home/u/proj/src/main.rs", "/data/home/u/proj/src/main.rs"] {
+        assert!(
+            dfa::has(c.match_path(path.as_bytes()), accept::FILE_WRITE),
+            "the workspace at {path}"
+        );
+    }
+    assert!(dfa::has(
+        c.match_path(b"/data/home/u/.bashrc"),
+        accept::FILE_READ_ONLY
+    ));
+    // Not the rest of the disk, nor another home.
+    assert!(!dfa::has(
+        c.match_path(b"/data/u/.ssh/id_rsa"),
+        accept::FILE_DENY
+    ));
+    assert!(!dfa::has(
+        c.match_path(b"/data/home/v/x"),
+        accept::FILE_WRITE
+    ));
+}
+
+/// An OSTree host: `/` and `/var` are subdirectories of the mounted `/sysroot`. The
+/// built-in policy compiled through both stays within the programs' tables.
+#[test]
+fn the_built_in_policy_compiles_through_an_ostree_root() {
+    let deploy = "/sysroot/ostree/deploy/fedora/deploy/0123abcd.0";
+    let ctx = Context {
+        home: "/var/home/u".into(),
+        cwd: "/var/home/u/proj".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+        other_homes: Vec::new(),
+        mount_aliases: vec![
+            crate::host::mounts::Alias {
+                mount_point: "/".into(),
+                placed: deploy.into(),
+            },
+            crate::host::mounts::Alias {
+                mount_point: "/var".into(),
+                placed: "/sysroot/ostree/deploy/fedora/var".into(),
+            },
+        ],
+    };
+    let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
+    let c = super::compile(&p, SEED).unwrap();
+    let states = c.matcher.anchored.states() + c.matcher.floating.states();
+    assert!(states < 2000, "{states} states");
+    for path in [
+        "/var/home/u/.ssh/id_rsa".to_owned(),
+        "/sysroot/ostree/deploy/fedora/var/home/u/.ssh/id_rsa".to_owned(),
+        format!("{deploy}/etc/shadow"),
+    ] {
+        assert!(
+            dfa::has(c.match_path(path.as_bytes()), accept::FILE_DENY),
+            "{path}"
+        );
+    }
 }

@@ -237,6 +237,60 @@ pub fn parse(text: &str) -> Vec<Superblock> {
         .collect()
 }
 
+/// A mounted directory whose files the programs name by another path than the one it is
+/// mounted at: a subdirectory of a file system whose root is mounted elsewhere (`/data`
+/// mounted, `/data/home` bind-mounted on `/home`), or a second mount of a directory placed
+/// at a shorter mount point. Rules written for paths below `mount_point` are compiled for
+/// `placed` too (`compile::alias`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Alias {
+    pub mount_point: String,
+    /// What the programs call the mounted directory (`Superblock::place` of its root).
+    pub placed: String,
+}
+
+/// The aliases of this mount namespace's table.
+pub fn aliases() -> Vec<Alias> {
+    std::fs::read_to_string("/proc/self/mountinfo").map_or_else(|_| Vec::new(), |t| aliases_in(&t))
+}
+
+/// The aliases of a mountinfo text: mounts in view (no later mount at their mount point or
+/// above it) whose root the programs place elsewhere. A mount whose root they do not place
+/// has none: its files are denied (`reason: path_unresolved`).
+pub fn aliases_in(text: &str) -> Vec<Alias> {
+    let sbs = parse(text);
+    let lines: Vec<MountInfo<'_>> = text.lines().filter_map(MountInfo::of).collect();
+    let below = |p: &str, q: &str| {
+        p == q || q == "/" || p.strip_prefix(q).is_some_and(|r| r.starts_with('/'))
+    };
+    let mut out: Vec<Alias> = Vec::new();
+    for (i, m) in lines.iter().enumerate() {
+        if lines[i + 1..]
+            .iter()
+            .any(|l| below(&m.mount_point, &l.mount_point))
+        {
+            continue;
+        }
+        let Some(sb) = sbs.iter().find(|s| s.dev == m.dev) else {
+            continue;
+        };
+        let root = m.root.strip_suffix("//deleted").unwrap_or(&m.root);
+        let Some(placed) = sb.place(root.as_bytes()) else {
+            continue;
+        };
+        let placed = String::from_utf8_lossy(&placed).into_owned();
+        if placed != m.mount_point {
+            out.push(Alias {
+                mount_point: m.mount_point.clone(),
+                placed,
+            });
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
 fn unescape(s: &str) -> String {
     let b = s.as_bytes();
@@ -302,6 +356,51 @@ mod tests {
         // The last mount is the one in view.
         let again = format!("{text}29 25 0:41 / /dev/shm rw - tmpfs tmpfs rw\n");
         assert_eq!(shm_dev_in(&again, "/dev/shm"), kernel_dev(0, 41));
+    }
+
+    #[test]
+    fn mounts_of_subdirectories_of_a_placed_root_are_aliases() {
+        // A data disk with its home bind-mounted on /home; a second mount of a tmpfs.
+        let text = "\
+22 1 0:21 / / rw - ext4 /dev/vda rw
+30 22 8:17 / /data rw - ext4 /dev/vdb rw
+31 22 8:17 /home /home rw - ext4 /dev/vdb rw
+32 22 0:30 / /a rw - tmpfs tmpfs rw
+33 22 0:30 / /b/c rw - tmpfs tmpfs rw
+34 22 0:30 /x /mnt/x rw - tmpfs tmpfs rw
+";
+        let a = |m: &str, p: &str| Alias {
+            mount_point: m.into(),
+            placed: p.into(),
+        };
+        assert_eq!(
+            aliases_in(text),
+            vec![
+                a("/b/c", "/a"),
+                a("/home", "/data/home"),
+                a("/mnt/x", "/a/x")
+            ]
+        );
+        // Hidden by a later mount at or above it: none.
+        let hidden = format!(
+            "{text}35 22 0:40 / /home rw - tmpfs tmpfs rw\n36 22 0:41 / /mnt rw - tmpfs tmpfs rw\n"
+        );
+        assert_eq!(aliases_in(&hidden), vec![a("/b/c", "/a")]);
+        // OSTree: the physical root at /sysroot, `/` and `/var` subdirectories of it.
+        let ostree = "\
+20 1 8:3 /ostree/deploy/os/deploy/abc.0 / rw - xfs /dev/vda3 rw
+21 20 8:3 / /sysroot rw - xfs /dev/vda3 rw
+22 20 8:3 /ostree/deploy/os/var /var rw - xfs /dev/vda3 rw
+";
+        assert_eq!(
+            aliases_in(ostree),
+            vec![
+                a("/", "/sysroot/ostree/deploy/os/deploy/abc.0"),
+                a("/var", "/sysroot/ostree/deploy/os/var"),
+            ]
+        );
+        // Only subdirectories mounted (the root not): each places its own files.
+        assert!(aliases_in("22 1 8:1 /@ / rw - ext4 /dev/vda rw\n").is_empty());
     }
 
     #[test]

@@ -70,6 +70,7 @@ pub fn offsets(btf: &Btf) -> Result<KernelOffsets, BtfError> {
         unix_sock_addr: f("unix_sock", &["addr"], Some(8))?,
         unix_address_len: f("unix_address", &["len"], Some(4))?,
         unix_address_name: f("unix_address", &["name"], None)?,
+        unix_sock_peer: f("unix_sock", &["peer"], Some(8))?,
         cgroup_kn: f("cgroup", &["kn"], Some(8))?,
         kernfs_node_id: f("kernfs_node", &["id"], Some(8))?,
         cgroup_parent: f("cgroup", &["self", "parent"], Some(8))?,

@@ -207,7 +207,7 @@ impl Canonicalizer {
 
 /// The name a glob component matches when it has no glob character but escaped ones
 /// (`client\[acme\]` -> `client[acme]`); `None` for a pattern.
-fn unescape(c: &str) -> Option<String> {
+pub(crate) fn unescape(c: &str) -> Option<String> {
     let mut out = String::with_capacity(c.len());
     let mut chars = c.chars();
     while let Some(ch) = chars.next() {

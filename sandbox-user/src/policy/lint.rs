@@ -143,6 +143,7 @@ mod tests {
             resolvers: Vec::new(),
             host_addrs: Vec::new(),
             other_homes: Vec::new(),
+            mount_aliases: Vec::new(),
         };
         lint(&load_str(yaml, "p.yaml", &ctx).unwrap())
             .iter()

@@ -93,6 +93,8 @@ pub struct Files {
     pub read_only: Vec<PathRule>,
     pub write: Vec<PathRule>,
     pub read: Vec<PathRule>,
+    /// The mounts every path rule is compiled through too (`compile::alias`).
+    pub aliases: Vec<crate::host::mounts::Alias>,
 }
 
 #[derive(Debug, Clone)]
@@ -306,6 +308,9 @@ pub struct Context {
     /// the protective rules written with `~` (`files.deny`, `files.read_only`,
     /// `exec.deny`) apply too, since root reads every user's files. Empty otherwise.
     pub other_homes: Vec<PathBuf>,
+    /// Mounts whose files the programs name by another path (`host::mounts::aliases`):
+    /// rules below them are compiled for both.
+    pub mount_aliases: Vec<crate::host::mounts::Alias>,
 }
 
 impl Context {
@@ -327,6 +332,7 @@ impl Context {
             env: std::env::vars().collect(),
             resolvers: resolvers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
             host_addrs: crate::host::netif::local(),
+            mount_aliases: crate::host::mounts::aliases(),
         })
     }
 }
@@ -452,6 +458,7 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         write: paths("files.write", &raw.files.write, false),
         read: paths("files.read", &raw.files.read, false),
         workspace: workspace.clone(),
+        aliases: ctx.mount_aliases.clone(),
     };
     let exec = Exec {
         mode: raw.exec.mode.unwrap_or(mode),

@@ -194,6 +194,7 @@ mod tests {
                 resolvers: Vec::new(),
                 host_addrs: Vec::new(),
                 other_homes: Vec::new(),
+                mount_aliases: Vec::new(),
             };
             assert!(
                 crate::policy::load_str(bad, "t.yaml", &ctx).is_err(),

@@ -15,6 +15,7 @@ fn ctx() -> Context {
         resolvers: Vec::new(),
         host_addrs: Vec::new(),
         other_homes: Vec::new(),
+        mount_aliases: Vec::new(),
     }
 }
 

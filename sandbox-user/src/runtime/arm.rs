@@ -510,6 +510,7 @@ mod tests {
             resolvers: Vec::new(),
             host_addrs: Vec::new(),
             other_homes: Vec::new(),
+            mount_aliases: Vec::new(),
         };
         let mut p = policy::load_str("files:\n  write: [/etc]\n", "p.yaml", &ctx).unwrap();
         let audit = AuditFile::open(Path::new("/dev/null")).unwrap();

@@ -183,6 +183,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     // to it. Only with BPF LSM on: inode storage lives in its part of the inode's security
     // blob (the fallback lists other terminals as not enforced).
     if !host.backend.is_fallback() {
+        // sandbox's pty is the command's, sessions and all; the user's terminal
+        // (`--terminal direct`) is the command's to use, its sessions are the user's.
+        let mark = if pty.is_some() {
+            sandbox_common::own_mark::PTY
+        } else {
+            sandbox_common::own_mark::WHOLE
+        };
         let own: Vec<std::os::fd::BorrowedFd<'_>> = match pty.as_ref() {
             Some(p) => p.slave().into_iter().collect(),
             None => [0, 1, 2]
@@ -196,7 +203,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
             armed
                 .enforcer
                 .maps()
-                .own_file(&fd, sandbox_common::own_mark::WHOLE)
+                .own_file(&fd, mark)
                 .context("marking the command's terminal as its own")?;
         }
     }

@@ -93,6 +93,8 @@ pub struct Session<'a> {
     deadline: Option<Pin<Box<Sleep>>>,
     /// What the terminal filter dropped ([`Session::terminal_reports`]).
     terminal: Option<std::sync::mpsc::Receiver<&'static str>>,
+    /// Mounts gained while running that the policy was not compiled through, said once.
+    warned_aliases: Vec<crate::host::mounts::Alias>,
 }
 
 impl<'a> Session<'a> {
@@ -151,6 +153,7 @@ impl<'a> Session<'a> {
             resolving: None,
             deadline: None,
             terminal: None,
+            warned_aliases: Vec::new(),
         })
     }
 
@@ -246,6 +249,7 @@ impl<'a> Session<'a> {
                 let m = remount(self.enforcer, self.compiled)?;
                 self.pump.fmt.set_mounts(&m);
                 *self.mounts = m;
+                self.new_aliases();
             }
             Event::HostAddrs => {
                 self.host_addrs.refresh(self.enforcer, self.compiled)?;
@@ -293,6 +297,27 @@ impl<'a> Session<'a> {
             }
         }
         Ok(None)
+    }
+
+    /// Says so when the mount table gained a mount whose files the programs name by
+    /// another path (`host::mounts::Alias`) than the policy was compiled through: rules
+    /// written for paths below it do not hold there until the policy is compiled again
+    /// (the next run; `attach`'s reload). Only the host's root can mount there.
+    fn new_aliases(&mut self) {
+        for a in crate::host::mounts::aliases() {
+            if self.compiled.aliases.contains(&a) || self.warned_aliases.contains(&a) {
+                continue;
+            }
+            let line = format!(
+                "sandbox: warning: {} is now a mount of what the programs name {}: rules for \
+                 paths below {} do not hold there until the policy is loaded again (a new \
+                 run, or SIGHUP for `sandbox attach`); rules for {} do",
+                a.mount_point, a.placed, a.mount_point, a.placed
+            );
+            tracing::warn!("{line}");
+            crate::term::line(&line);
+            self.warned_aliases.push(a);
+        }
     }
 
     /// After the `allow_hosts` entries were written: a write that failed is a warning and a

@@ -1810,7 +1810,11 @@ fn run_op(words: &[String]) -> String {
         "qemu-exit" => qemu_exit(a(1).parse().unwrap_or(1)),
         "unix-connect" | "unix-send" | "unix-self" => boundary::unix(a(0), a(1)),
         "unix-serve" => boundary::unix_serve(&words[1..]),
+        "unix-ask" => boundary::unix_ask(a(1), a(2)),
         "sigio-to" | "sigio-ex" | "fiosetown" | "siocspgrp" => boundary::sigio(a(0), a(1), a(2)),
+        "async-fd" | "fioasync-fd" | "async-path" | "async-newpty" => {
+            boundary::async_io(a(0), a(1))
+        }
         "ptrace" | "mem" | "environ" | "vm-read" | "getfd" | "kill" | "setnice" => {
             boundary::process(a(0), a(1), a(2))
         }
@@ -2055,6 +2059,77 @@ mod boundary {
             libc::close(sv[1]);
             out
         }
+    }
+
+    /// Turns asynchronous I/O on (then off again) for descriptor `arg` (`async-fd`: by
+    /// `F_SETFL`, `fioasync-fd`: by `FIOASYNC`), for the terminal at path `arg`
+    /// (`async-path`), or for the slave of a pty it makes (`async-newpty`); a terminal
+    /// then sends its `SIGIO` to its foreground process group.
+    pub fn async_io(op: &str, arg: &str) -> String {
+        const FIOASYNC: libc::c_ulong = 0x5452;
+        // SAFETY: plain syscalls on locals and descriptors this function opens (and
+        // closes) or is given.
+        unsafe {
+            // The pty's master stays open while its slave is used (a slave whose master
+            // is closed is hung up).
+            let mut master = -1;
+            let (fd, opened) = match op {
+                "async-fd" | "fioasync-fd" => (arg.parse().unwrap_or(-1), false),
+                "async-path" => (
+                    libc::open(cstr(arg).as_ptr(), libc::O_RDWR | libc::O_NOCTTY),
+                    true,
+                ),
+                _ => {
+                    master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+                    if master < 0 || libc::grantpt(master) != 0 || libc::unlockpt(master) != 0 {
+                        return errno_name(last_errno());
+                    }
+                    let name = libc::ptsname(master);
+                    (libc::open(name, libc::O_RDWR | libc::O_NOCTTY), true)
+                }
+            };
+            if fd < 0 {
+                return errno_name(last_errno());
+            }
+            let out = if op == "fioasync-fd" {
+                let (on, off) = (1i32, 0i32);
+                let r = libc::ioctl(fd, FIOASYNC, &raw const on);
+                let e = last_errno();
+                libc::ioctl(fd, FIOASYNC, &raw const off);
+                if r != 0 { errno_name(e) } else { "OK".into() }
+            } else {
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                let r = libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC);
+                let e = last_errno();
+                libc::fcntl(fd, libc::F_SETFL, fl);
+                if r != 0 { errno_name(e) } else { "OK".into() }
+            };
+            if opened {
+                libc::close(fd);
+            }
+            if master >= 0 {
+                libc::close(master);
+            }
+            out
+        }
+    }
+
+    /// A datagram client: binds `own`, connects to the server at `server`, sends and
+    /// waits two seconds for the reply; `OK` once it came.
+    pub fn unix_ask(server: &str, own: &str) -> String {
+        let _ = std::fs::remove_file(own);
+        let s = match UnixDatagram::bind(own) {
+            Ok(s) => s,
+            Err(e) => return format!("BIND {}", errno_name(e.raw_os_error().unwrap_or(0))),
+        };
+        let mut b = [0u8; 16];
+        let r = s
+            .connect(server)
+            .and_then(|()| s.set_read_timeout(Some(std::time::Duration::from_secs(2))))
+            .and_then(|()| s.send(b"ask"))
+            .and_then(|_| s.recv(&mut b));
+        let _ = std::fs::remove_file(own);
+        io(r.map(drop))
     }
 
     pub fn process(op: &str, pid: &str, arg: &str) -> String {

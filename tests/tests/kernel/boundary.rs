@@ -372,6 +372,30 @@ fn outside_clients_never_reach_the_commands_unix_sockets() {
     }
     let (got, r) = inside(Some("network:\n  unix_inbound: true\n"));
     assert_eq!(got, vec!["OK"; 4], "inside, unix_inbound: {:#?}", r.audit);
+    // A server outside that the command asked (its datagram socket connected to the
+    // server's) answers it: a reply, not a client.
+    let echo = d.join("echo.sock").display().to_string();
+    let _ = std::fs::remove_file(&echo);
+    let server = std::os::unix::net::UnixDatagram::bind(&echo).unwrap();
+    std::fs::set_permissions(&echo, std::fs::Permissions::from_mode(0o777)).unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_mins(1)))
+        .unwrap();
+    let answers = std::thread::spawn(move || {
+        let mut b = [0u8; 16];
+        let (_, from) = server.recv_from(&mut b).unwrap();
+        server
+            .send_to(b"yes", from.as_pathname().unwrap())
+            .map_err(|e| e.kind())
+    });
+    let ask = d.join("ask.sock").display().to_string();
+    let r = probe_as_agent(
+        &d,
+        Some(&format!("network:\n  unix: [{echo}]\n")),
+        &[&["unix-ask", &echo, &ask]],
+    );
+    r.expect(&format!("unix-ask {echo} {ask}"), "OK");
+    assert_eq!(answers.join().unwrap(), Ok(3), "the server's reply");
 }
 
 /// System V shared memory, semaphores and message queues pass no hook the policy decides
@@ -709,6 +733,63 @@ fn signals_through_a_files_owner_stay_inside() {
     ]);
     target.kill().unwrap();
     let _ = target.wait();
+    async_io_on_terminals(&d);
+}
+
+/// The terminal half of [`signals_through_a_files_owner_stay_inside`].
+fn async_io_on_terminals(d: &Path) {
+    // A terminal makes its foreground process group the owner itself when asynchronous
+    // I/O is turned on: the user's terminal (`--terminal direct`, where that group may be
+    // the user's shell) refuses it; a pty the command makes, and sandbox's own pty (the
+    // default), are the command's. `FIOASYNC` is refused whatever the file.
+    let term = UserTerminal::open(24, 80);
+    assert_eq!(
+        probe_outside_as_agent(&[&["async-path", &term.path], &["async-newpty"]]),
+        vec!["OK"; 2],
+        "outside the sandbox"
+    );
+    let policy = trusted_dir(d).join("sigio-policy.yaml");
+    write(&policy, "name: sigio\n");
+    let audit = trusted_dir(d).join("sigio-audit.jsonl");
+    let (policy, audit) = (policy.display().to_string(), audit.display().to_string());
+    let probe = bins().probe.display().to_string();
+    let args = |mode: &'static str| {
+        vec![
+            "run",
+            "--terminal",
+            mode,
+            "--audit-log",
+            audit.as_str(),
+            "--policy",
+            policy.as_str(),
+            "--",
+            probe.as_str(),
+            "async-fd",
+            "0",
+            "::",
+            "fioasync-fd",
+            "0",
+            "::",
+            "async-newpty",
+        ]
+    };
+    for (mode, want) in [
+        ("direct", ["EPERM", "EPERM", "OK"]),
+        ("pty", ["OK", "EPERM", "OK"]),
+    ] {
+        let (out, shown) = term.run(d, &args(mode), "", false);
+        let said = String::from_utf8_lossy(&out.stdout);
+        for (op, want) in ["async-fd 0", "fioasync-fd 0", "async-newpty"]
+            .iter()
+            .zip(want)
+        {
+            let line = format!("PROBE {op} -> {want}");
+            assert!(
+                said.contains(&line) || shown.contains(&line),
+                "{mode}: {op}: expected {want}:\n{said}\n{shown}"
+            );
+        }
+    }
 }
 
 #[test]

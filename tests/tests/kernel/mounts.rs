@@ -163,6 +163,67 @@ fn subdirectory_mounts_place_their_files() {
     ]);
 }
 
+/// A file system whose root is mounted (`data`) with a subdirectory bind-mounted elsewhere
+/// (`home`: a data disk's `/data/home` on `/home`, an `OSTree` host's `/var`): the programs
+/// name its files by the root's place (`data/home/u/...`). Rules written for the place the
+/// user sees (`home/u/...`) hold there, a glob's (no identity) and a file made after the
+/// load too, and so do grants. The agent user; every route shown working outside first.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn rules_hold_through_a_mount_of_a_subdirectory() {
+    let d = workdir_as(User::Agent, "alias_mount");
+    let (data, home) = (d.join("data"), d.join("home"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let fs = Tmpfs::mount(&data);
+    write(&data.join("home/u/.aws/credentials"), "k");
+    std::fs::create_dir_all(data.join("home/u/.ssh")).unwrap();
+    std::fs::create_dir_all(data.join("home/u/proj")).unwrap();
+    User::Agent.own(&data);
+    let bind = Bind::mount(&data.join("home"), &home);
+    let h = |p: &str| path_str(&home, p);
+    for (op, path) in [
+        ("r", h("u/.aws/credentials")),
+        ("creat", h("u/.ssh/new")),
+        ("creat", h("u/proj/out")),
+    ] {
+        assert_eq!(
+            probe_outside_as(User::Agent, &["open", &path, op]),
+            "OK",
+            "outside: {path}"
+        );
+    }
+    for p in ["u/.ssh/new", "u/proj/out"] {
+        std::fs::remove_file(home.join(p)).unwrap();
+    }
+    // The workspace elsewhere: the grant alone lets `proj` be written.
+    std::fs::create_dir_all(d.join("ws")).unwrap();
+    let policy = format!(
+        "files:\n  workspace: {1}/ws\n  deny: [{0}/u/.ssh, \"{0}/*/.aws/**\"]\n  write: [{0}/u/proj]\n",
+        home.display(),
+        d.display()
+    );
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some(&policy),
+        &[
+            ("open home/u/.aws/credentials r", EACCES),
+            ("open home/u/.ssh/new creat", EACCES),
+            ("open home/u/proj/out creat", OK),
+            ("open home/u/notes creat", EACCES),
+        ],
+    );
+    r.check_records(&[
+        rec("/file/path", path_str(&data, "home/u/.aws/credentials"))
+            .has("/unmapped/rule", "files.deny[1]"),
+        rec("/file/path", path_str(&data, "home/u/.ssh/new"))
+            .has("/unmapped/rule", "files.deny[0]"),
+    ]);
+    drop(bind);
+    drop(fs);
+}
+
 /// Unmounts the mount points it holds when the test ends, panic or not.
 struct Unmount(Vec<String>);
 
