@@ -51,8 +51,6 @@ const F_SETOWN_EX: u32 = 15;
 const F_SETFL: u32 = 4;
 const O_ASYNC: u64 = 0o20000;
 const FIOASYNC: u32 = 0x5452;
-/// `/dev/tty`: the caller's controlling terminal, whichever it is.
-const DEV_TTY: u32 = 5 << 20;
 /// The signal a file's owner is sent by default.
 const SIGIO: u32 = 29;
 
@@ -366,26 +364,21 @@ hook!(
     },
     if refused_ioctl(ctx.arg(1)) || names::sets_file_attributes(ctx.arg(1))
 );
-/// Asynchronous I/O turned on for `file` (`O_ASYNC`, `FIOASYNC`): refused on a terminal
-/// but a pty whose sessions are the command's (`own_mark::PTY`), and on `/dev/tty`: the
-/// kernel sends a terminal's `SIGIO` to its foreground process group, with
-/// `--terminal direct` the user's shell or whatever job holds the terminal. Other files'
-/// owner stays the caller. (`FIOASYNC` is refused on every file: in `file_ioctl`, LLVM
-/// merged this read of the file's inode with the attribute ioctls' into one load from a
-/// pointer that may be null, which 6.1 refuses; `fcntl` is the usual way.)
+/// Asynchronous I/O turned on for `file` (`O_ASYNC`, `FIOASYNC`): refused on every
+/// character device but a pty whose sessions are the command's (`own_mark::PTY`). The
+/// kernel sends a terminal's `SIGIO` to its foreground process group (`__tty_fasync`): with
+/// `--terminal direct`, through `/dev/tty`, or on a console of any driver (`hvc`, USB
+/// serial: more than `terminal.rs` knows by number), the user's shell or whatever job holds
+/// it. A socket's, a pipe's owner stays the caller. (`FIOASYNC` is refused on every file:
+/// in `file_ioctl`, LLVM merged this read of the file's inode with the attribute ioctls'
+/// into one load from a pointer that may be null, which 6.1 refuses; `fcntl` is the usual
+/// way.)
 #[inline(always)]
 fn async_io(file: *const u8, scope: Scope) -> i32 {
     let off = kread::offsets();
     let inode: *const u8 = kread::field(file, off.file_f_inode).unwrap_or(core::ptr::null());
-    let dentry: *const u8 = kread::field(file, off.file_f_path_dentry).unwrap_or(core::ptr::null());
     let mode: u16 = kread::field(inode, off.inode_i_mode).unwrap_or(0);
-    if !sandbox_common::decide::imode::is_chr(mode) {
-        return 0;
-    }
-    let rdev: u32 = kread::field(inode, off.inode_i_rdev).unwrap_or(0);
-    if rdev != DEV_TTY
-        && !(crate::terminal::is_terminal(dentry, inode, off) && !crate::own::pty_ours(inode))
-    {
+    if !sandbox_common::decide::imode::is_chr(mode) || crate::own::pty_ours(inode) {
         return 0;
     }
     let mut rep = Report::bare(hook::SIGNAL, scope.policy_id);

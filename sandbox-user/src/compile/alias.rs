@@ -76,6 +76,26 @@ pub fn through_all(glob: &str, literal: bool, aliases: &[Alias]) -> Vec<String> 
         let m: Vec<&str> = mount_point.split('/').filter(|c| !c.is_empty()).collect();
         head.len() >= m.len() && head.iter().zip(&m).all(|(h, m)| h == m)
     };
+    if aliases.is_empty() {
+        return Vec::new();
+    }
+    // Alternatives with slashes (`/{home/a,home/b}/.ssh`, a root command's rule for every
+    // home) cross mount points one by one: each is rewritten on its own.
+    if glob.contains('{') {
+        let alts = super::matcher::expand_braces(glob, BRACE_LIMIT)
+            .filter(|alts| alts.len() > 1 || alts.first().is_some_and(|a| a != glob));
+        if let Some(alts) = alts {
+            let mut out: Vec<String> = Vec::new();
+            for alt in alts {
+                for g in through_all(&alt, literal, aliases) {
+                    if !out.contains(&g) {
+                        out.push(g);
+                    }
+                }
+            }
+            return out;
+        }
+    }
     let mut out: Vec<String> = Vec::new();
     for a in aliases {
         let deeper = |b: &&Alias| {
@@ -97,6 +117,10 @@ pub fn through_all(glob: &str, literal: bool, aliases: &[Alias]) -> Vec<String> 
     }
     out
 }
+
+/// The alternatives a glob's braces are expanded into, at most, to be rewritten one by one
+/// (a root command's rules name every home: a few hundred).
+const BRACE_LIMIT: usize = 1024;
 
 /// `base` (escaped) followed by `rest`'s components.
 fn join(base: &str, rest: &[&str]) -> String {
@@ -183,6 +207,28 @@ mod tests {
             vec!["/vol/keys"]
         );
         assert!(through("/home/u/.ss?", false, &deep).is_empty());
+    }
+
+    #[test]
+    fn alternatives_across_the_mount_point_are_rewritten_each() {
+        // A root command's rule for every other home (`policy::other_homes`).
+        let home = alias("/home", "/data/home");
+        let mut got = through_all("/{home/a,home/b}/.ssh{,/**}", false, &[home]);
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                "/data/home/a/.ssh",
+                "/data/home/a/.ssh/**",
+                "/data/home/b/.ssh",
+                "/data/home/b/.ssh/**"
+            ]
+        );
+        let b = alias("/srv", "/mnt/d");
+        assert_eq!(
+            through_all("/srv/{a,b}", false, &[b]),
+            vec!["/mnt/d/a", "/mnt/d/b"]
+        );
     }
 
     #[test]

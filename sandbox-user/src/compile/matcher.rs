@@ -194,7 +194,7 @@ pub fn protected_ancestors(glob: &str, literal: bool) -> (Vec<String>, Vec<Strin
 
 /// The alternatives of the first outermost `{...}` of a glob, expanded recursively; `None`
 /// past `limit` results or on unbalanced braces. Escapes and `[...]` are kept as written.
-fn expand_braces(g: &str, limit: usize) -> Option<Vec<String>> {
+pub(crate) fn expand_braces(g: &str, limit: usize) -> Option<Vec<String>> {
     let b = g.as_bytes();
     let (mut i, mut esc, mut class) = (0, false, false);
     let mut open = None;

@@ -1003,3 +1003,33 @@ fn the_built_in_policy_compiles_through_an_ostree_root() {
         );
     }
 }
+
+/// A root command's rules for the other users' homes (one glob naming them all) hold
+/// through a mount of their parent.
+#[test]
+fn other_homes_hold_through_a_mount_of_a_subdirectory() {
+    let ctx = Context {
+        home: "/root".into(),
+        cwd: "/root/proj".into(),
+        env: Default::default(),
+        resolvers: Vec::new(),
+        host_addrs: Vec::new(),
+        other_homes: vec!["/home/a".into(), "/home/b".into()],
+        mount_aliases: vec![crate::host::mounts::Alias {
+            mount_point: "/home".into(),
+            placed: "/data/home".into(),
+        }],
+    };
+    let p = load_str(crate::policy::DEFAULT_POLICY, "default", &ctx).unwrap();
+    let c = super::compile(&p, SEED).unwrap();
+    for path in [
+        "/home/a/.ssh/id_rsa",
+        "/data/home/a/.ssh/id_rsa",
+        "/data/home/b/.aws/credentials",
+    ] {
+        assert!(
+            dfa::has(c.match_path(path.as_bytes()), accept::FILE_DENY),
+            "{path}"
+        );
+    }
+}

@@ -302,7 +302,8 @@ impl<'a> Session<'a> {
     /// Says so when the mount table gained a mount whose files the programs name by
     /// another path (`host::mounts::Alias`) than the policy was compiled through: rules
     /// written for paths below it do not hold there until the policy is compiled again
-    /// (the next run; `attach`'s reload). Only the host's root can mount there.
+    /// (the next run; `attach`'s reload). The host's root mounts there, or an automounter
+    /// on first access (which a confined process may cause).
     fn new_aliases(&mut self) {
         for a in crate::host::mounts::aliases() {
             if self.compiled.aliases.contains(&a) || self.warned_aliases.contains(&a) {
