@@ -533,15 +533,19 @@ fn copy_output(master: RawFd, out: RawFd, report: Option<&mpsc::Sender<&'static 
             }
         }
     }
-    // What the command may have left on: attributes, a hidden cursor, mouse and focus
-    // reports, the kitty keyboard mode, and the alternate screen or colours if it changed
-    // them (a program that dies there leaves the terminal unusable for the shell).
+    // What the command may have left on: attributes, a hidden cursor, mouse (every
+    // protocol) and focus reports, the kitty keyboard mode and xterm's modifyOtherKeys,
+    // application cursor keys and keypad, bracketed paste, the ANSI modes that change what
+    // keys do (a locked keyboard, KAM; local echo, SRM off: the next password typed shown;
+    // insert and newline modes), and the alternate screen or colours if it changed them (a
+    // program that dies there leaves the terminal unusable for the shell).
     if !filter.escaped {
         return;
     }
-    let mut reset =
-        b"\x1b[0m\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?1004l\x1b[=0;1u"
-            .to_vec();
+    let mut reset = b"\x1b[0m\x1b[?25h\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l\
+        \x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?1004l\x1b[=0;1u\x1b[>4m\x1b[?1l\x1b>\
+        \x1b[?2004l\x1b[2l\x1b[4l\x1b[12h\x1b[20l"
+        .to_vec();
     if filter.alt_screen {
         reset.extend_from_slice(b"\x1b[?1049l");
     }
