@@ -91,9 +91,19 @@ pub fn decide_both(decide: impl FnOnce(Scope, bool) -> i32) -> i32 {
             None => return 0,
         },
     };
-    let verdict = decide(scope, inbound);
+    // Read back as a number LLVM knows nothing of, and returned as one of the constants the
+    // hooks return: 6.8+ wants the value provably in [-4095, 0], and LLVM folded a verdict
+    // into arithmetic (`-(c & 1)`) whose range 6.12's verifier loses.
+    let verdict = kread::opaque(decide(scope, inbound) as u32);
     scope.mem.release();
-    verdict
+    use sandbox_common::errno::{EACCES, EPERM};
+    if verdict == 0 {
+        0
+    } else if verdict == (-EACCES) as u32 {
+        -EACCES
+    } else {
+        -EPERM
+    }
 }
 
 /// This set's bound policy, when it is live, whatever the current task's cgroup.
