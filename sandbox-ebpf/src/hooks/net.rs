@@ -266,7 +266,8 @@ fn bind(socket: *const u8, sa: *const u8, len: i32, scope: Scope) -> i32 {
 
 /// A connect or send to the unix socket `peer` (a `struct sock *`) by a task in scope, or,
 /// with `inbound`, by a task outside it (`scope` is then the set's bound policy): refused
-/// when the socket was made inside, unless `network.unix_inbound` lets it.
+/// when the socket was made inside, unless `network.unix_inbound` lets it. `from`: the
+/// sender's `struct socket` (a send), null (a connect).
 #[inline(always)]
 fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool, from: *const u8) -> i32 {
     let off = kread::offsets();
@@ -286,10 +287,12 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool, from: *
         return 0;
     }
     // A reply to a datagram socket of the command's that is connected to the sender (a
-    // client inside asked that server, which `network.unix` let it reach): passes.
+    // client inside asked that server, which `network.unix` let it reach): passes. The
+    // sender's `struct sock` is read only here, for a send from outside to one inside.
     if inbound
         && !from.is_null()
-        && kread::read_ptr(peer, off.unix_sock_peer).is_ok_and(|p| p == from)
+        && kread::read_ptr(from, off.socket_sk)
+            .is_ok_and(|sk| kread::read_ptr(peer, off.unix_sock_peer).is_ok_and(|p| p == sk))
     {
         return 0;
     }
@@ -376,9 +379,8 @@ fn unix_peer(hook_id: u32, scope: Scope, peer: *const u8, inbound: bool, from: *
 
 #[inline(always)]
 fn unix_send(sock: *const u8, other: *const u8, scope: Scope, inbound: bool) -> i32 {
-    let from = kread::read_ptr(sock, kread::offsets().socket_sk).unwrap_or(core::ptr::null());
     match kread::read_ptr(other, kread::offsets().socket_sk) {
-        Ok(sk) => unix_peer(hook::UNIX_SEND, scope, sk, inbound, from),
+        Ok(sk) => unix_peer(hook::UNIX_SEND, scope, sk, inbound, sock),
         Err(_) if inbound => 0,
         Err(_) => -errno::EACCES,
     }

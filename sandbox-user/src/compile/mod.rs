@@ -209,18 +209,23 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
                 field: r.field.clone(),
                 source: r.source.clone(),
             });
-            patterns.push((
-                matcher::Pattern {
-                    glob: r.glob.clone(),
-                    shape: matcher::Shape::of(r.literal.is_some()),
-                    slot,
-                },
-                id,
-            ));
-            // The same files where a mount shows them at another path than the programs
-            // name them by (`alias.rs`): every kind of rule, grants too.
+            // The rule's glob, then the same files where a mount shows them at another path
+            // than the programs name them by (`alias.rs`): every kind of rule, grants too.
             let placed = alias::through_all(&r.glob, r.literal.is_some(), aliases);
-            for g in &placed {
+            let mut globs: Vec<&String> = std::iter::once(&r.glob).chain(&placed).collect();
+            // `~/.bashrc -> dotfiles/bashrc`: the link (and whatever replaces it) too. Not
+            // for rules that grant: their aliases would widen them.
+            let written = r.written.as_ref().filter(|_| {
+                matches!(
+                    slot,
+                    accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY
+                )
+            });
+            let written_placed = written
+                .map(|w| alias::through_all(w, r.literal.is_some(), aliases))
+                .unwrap_or_default();
+            globs.extend(written.into_iter().chain(&written_placed));
+            for g in globs {
                 patterns.push((
                     matcher::Pattern {
                         glob: g.clone(),
@@ -229,26 +234,6 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
                     },
                     id,
                 ));
-            }
-            // `~/.bashrc -> dotfiles/bashrc`: the link (and whatever replaces it) too. Not
-            // for rules that grant: their aliases would widen them.
-            if let Some(w) = &r.written
-                && matches!(
-                    slot,
-                    accept::FILE_DENY | accept::FILE_READ_ONLY | accept::EXEC_DENY
-                )
-            {
-                let w_placed = alias::through_all(w, r.literal.is_some(), aliases);
-                for g in std::iter::once(w).chain(&w_placed) {
-                    patterns.push((
-                        matcher::Pattern {
-                            glob: g.clone(),
-                            shape: matcher::Shape::of(r.literal.is_some()),
-                            slot,
-                        },
-                        id,
-                    ));
-                }
             }
             // A literal grant's name (and its target's, when a symlink leads there): no
             // symlink may be made or moved there, or the next run's grant would follow it.
