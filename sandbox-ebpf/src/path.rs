@@ -81,8 +81,9 @@ const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 const MAX_CGROUP_WALK: u32 = 64;
 
 /// Self-protection: `file`, opened for writing, is on cgroup2 and either not inside the
-/// cgroup subtree the current task is confined to (`bound`, its scope's cgroup), or a
-/// list of members (`cgroup.procs`, `cgroup.threads`) anywhere. Writing outside
+/// cgroup subtree the current task is confined to (`bound`, its scope's cgroup), a file
+/// of that cgroup itself but `cgroup.subtree_control` (its limits), or a list of members
+/// (`cgroup.procs`, `cgroup.threads`) anywhere. Writing outside
 /// (`cgroup.procs`, `cgroup.kill`, limits of other groups) would move the task out of
 /// scope or act on other processes; writing a pid into a list inside would pull a
 /// process from outside in (the kernel asks only for write access to the lists of the
@@ -105,6 +106,15 @@ pub fn cgroup_write_refused(file: *const u8, bound: u64, off: &KernelOffsets) ->
     }
     if member_list(dentry, off) {
         return true;
+    }
+    // The scope's own files are its limits (`memory.max`, `pids.max`, `cgroup.max.*`,
+    // set by sandbox): its parent's to write, as in cgroup v2's delegation. Of them only
+    // `cgroup.subtree_control` is the command's (controllers for cgroups below its own).
+    let parent = kread::read_ptr(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
+    let dir = kread::read_ptr(parent, off.dentry_d_inode).unwrap_or(core::ptr::null());
+    let dir_ino: u64 = kread::read(dir, off.inode_i_ino).unwrap_or(0);
+    if bound != 0 && dir_ino == bound {
+        return !subtree_control(dentry, off);
     }
     let mut walk = CgroupWalk {
         dentry: dentry as u64,
@@ -146,6 +156,29 @@ fn member_list(dentry: *const u8, off: &KernelOffsets) -> bool {
     let word = |b: &[u8; 8]| u64::from_le_bytes(*b);
     (len == 12 && head == word(b"cgroup.p") && tail == word(b"up.procs"))
         || (len == 14 && head == word(b"cgroup.t") && tail == word(b".threads"))
+}
+
+/// `dentry` (a cgroup2 file) is `cgroup.subtree_control`: all 22 bytes compared (three
+/// words, the last two overlapping).
+#[inline(always)]
+fn subtree_control(dentry: *const u8, off: &KernelOffsets) -> bool {
+    let len: u32 = kread::read(dentry, off.dentry_d_name_len).unwrap_or(0);
+    if len != 22 {
+        return false;
+    }
+    let Ok(name) = kread::read_ptr(dentry, off.dentry_d_name_name) else {
+        return false;
+    };
+    let (Ok(a), Ok(b), Ok(c)) = (
+        kread::read::<u64>(name, 0),
+        kread::read::<u64>(name, 8),
+        kread::read::<u64>(name, 14),
+    ) else {
+        return false;
+    };
+    a == u64::from_le_bytes(*b"cgroup.s")
+        && b == u64::from_le_bytes(*b"ubtree_c")
+        && c == u64::from_le_bytes(*b"_control")
 }
 
 /// The state of [`cgroup_write_refused`]'s walk, on the caller's stack: two numbers the

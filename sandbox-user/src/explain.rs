@@ -245,13 +245,24 @@ fn decision(what: String, deny: Option<String>, audit: bool, none: &str) -> Deci
     }
 }
 
+/// A limit as `sandbox check` says it.
+fn amount(a: crate::policy::limits::Amount, bytes: bool) -> String {
+    use crate::policy::limits::{Amount, human_bytes};
+    match a {
+        Amount::Max => "max".into(),
+        Amount::Percent(p) => format!("{p}% of the host's"),
+        Amount::Exact(n) if bytes => human_bytes(n),
+        Amount::Exact(n) => n.to_string(),
+    }
+}
+
 /// What `sandbox check` prints after "ok".
 pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
     let f = &p.files;
     let n = &p.network;
     let e = &p.exec;
     format!(
-        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
+        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  limits: memory {}, pids {}\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
         p.name,
         p.rule_count(),
         f.mode,
@@ -269,6 +280,8 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
         e.deny.len(),
         e.allow.len(),
         e.allow_privileged,
+        amount(p.limits.memory.amount, true),
+        amount(p.limits.pids.amount, false),
         c.matcher.literals.len(),
         c.matcher.anchored.states(),
         c.matcher.floating.states(),

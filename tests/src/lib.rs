@@ -124,6 +124,14 @@ pub fn workdir_as(user: User, name: &str) -> PathBuf {
     d
 }
 
+/// A directory the agent user owns (and its home, for `~`): where tests that run the
+/// command as the agent work.
+pub fn agent_dir(name: &str) -> PathBuf {
+    std::fs::create_dir_all(User::Agent.home()).unwrap();
+    User::Agent.own(User::Agent.home());
+    workdir_as(User::Agent, name)
+}
+
 /// The running kernel's version, (major, minor).
 pub fn kernel_version() -> (u32, u32) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();

@@ -44,6 +44,15 @@ fn scopes() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The limits hold in the delegated scope too: the one written (`pids: 300`), and the
+/// default one (memory).
+fn limits_hold(run_cg: &str) {
+    let read = |f: &str| std::fs::read_to_string(format!("{run_cg}/{f}")).unwrap();
+    assert_eq!(read("pids.max").trim(), "300");
+    let memory = read("memory.max");
+    assert!(memory.trim().parse::<u64>().is_ok(), "memory.max: {memory}");
+}
+
 #[test]
 #[ignore = "needs systemd as PID 1 and BPF LSM: run by cargo xtask test in a guest"]
 fn run_makes_its_cgroup_in_a_delegated_scope() {
@@ -55,7 +64,7 @@ fn run_makes_its_cgroup_in_a_delegated_scope() {
     User::Agent.own(Path::new(&secret));
     // The route: without sandbox the agent reads the file.
     assert_eq!(probe_outside_as(User::Agent, &["open", &secret, "r"]), OK);
-    let policy = format!("name: scoped\nfiles:\n  deny: [{secret}]\n");
+    let policy = format!("name: scoped\nfiles:\n  deny: [{secret}]\nlimits:\n  pids: 300\n");
     let files = trusted_dir(&d);
     let policy_file = files.join("policy.yaml");
     write(&policy_file, &policy);
@@ -124,6 +133,7 @@ fn run_makes_its_cgroup_in_a_delegated_scope() {
         !Path::new("/sys/fs/cgroup/sandbox").exists(),
         "sandbox made a cgroup outside its scope"
     );
+    limits_hold(&format!("/sys/fs/cgroup/sandbox.slice/{unit}/run-{pid}"));
     // Enforcement in the scope's cgroup is the kernel's, as anywhere.
     let probed = std::fs::read_to_string(d.join("probe.out")).unwrap();
     assert!(probed.trim().ends_with(EACCES), "{probed}");
@@ -135,6 +145,8 @@ fn run_makes_its_cgroup_in_a_delegated_scope() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("controller"), "{stderr}");
     let records = read_audit(&audit);
     assert!(
         records

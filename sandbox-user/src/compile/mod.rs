@@ -45,6 +45,8 @@ pub struct CompiledPolicy {
     pub net: net::NetCompiled,
     /// The mounts the path rules were compiled through (`alias.rs`).
     pub aliases: Vec<crate::host::mounts::Alias>,
+    /// `limits`, for the run's cgroup.
+    pub limits: crate::policy::limits::Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -362,6 +364,7 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
         identity,
         net,
         aliases: policy.files.aliases.clone(),
+        limits: policy.limits,
     })
 }
 

@@ -29,6 +29,13 @@ pub enum CgroupError {
     },
     #[error("{path} is nested {level} levels deep; at most {MAX_CGROUP_LEVEL} are supported")]
     TooDeep { path: String, level: u32 },
+    #[error("{field}: the {controller} controller cannot be used for {path}: {reason}")]
+    Controller {
+        field: &'static str,
+        controller: &'static str,
+        path: String,
+        reason: String,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
@@ -211,6 +218,106 @@ impl Cgroup {
         let path = parent.join(name);
         std::fs::create_dir(&path).map_err(io(&path))?;
         Self::open(root, &path)
+    }
+
+    /// Sets one limit of this cgroup (`file`, e.g. `memory.max`; `None` writes `max`),
+    /// before anything joins it. The controller is first enabled, where it is not yet, in
+    /// the `cgroup.subtree_control` of every cgroup from the root down to this one's parent
+    /// (under systemd those above the delegated scope have it from `Delegate=yes`; the
+    /// scope is sandbox's, its processes moved to a leaf).
+    pub fn limit(
+        &self,
+        root: &Path,
+        field: &'static str,
+        file: &str,
+        value: Option<u64>,
+    ) -> Result<(), CgroupError> {
+        let controller: &'static str = match file.split_once('.') {
+            Some(("memory", _)) => "memory",
+            Some(("pids", _)) => "pids",
+            _ => "unknown",
+        };
+        let fail = |path: &Path, reason: String| CgroupError::Controller {
+            field,
+            controller,
+            path: path.display().to_string(),
+            reason,
+        };
+        let parent = self.path.parent().unwrap_or(root);
+        let rel = parent.strip_prefix(root).unwrap_or(Path::new(""));
+        let mut dir = root.to_path_buf();
+        let mut chain = vec![dir.clone()];
+        for c in rel.components() {
+            dir.push(c);
+            chain.push(dir.clone());
+        }
+        for d in &chain {
+            let read = |name: &str| std::fs::read_to_string(d.join(name)).unwrap_or_default();
+            let listed = |text: &str| text.split_whitespace().any(|c| c == controller);
+            if listed(&read("cgroup.subtree_control")) {
+                continue;
+            }
+            if !listed(&read("cgroup.controllers")) {
+                return Err(fail(
+                    d,
+                    format!(
+                        "{} does not offer it (its cgroup.controllers: '{}'; a host that \
+                         mounts it as cgroup v1 keeps it from v2)",
+                        d.display(),
+                        read("cgroup.controllers").trim()
+                    ),
+                ));
+            }
+            let sub = d.join("cgroup.subtree_control");
+            std::fs::write(&sub, format!("+{controller}")).map_err(|e| {
+                fail(
+                    d,
+                    format!("writing +{controller} to {}: {e}", sub.display()),
+                )
+            })?;
+        }
+        let at = self.path.join(file);
+        let text = value.map_or_else(|| "max".to_owned(), |v| v.to_string());
+        std::fs::write(&at, &text).map_err(|e| {
+            fail(
+                &self.path,
+                format!("writing {text} to {}: {e}", at.display()),
+            )
+        })
+    }
+
+    /// The lowest `memory.max` of this cgroup's ancestors, if one is set: a share of the
+    /// host's memory is of what the run may have at most.
+    pub fn ancestors_memory_max(&self, root: &Path) -> Option<u64> {
+        self.path
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.starts_with(root) && *a != root)
+            .filter_map(|a| std::fs::read_to_string(a.join("memory.max")).ok())
+            .filter_map(|t| t.trim().parse::<u64>().ok())
+            .min()
+    }
+
+    /// What the limits did so far: processes the OOM killer killed in the subtree at its
+    /// memory limit (`memory.events`' `oom_kill`), and forks refused at its task limit
+    /// (`pids.events`' `max`).
+    pub fn limit_events(&self) -> (u64, u64) {
+        let count = |file: &str, key: &str| {
+            std::fs::read_to_string(self.path.join(file))
+                .ok()
+                .and_then(|t| {
+                    t.lines().find_map(|l| {
+                        l.strip_prefix(key)
+                            .and_then(|v| v.strip_prefix(' '))
+                            .and_then(|v| v.trim().parse().ok())
+                    })
+                })
+                .unwrap_or(0)
+        };
+        (
+            count("memory.events", "oom_kill"),
+            count("pids.events", "max"),
+        )
     }
 
     pub fn procs_path(&self) -> PathBuf {

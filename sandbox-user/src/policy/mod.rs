@@ -3,6 +3,7 @@
 //! expanded, paths canonicalised). Compilation to maps is `compile`.
 
 pub mod expand;
+pub mod limits;
 pub mod lint;
 pub mod locate;
 pub mod raw;
@@ -69,6 +70,8 @@ pub struct Policy {
     pub network: Network,
     pub exec: Exec,
     pub process: Process,
+    /// `limits`: the run cgroup's memory and task limits.
+    pub limits: limits::Limits,
     pub audit: Audit,
     /// `fallback.allow_degraded`: on a host without BPF LSM, run even when some rules
     /// cannot be enforced (they are listed at every start).
@@ -674,12 +677,14 @@ fn validate(raw: raw::RawPolicy, ctx: &Context) -> Result<Policy, Vec<FieldError
         },
         keep: raw.audit.keep.unwrap_or(AUDIT_KEEP),
     };
+    let limits = limits(&raw.limits, &mut errs);
     let policy = Policy {
         name: raw.name.unwrap_or_else(|| "unnamed".into()),
         files,
         network,
         exec,
         process,
+        limits,
         audit,
         allow_degraded: raw.fallback.allow_degraded.unwrap_or(false),
     };
@@ -727,6 +732,36 @@ fn process(raw: &raw::RawProcess, errs: &mut Vec<FieldError>) -> Process {
         no_new_privs: raw.no_new_privs.unwrap_or(true),
         keep_caps,
     }
+}
+
+/// The `limits` section: amounts checked; what is not written is the default.
+fn limits(raw: &raw::RawLimits, errs: &mut Vec<FieldError>) -> limits::Limits {
+    let mut out = limits::Limits::default();
+    let fields = [
+        (
+            "limits.memory",
+            &raw.memory,
+            limits::memory as fn(&raw::RawAmount) -> _,
+            &mut out.memory,
+        ),
+        ("limits.pids", &raw.pids, limits::pids, &mut out.pids),
+    ];
+    for (field, written, parse, limit) in fields {
+        let Some(w) = written else { continue };
+        match parse(w) {
+            Ok(amount) => {
+                *limit = limits::Limit {
+                    amount,
+                    written: true,
+                };
+            }
+            Err(message) => errs.push(FieldError {
+                field: field.into(),
+                message,
+            }),
+        }
+    }
+    out
 }
 
 /// A binary named without a path (`sudo`): that name anywhere, for `exec.deny`.

@@ -23,7 +23,7 @@ pub enum AuditFormat {
 #[schemars(title = "sandbox policy")]
 #[serde(
     deny_unknown_fields,
-    expecting = "a policy: a mapping with version, name, mode, files, network, exec, process, audit, fallback"
+    expecting = "a policy: a mapping with version, name, mode, files, network, exec, process, limits, audit, fallback"
 )]
 pub struct RawPolicy {
     /// Schema version of the policy (1).
@@ -46,6 +46,9 @@ pub struct RawPolicy {
     /// The privileges the command starts with.
     #[serde(default)]
     pub process: RawProcess,
+    /// How much memory and how many tasks the command may use (`sandbox run`).
+    #[serde(default)]
+    pub limits: RawLimits,
     /// Where and how records are written.
     #[serde(default)]
     pub audit: RawAudit,
@@ -161,6 +164,28 @@ pub struct RawProcess {
     /// Capabilities a command running as root keeps beyond the default set (`all`: all).
     #[serde(default)]
     pub keep_capabilities: Vec<String>,
+}
+
+/// The resources of the command's cgroup (`memory.max`, `pids.max`), set by `sandbox run`
+/// (`sandbox attach` leaves the cgroup's own limits as they are).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, expecting = "a mapping of limits")]
+pub struct RawLimits {
+    /// Memory the command may use, page cache and tmpfs files it wrote included: bytes,
+    /// `4G`, `512M`, `80%` of the host's memory, or `max`. Default `80%`. At the limit the
+    /// kernel's OOM killer kills in the sandbox only.
+    pub memory: Option<RawAmount>,
+    /// Tasks (processes and threads) at once: a number or `max`. Default 4096. At the
+    /// limit `fork` and `clone` fail with EAGAIN.
+    pub pids: Option<RawAmount>,
+}
+
+/// A number, or text such as `4G`, `80%`, `max`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "a number, or text such as 4G, 80% or max")]
+pub enum RawAmount {
+    Number(u64),
+    Text(String),
 }
 
 /// Where and how records are written.

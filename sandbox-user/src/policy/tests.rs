@@ -159,6 +159,20 @@ fn semantic_errors_name_field_and_value() {
         Err("port range 90-80 is empty"),
     );
     check("version: 7\n", Err("version: unsupported version 7"));
+    check(
+        "limits:\n  pids: 64\n  memory: lots\n",
+        Err(
+            "p.yaml:3:11: limits.memory: 'lots': not an amount of memory (e.g. 4G, 512M, 80%, or max)",
+        ),
+    );
+    check(
+        "limits:\n  pids: 2\n",
+        Err("p.yaml:2:9: limits.pids: 2 tasks are too few"),
+    );
+    check(
+        "limits:\n  pids: [1]\n",
+        Err("a number, or text such as 4G, 80% or max"),
+    );
 }
 
 #[test]
@@ -194,6 +208,17 @@ fn defaults() {
     assert!(p.exec.allow_privileged);
     assert_eq!(p.files.mode, Mode::Enforce);
     assert_eq!(p.files.workspace, std::path::PathBuf::from("/work/ws"));
+    assert_eq!(p.limits, limits::Limits::default());
+    assert!(!p.limits.memory.written && !p.limits.pids.written);
+    let p = load_str("limits: {memory: 2G}", "p.yaml", &ctx()).unwrap();
+    assert_eq!(
+        p.limits.memory,
+        limits::Limit {
+            amount: limits::Amount::Exact(2 << 30),
+            written: true
+        }
+    );
+    assert_eq!(p.limits.pids, limits::Limits::default().pids);
     let p = load_str("mode: audit\nnetwork: {mode: enforce}\n", "p.yaml", &ctx()).unwrap();
     assert_eq!(p.files.mode, Mode::Audit);
     assert_eq!(p.network.mode, Mode::Enforce);

@@ -18,6 +18,7 @@ use crate::host::mounts::{self, Superblock};
 use crate::host::safepath::{self, Agent};
 use crate::host::user::Target;
 use crate::kernel::loader::{self, Enforcer};
+use crate::policy::limits::{Amount, Limits};
 use crate::policy::{self, Context, PathRule, Policy};
 use crate::runtime::hosts::HostState;
 use crate::{preflight, term};
@@ -383,9 +384,13 @@ fn arm_loaded(
         }
         (None, Bind::NewRun(name)) => {
             let cgroup = Cgroup::create(root, name)?;
-            if let Err(e) = enforcer.bind(&cgroup) {
+            let ready = enforcer
+                .bind(&cgroup)
+                .map_err(anyhow::Error::from)
+                .and_then(|()| set_limits(&cgroup, root, &compiled.limits));
+            if let Err(e) = ready {
                 let _ = cgroup.destroy();
-                return Err(e.into());
+                return Err(e);
             }
             cgroup
         }
@@ -401,6 +406,55 @@ fn arm_loaded(
     }
     t.lap("cgroup bound");
     Ok((mounts, mount_watch, hosts, host_addrs, cgroup))
+}
+
+/// The policy's `limits` on a new run's cgroup, before anything joins it. A limit the
+/// policy wrote that cannot be set stops the run (it was asked for); a default one is
+/// said, and the run goes on without it. `max` sets nothing (nor needs the controller).
+fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<()> {
+    let memory = host_memory();
+    let of = cgroup
+        .ancestors_memory_max(root)
+        .map_or(memory, |m| m.min(memory));
+    for (field, file, limit, total) in [
+        ("limits.memory", "memory.max", limits.memory, of),
+        ("limits.pids", "pids.max", limits.pids, 0),
+    ] {
+        if limit.amount == Amount::Max {
+            continue;
+        }
+        let value = limit.amount.resolve(total);
+        let set = if matches!(limit.amount, Amount::Percent(_)) && total == 0 {
+            Err(anyhow!(
+                "{field}: the host's memory (MemTotal in /proc/meminfo) is unknown"
+            ))
+        } else {
+            cgroup
+                .limit(root, field, file, value)
+                .map_err(anyhow::Error::from)
+        };
+        match set {
+            Ok(()) => tracing::debug!("{file} of {}: {value:?}", cgroup.path.display()),
+            Err(e) if limit.written => {
+                bail!("{e}. Set `{field}: max` in the policy to run without this limit")
+            }
+            Err(e) => tracing::warn!("{e}; the command runs without the default {field}"),
+        }
+    }
+    Ok(())
+}
+
+/// The host's memory (`MemTotal`), in bytes; 0 when unreadable.
+fn host_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().strip_suffix("kB"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb << 10)
 }
 
 /// Says which backend is in force; in the fallback, lists what it does not enforce,

@@ -87,6 +87,12 @@ fn read_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
     for w in policy::lint::lint(&p) {
         tracing::warn!("{w}");
     }
+    if p.limits.memory.written || p.limits.pids.written {
+        tracing::warn!(
+            "limits: the cgroup attached to is not sandbox's, so its limits stay as they \
+             are; set them where it is made (systemd: MemoryMax=, TasksMax=)"
+        );
+    }
     Ok(p)
 }
 

@@ -247,6 +247,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     )
     .await;
     t.lap("supervise");
+    report_limits(&armed.cgroup);
     if t.on {
         for (name, runs, time) in armed.enforcer.program_stats() {
             tracing::debug!(
@@ -266,6 +267,34 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     }
     t.lap("teardown");
     result
+}
+
+/// Says when the command met its limits (`limits`): processes the OOM killer took at the
+/// memory limit, forks refused at the task limit.
+fn report_limits(cgroup: &Cgroup) {
+    let (killed, refused) = cgroup.limit_events();
+    let set = |file: &str| {
+        std::fs::read_to_string(cgroup.path.join(file))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default()
+    };
+    if killed > 0 {
+        let max = set("memory.max");
+        let max = max
+            .parse::<u64>()
+            .map_or(max, crate::policy::limits::human_bytes);
+        term::line(&format!(
+            "sandbox: the command reached its memory limit ({max}, limits.memory): the \
+             kernel killed {killed} of its processes"
+        ));
+    }
+    if refused > 0 {
+        term::line(&format!(
+            "sandbox: the command reached its task limit ({}, limits.pids): {refused} \
+             forks failed",
+            set("pids.max")
+        ));
+    }
 }
 
 /// What the command starts with, decided before the fork (nothing is allocated between

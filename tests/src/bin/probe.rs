@@ -33,6 +33,8 @@
 //!   sigio-parent                 make the parent the owner of a socket's `SIGIO`, then
 //!                                trigger it (the default action of `SIGIO` ends a process)
 //!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
+//!   fork-n N                     N children at once (OK, or the first fork's errno)
+//!   alloc MB                     map MB MiB of anonymous memory and touch every page
 //!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
 //!   race-open DENIED ALLOWED N [T]  T threads (2) pinned to CPU 0, opening DENIED and ALLOWED
 //!                                N times each: how often each got the other's answer
@@ -94,6 +96,7 @@ fn errno_name(e: i32) -> String {
         libc::ENOTTY => "ENOTTY",
         libc::EBADF => "EBADF",
         libc::ENOSYS => "ENOSYS",
+        libc::EAGAIN => "EAGAIN",
         libc::EOPNOTSUPP => "EOPNOTSUPP",
         _ => return format!("E{e}"),
     };
@@ -1824,7 +1827,7 @@ fn run_op(words: &[String]) -> String {
         "ns-hold" | "ns-handle-of" | "ns-handle" | "ns-enter" => namespaces::op(a(0), a(1), a(2)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
         "clone-into-cgroup" | "umount" | "pivot-root" | "finit-module" | "ioperm" | "prlimit"
-        | "sigio-parent" => kernel::op(a(0), a(1)),
+        | "sigio-parent" | "fork-n" | "alloc" => kernel::op(a(0), a(1)),
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
@@ -2507,6 +2510,45 @@ mod kernel {
         }
     }
 
+    /// `n` children at once, each waiting for a pipe to close: OK when every fork worked,
+    /// else the first failure's errno (with how many were running then). All are ended
+    /// and reaped before the answer.
+    fn fork_n(n: usize) -> String {
+        // SAFETY: plain system calls; a child only reads and exits.
+        unsafe {
+            let mut p = [0i32; 2];
+            if libc::pipe(p.as_mut_ptr()) != 0 {
+                return errno_name(last_errno());
+            }
+            let (mut kids, mut failed) = (0usize, 0i32);
+            for _ in 0..n {
+                let pid = libc::fork();
+                if pid == 0 {
+                    libc::close(p[1]);
+                    let mut b = 0u8;
+                    libc::read(p[0], (&raw mut b).cast(), 1);
+                    libc::_exit(0);
+                }
+                if pid < 0 {
+                    failed = last_errno();
+                    break;
+                }
+                kids += 1;
+            }
+            libc::close(p[1]);
+            libc::close(p[0]);
+            for _ in 0..kids {
+                libc::wait(std::ptr::null_mut());
+            }
+            if failed == 0 {
+                "OK".into()
+            } else {
+                eprintln!("fork-n: {kids} running when a fork failed");
+                errno_name(failed)
+            }
+        }
+    }
+
     pub fn op(op: &str, arg: &str) -> String {
         let c = CString::new(arg).unwrap_or_default();
         // SAFETY: plain system calls on our own buffers.
@@ -2537,6 +2579,27 @@ mod kernel {
                 }
                 "umount" => ret(i64::from(libc::umount2(c.as_ptr(), 0))),
                 "pivot-root" => pivot_root(&c),
+                "fork-n" => fork_n(arg.parse().unwrap_or(0)),
+                "alloc" => {
+                    let len = arg.parse::<usize>().unwrap_or(0) << 20;
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    if p == libc::MAP_FAILED {
+                        return errno_name(last_errno());
+                    }
+                    // Every page touched: memory the kernel must find.
+                    for i in (0..len).step_by(4096) {
+                        std::ptr::write_volatile(p.cast::<u8>().add(i), 1);
+                    }
+                    libc::munmap(p, len);
+                    "OK".into()
+                }
                 "sigio-parent" => {
                     let mut sv = [0i32; 2];
                     if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) != 0

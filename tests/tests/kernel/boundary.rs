@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -18,13 +18,6 @@ fn run_as_agent(dir: &Path, policy: Option<&str>, cmd: &[&str]) -> Run {
 
 fn probe_as_agent(dir: &Path, policy: Option<&str>, ops: &[&[&str]]) -> Run {
     probe_as(User::Agent, dir, policy, ops)
-}
-
-/// A directory the agent user owns (and its home, for `~`).
-fn agent_dir(name: &str) -> PathBuf {
-    std::fs::create_dir_all(User::Agent.home()).unwrap();
-    User::Agent.own(User::Agent.home());
-    workdir_as(User::Agent, name)
 }
 
 /// The probe as the agent user, outside any sandbox; the answer of each operation.

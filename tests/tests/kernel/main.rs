@@ -15,6 +15,7 @@ mod files;
 mod hosts;
 mod integrity;
 mod lifecycle;
+mod limits;
 mod mounts;
 mod names;
 mod net;

@@ -1,0 +1,202 @@
+//! `limits`: how much memory and how many tasks the command's cgroup may hold (cgroup v2's
+//! `memory.max` and `pids.max`), as written, checked, and resolved for a host. Applying
+//! them is `host::cgroup::Cgroup::limit`.
+//!
+//! Without them a command inside could take the host down: a fork bomb takes every pid
+//! and thread of the host, and memory the command fills but maps nowhere (a memfd, files
+//! in a tmpfs) counts toward no process, so the global OOM killer would kill processes
+//! outside the sandbox for it. With `memory.max` the kernel reclaims and, at the limit,
+//! kills inside the cgroup only (sandbox itself runs outside it).
+
+use super::raw::RawAmount;
+
+/// Default `limits.memory`: this share of the host's memory.
+pub const DEFAULT_MEMORY_PERCENT: u64 = 80;
+/// Default `limits.pids`: tasks (processes and threads). Podman's default is 2,048.
+pub const DEFAULT_PIDS: u64 = 4096;
+/// Least `limits.memory` accepted: below it no agent starts.
+pub const MIN_MEMORY: u64 = 16 << 20;
+
+/// One limit: unlimited, a number (bytes, tasks), or a share of the host's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Amount {
+    Max,
+    Exact(u64),
+    Percent(u64),
+}
+
+/// One limit and whether the policy wrote it: a limit written that cannot be applied stops
+/// the run; the default one is then only said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub amount: Amount,
+    pub written: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub memory: Limit,
+    pub pids: Limit,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory: Limit {
+                amount: Amount::Percent(DEFAULT_MEMORY_PERCENT),
+                written: false,
+            },
+            pids: Limit {
+                amount: Amount::Exact(DEFAULT_PIDS),
+                written: false,
+            },
+        }
+    }
+}
+
+impl Amount {
+    /// The value for the cgroup file: `None` is `max`; a share is of `total`.
+    pub fn resolve(self, total: u64) -> Option<u64> {
+        match self {
+            Self::Max => None,
+            Self::Exact(n) => Some(n),
+            Self::Percent(p) => Some(total / 100 * p),
+        }
+    }
+}
+
+/// `limits.memory`: bytes (a number, or with a `K`, `M`, `G` or `T` suffix, 1024-based,
+/// optionally followed by `B` or `iB`), `N%` of the host's memory, or `max`.
+pub fn memory(raw: &RawAmount) -> Result<Amount, String> {
+    let text = match raw {
+        RawAmount::Number(n) => return at_least_min(*n),
+        RawAmount::Text(t) => t.trim(),
+    };
+    if text == "max" {
+        return Ok(Amount::Max);
+    }
+    if let Some(p) = text.strip_suffix('%') {
+        return match p.trim().parse::<u64>() {
+            Ok(p @ 1..=100) => Ok(Amount::Percent(p)),
+            _ => Err(format!(
+                "'{text}': a share of the host's memory is 1% to 100%"
+            )),
+        };
+    }
+    let lower = text.to_ascii_lowercase();
+    let unit = lower.trim_end_matches("ib").trim_end_matches('b');
+    let (digits, shift) = match unit.chars().last() {
+        Some('k') => (&unit[..unit.len() - 1], 10),
+        Some('m') => (&unit[..unit.len() - 1], 20),
+        Some('g') => (&unit[..unit.len() - 1], 30),
+        Some('t') => (&unit[..unit.len() - 1], 40),
+        _ => (unit, 0),
+    };
+    let bytes = digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift));
+    match bytes {
+        Some(b) => at_least_min(b),
+        None => Err(format!(
+            "'{text}': not an amount of memory (e.g. 4G, 512M, 80%, or max)"
+        )),
+    }
+}
+
+fn at_least_min(bytes: u64) -> Result<Amount, String> {
+    if bytes < MIN_MEMORY {
+        return Err(format!(
+            "{bytes} bytes is less than the {} MiB a command needs to start",
+            MIN_MEMORY >> 20
+        ));
+    }
+    Ok(Amount::Exact(bytes))
+}
+
+/// `limits.pids`: a number of tasks (processes and threads, at least 16), or `max`.
+pub fn pids(raw: &RawAmount) -> Result<Amount, String> {
+    let n = match raw {
+        RawAmount::Number(n) => *n,
+        RawAmount::Text(t) if t.trim() == "max" => return Ok(Amount::Max),
+        RawAmount::Text(t) => t
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("'{t}': not a number of tasks (e.g. 4096, or max)"))?,
+    };
+    if n < 16 {
+        return Err(format!(
+            "{n} tasks are too few for a command to start (16 at least)"
+        ));
+    }
+    Ok(Amount::Exact(n))
+}
+
+/// Bytes as people write them: `4.0 GiB`, `512 MiB`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> RawAmount {
+        RawAmount::Text(s.to_owned())
+    }
+
+    #[test]
+    fn memory_is_read_as_people_write_it() {
+        for (s, want) in [
+            ("4G", Amount::Exact(4 << 30)),
+            ("4GiB", Amount::Exact(4 << 30)),
+            ("512m", Amount::Exact(512 << 20)),
+            ("512 MB", Amount::Exact(512 << 20)),
+            ("1T", Amount::Exact(1 << 40)),
+            ("65536k", Amount::Exact(64 << 20)),
+            ("80%", Amount::Percent(80)),
+            ("max", Amount::Max),
+        ] {
+            assert_eq!(memory(&text(s)), Ok(want), "{s}");
+        }
+        assert_eq!(
+            memory(&RawAmount::Number(1 << 30)),
+            Ok(Amount::Exact(1 << 30))
+        );
+        for bad in ["", "lots", "0%", "101%", "4X", "-1G", "1M", "99999999999T"] {
+            assert!(memory(&text(bad)).is_err(), "{bad}");
+        }
+        assert!(memory(&RawAmount::Number(4096)).is_err());
+    }
+
+    #[test]
+    fn pids_are_a_count_or_max() {
+        assert_eq!(pids(&RawAmount::Number(64)), Ok(Amount::Exact(64)));
+        assert_eq!(pids(&text("512")), Ok(Amount::Exact(512)));
+        assert_eq!(pids(&text("max")), Ok(Amount::Max));
+        for bad in ["", "many", "10%", "4k"] {
+            assert!(pids(&text(bad)).is_err(), "{bad}");
+        }
+        assert!(pids(&RawAmount::Number(3)).is_err());
+    }
+
+    #[test]
+    fn a_share_is_of_the_hosts_memory() {
+        assert_eq!(Amount::Percent(80).resolve(1000 << 20), Some(800 << 20));
+        assert_eq!(Amount::Max.resolve(1 << 30), None);
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(human_bytes(100), "100 bytes");
+    }
+}

@@ -1,0 +1,151 @@
+//! Limits: the run's cgroup holds the command to its memory and task limits (`limits`), so
+//! a runaway command (a fork bomb, memory it fills) meets them and not the host's; a root
+//! command cannot raise its own.
+
+use sandbox_tests::*;
+
+/// The shell line that prints files of the command's own cgroup, read inside it.
+fn own_cgroup_files(files: &[&str]) -> String {
+    let list: Vec<String> = files.iter().map(|f| format!("\"$cg/{f}\"")).collect();
+    format!(
+        "cg=/sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup); cat {}",
+        list.join(" ")
+    )
+}
+
+/// A command that forks past its task limit gets `EAGAIN`, one that fills memory past its
+/// memory limit is killed by the kernel, inside the sandbox only; sandbox says both. The
+/// same forks and the same memory work outside.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_runaway_command_meets_its_limits_not_the_hosts() {
+    let d = agent_dir("limits");
+    assert_eq!(probe_outside_as(User::Agent, &["fork-n", "100"]), OK);
+    assert_eq!(probe_outside_as(User::Agent, &["alloc", "128"]), OK);
+    let policy = "limits:\n  memory: 64M\n  pids: 48\n";
+    let r = run_as(
+        User::Agent,
+        &d,
+        Some(policy),
+        &[
+            "/bin/sh",
+            "-c",
+            &own_cgroup_files(&["memory.max", "pids.max"]),
+        ],
+    );
+    assert_eq!(
+        r.stdout.split_whitespace().collect::<Vec<_>>(),
+        [(64u64 << 20).to_string().as_str(), "48"]
+    );
+    let r = probe_as(
+        User::Agent,
+        &d,
+        Some(policy),
+        &[&["fork-n", "100"], &["alloc", "128"]],
+    );
+    r.expect("fork-n 100", "EAGAIN");
+    assert!(
+        !r.stdout.contains("PROBE alloc"),
+        "the allocation was let through:\n{}",
+        r.stdout
+    );
+    assert_eq!(r.status, 128 + libc::SIGKILL, "{}", r.stderr);
+    for said in [
+        "sandbox: the command reached its task limit (48, limits.pids): ",
+        "sandbox: the command reached its memory limit (64.0 MiB, limits.memory): the kernel \
+         killed 1 of its processes",
+    ] {
+        assert!(r.stderr.contains(said), "not said: {said}\n{}", r.stderr);
+    }
+}
+
+/// Without a `limits` section the run gets 80% of the host's memory and 4,096 tasks;
+/// `max` sets no limit.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn the_default_limits_and_none() {
+    let d = agent_dir("limits_default");
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    // The kernel keeps whole pages.
+    let want = (kib << 10) / 100 * 80 / 4096 * 4096;
+    let show = own_cgroup_files(&["memory.max", "pids.max"]);
+    let r = run_as(User::Agent, &d, None, &["/bin/sh", "-c", &show]);
+    assert_eq!(
+        r.stdout.split_whitespace().collect::<Vec<_>>(),
+        [want.to_string().as_str(), "4096"]
+    );
+    let r = run_as(
+        User::Agent,
+        &d,
+        Some("limits: {memory: max, pids: max}\n"),
+        &["/bin/sh", "-c", &show],
+    );
+    assert_eq!(
+        r.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["max", "max"]
+    );
+    assert_eq!(r.status, 0, "{}", r.stderr);
+}
+
+/// A root command cannot write its own cgroup's limits (they are its parent's, as in
+/// cgroup v2's delegation), only `cgroup.subtree_control` (for cgroups below its own).
+/// Root outside writes the same files of a cgroup of its own.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_root_command_cannot_raise_its_own_limits() {
+    let d = workdir("limits_root");
+    let files = [
+        ("memory.max", EACCES),
+        ("pids.max", EACCES),
+        ("cgroup.max.descendants", EACCES),
+        ("cgroup.freeze", EACCES),
+        ("cgroup.subtree_control", OK),
+    ];
+    // Outside: a cgroup of the test's own, its memory and pids controllers enabled by a
+    // run above (sandbox enables them from the root down).
+    let r = run_in(&d, None, &d, &["true"]);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    let mine = std::path::Path::new("/sys/fs/cgroup/kt-limits-root");
+    let _ = std::fs::remove_dir(mine);
+    std::fs::create_dir(mine).unwrap();
+    for (f, _) in files {
+        assert_eq!(
+            probe_outside(&["open", &format!("{}/{f}", mine.display()), "w"]),
+            OK,
+            "{f} outside"
+        );
+    }
+    std::fs::remove_dir(mine).unwrap();
+    let ops: Vec<String> = files
+        .iter()
+        .map(|(f, _)| format!("open \"$cg/{f}\" w"))
+        .collect();
+    let script = format!(
+        "cg=/sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup); {} {}",
+        bins().probe.display(),
+        ops.join(" :: ")
+    );
+    // The files are writable by the policy: what refuses them is the cgroup's boundary.
+    let policy = "files:\n  write: [/sys/fs/cgroup]\n";
+    let r = run_in(&d, Some(policy), &d, &["/bin/sh", "-c", &script]);
+    let cgroup = r
+        .audit
+        .iter()
+        .find_map(|v| v["unmapped"]["actor"]["cgroup"].as_str())
+        .unwrap_or_else(|| panic!("no record: {}\n{}", r.stdout, r.stderr))
+        .to_owned();
+    for (f, want) in files {
+        r.expect(&format!("open /sys/fs/cgroup{cgroup}/{f} w"), want);
+    }
+    r.check_records(&[
+        rec("/unmapped/rule", "self_protection").count(4),
+        rec("/file/path", format!("/sys/fs/cgroup{cgroup}/memory.max"))
+            .has("/unmapped/rule", "self_protection"),
+    ]);
+}
