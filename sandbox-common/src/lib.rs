@@ -83,6 +83,8 @@ pub mod policy_flags {
     /// `network.unix_inbound: true`: processes outside the sandbox may connect and send
     /// to unix sockets the command made.
     pub const UNIX_INBOUND: u32 = 1 << 15;
+    /// `process.user_namespaces: true`: the command may make user namespaces.
+    pub const USER_NAMESPACES: u32 = 1 << 16;
 }
 
 /// Kinds of path rule; bit `1 << slot` in the kind masks.
@@ -632,6 +634,8 @@ pub mod hook {
     pub const SOCKET_OPTION: u32 = 32;
     /// `pivot_root(2)`: a new root for a mount namespace.
     pub const PIVOT_ROOT: u32 = 33;
+    /// A new user namespace (`unshare`, `clone` with `CLONE_NEWUSER`).
+    pub const USER_NAMESPACE: u32 = 34;
 }
 
 /// `EventHeader::access` of a key being made (`hook::KEY`): the kernel's `key_need_perm`
@@ -739,6 +743,10 @@ pub mod reason {
     /// signal) to the owner passes no signal check of the sender's, so any process of the
     /// user (of every user, for a root command) could be signalled.
     pub const FILE_OWNER: u32 = 31;
+    /// A user namespace made while `process.user_namespaces` is false: in one the command
+    /// holds every capability over what it then makes (network namespaces, `nf_tables`,
+    /// new file systems), the kernel code most local privilege escalations start in.
+    pub const USER_NAMESPACE: u32 = 32;
 }
 
 /// `EventHeader::flags`.

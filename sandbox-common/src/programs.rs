@@ -101,6 +101,8 @@ pub const PROGRAMS: &[Program] = &[
     prog("locked_down", "locked_down", 1),
     prog("file_send_sigiotask", "file_send_sigiotask", 3),
     prog("file_fcntl", "file_fcntl", 3),
+    // 6.1+: every kernel sandbox supports.
+    prog("userns_create", "userns_create", 1),
 ];
 
 /// A program that counts directory moves (`sandbox-ebpf/src/moves.rs`): `fentry` or

@@ -588,6 +588,13 @@ pub fn plan(policy: &Policy, host: &HostFacts) -> (Option<Plan>, Coverage) {
                 .into(),
         );
     }
+    if !policy.process.user_namespaces {
+        cov.implicit(
+            "user namespaces refused (process.user_namespaces: false)",
+            "not enforced: the command may make user namespaces where the host lets users \
+             (no userns_create hook without BPF LSM)",
+        );
+    }
     if !policy.exec.allow_privileged {
         if policy.process.no_new_privs {
             cov.notes.push(

@@ -393,6 +393,17 @@ hook!(
     if matches!(ctx.arg::<u32>(1), F_SETOWN | F_SETOWN_EX)
         || ctx.arg::<u32>(1) == F_SETFL && ctx.arg::<u64>(2) & O_ASYNC != 0
 );
+// A user namespace: every capability over what is made in it (`process.user_namespaces`).
+hook!(userns_create, "userns_create", |_ctx, scope| {
+    if scope.flags() & sandbox_common::policy_flags::USER_NAMESPACES != 0 {
+        return 0;
+    }
+    deny(
+        Report::bare(hook::USER_NAMESPACE, scope.policy_id),
+        reason::USER_NAMESPACE,
+        scope,
+    )
+});
 hook!(sb_mount, "sb_mount", |_ctx, scope| {
     deny(
         Report::bare(hook::MOUNT, scope.policy_id),

@@ -57,6 +57,7 @@ impl TryFrom<u32> for Hook {
             hook::KERNEL => Ok(Self::Protect("kernel")),
             hook::CLONE_INTO_CGROUP => Ok(Self::Protect("clone_into_cgroup")),
             hook::KEY => Ok(Self::Protect("key")),
+            hook::USER_NAMESPACE => Ok(Self::Protect("user_namespace")),
             hook::NOTIFY => Ok(Self::Name("watch")),
             other => Err(other),
         }

@@ -50,6 +50,7 @@ impl Formatter<'_> {
                 _ => format!("loading {} into the kernel", read_file_kind(h.target)),
             },
             Hook::Protect("clone_into_cgroup") => "clone3 into another cgroup".to_owned(),
+            Hook::Protect("user_namespace") => "a new user namespace".to_owned(),
             Hook::Protect("key") if h.target != 0 => {
                 format!("{} of kernel key {}", key_need(h.access), h.target)
             }

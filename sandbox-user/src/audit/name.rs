@@ -240,6 +240,7 @@ impl Formatter<'_> {
             reason::INTO_SPAN => "(a directory or symlink moved below a read-only area)",
             reason::OUTSIDE_CLIENT => "network.unix_inbound",
             reason::FILE_OWNER => "(a file's SIGIO sent to another process: F_SETOWN)",
+            reason::USER_NAMESPACE => "process.user_namespaces",
             _ => "(unknown)",
         };
         (implicit.to_owned(), String::new())
@@ -278,6 +279,7 @@ impl Formatter<'_> {
             reason::INTO_SPAN => "moves_into_protected_area",
             reason::OUTSIDE_CLIENT => "outside_client",
             reason::FILE_OWNER => "file_owner",
+            reason::USER_NAMESPACE => "user_namespace",
             _ => "unknown",
         }
     }

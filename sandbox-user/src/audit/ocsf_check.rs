@@ -448,6 +448,7 @@ fn samples() -> Vec<Event> {
         (hook::KERNEL, 3, 9),
         (hook::CLONE_INTO_CGROUP, 0, 0),
         (hook::KEY, 2, 0),
+        (hook::USER_NAMESPACE, 0, 0),
         (hook::SOCKET_CREATE, 3, 255),
         (hook::SOCKET_OPTION, 6, 31),
     ] {

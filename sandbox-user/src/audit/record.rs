@@ -444,6 +444,7 @@ pub fn classify(hook: Hook) -> (Class, u32, &'static str, &'static str) {
                 "kernel" => (99, "Load Into Kernel"),
                 "clone_into_cgroup" => (99, "Clone Into Cgroup"),
                 "key" => (99, "Use Kernel Key"),
+                "user_namespace" => (99, "Create User Namespace"),
                 _ => (99, "Other"),
             };
             (Proc, id, caption, verb)

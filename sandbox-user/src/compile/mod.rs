@@ -352,6 +352,10 @@ pub fn compile(policy: &Policy, seed: u64) -> Result<CompiledPolicy, CompileErro
     set(f.mode == Mode::Audit, policy_flags::AUDIT_FILES);
     set(policy.network.mode == Mode::Audit, policy_flags::AUDIT_NET);
     set(policy.exec.mode == Mode::Audit, policy_flags::AUDIT_EXEC);
+    set(
+        policy.process.user_namespaces,
+        policy_flags::USER_NAMESPACES,
+    );
     flags |= policy.network.sock_flags;
 
     Ok(CompiledPolicy {

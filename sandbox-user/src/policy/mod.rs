@@ -86,6 +86,8 @@ pub struct Process {
     /// Capabilities kept beyond [`crate::host::caps::CapSet::default_kept`] when the command runs
     /// as root (`process.keep_capabilities`; `--keep-cap` adds to it).
     pub keep_caps: crate::host::caps::CapSet,
+    /// `process.user_namespaces`: the command may make user namespaces (default false).
+    pub user_namespaces: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -731,6 +733,7 @@ fn process(raw: &raw::RawProcess, errs: &mut Vec<FieldError>) -> Process {
     Process {
         no_new_privs: raw.no_new_privs.unwrap_or(true),
         keep_caps,
+        user_namespaces: raw.user_namespaces.unwrap_or(false),
     }
 }
 

@@ -164,6 +164,11 @@ pub struct RawProcess {
     /// Capabilities a command running as root keeps beyond the default set (`all`: all).
     #[serde(default)]
     pub keep_capabilities: Vec<String>,
+    /// Default false: the command may not make user namespaces (as in Docker's default
+    /// seccomp profile). In one it holds every capability over what it then makes: the
+    /// kernel code most local privilege escalations start in. True for programs that
+    /// sandbox themselves with them (bubblewrap, Chrome's sandbox, rootless Podman).
+    pub user_namespaces: Option<bool>,
 }
 
 /// The resources of the command's cgroup (`memory.max`, `pids.max`), set by `sandbox run`

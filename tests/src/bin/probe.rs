@@ -35,6 +35,7 @@
 //!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
 //!   fork-n N                     N children at once (OK, or the first fork's errno)
 //!   alloc MB                     map MB MiB of anonymous memory and touch every page
+//!   userns-unshare, userns-clone a user namespace by `unshare` (in a child) or `clone`
 //!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
 //!   race-open DENIED ALLOWED N [T]  T threads (2) pinned to CPU 0, opening DENIED and ALLOWED
 //!                                N times each: how often each got the other's answer
@@ -1827,7 +1828,8 @@ fn run_op(words: &[String]) -> String {
         "ns-hold" | "ns-handle-of" | "ns-handle" | "ns-enter" => namespaces::op(a(0), a(1), a(2)),
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
         "clone-into-cgroup" | "umount" | "pivot-root" | "finit-module" | "ioperm" | "prlimit"
-        | "sigio-parent" | "fork-n" | "alloc" => kernel::op(a(0), a(1)),
+        | "sigio-parent" => kernel::op(a(0), a(1)),
+        "fork-n" | "alloc" | "userns-unshare" | "userns-clone" => kernel::resources(a(0), a(1)),
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
@@ -2510,6 +2512,19 @@ mod kernel {
         }
     }
 
+    /// The errno a child (`pid`, or a failed fork's -1) exited with.
+    fn child_errno(pid: i32) -> String {
+        if pid < 0 {
+            return errno_name(last_errno());
+        }
+        let mut status = 0;
+        // SAFETY: plain syscall on our own child.
+        if unsafe { libc::waitpid(pid, &raw mut status, 0) } != pid || !libc::WIFEXITED(status) {
+            return "CHILD-LOST".into();
+        }
+        errno_name(libc::WEXITSTATUS(status))
+    }
+
     /// `n` children at once, each waiting for a pipe to close: OK when every fork worked,
     /// else the first failure's errno (with how many were running then). All are ended
     /// and reaped before the answer.
@@ -2549,37 +2564,32 @@ mod kernel {
         }
     }
 
-    pub fn op(op: &str, arg: &str) -> String {
-        let c = CString::new(arg).unwrap_or_default();
-        // SAFETY: plain system calls on our own buffers.
+    /// What the command may use and make: tasks, memory, user namespaces.
+    pub fn resources(op: &str, arg: &str) -> String {
+        // SAFETY: plain system calls on our own buffers and children.
         unsafe {
             match op {
-                "clone-into-cgroup" => {
-                    let dir = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
-                    if dir < 0 {
-                        return errno_name(last_errno());
+                "fork-n" => fork_n(arg.parse().unwrap_or(0)),
+                // In a child, so this process keeps its namespaces.
+                "userns-unshare" => {
+                    let pid = libc::fork();
+                    if pid == 0 {
+                        let r = libc::unshare(libc::CLONE_NEWUSER);
+                        libc::_exit(if r == 0 { 0 } else { last_errno() & 0x7f });
                     }
-                    // struct clone_args (uapi/linux/sched.h): flags, pidfd, child_tid,
-                    // parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-                    // set_tid_size, cgroup.
-                    let mut args = [0u64; 11];
-                    args[0] = 0x2_0000_0000; // CLONE_INTO_CGROUP
-                    args[4] = u64::from(libc::SIGCHLD.cast_unsigned());
-                    args[10] = u64::from(dir.cast_unsigned());
-                    let pid = libc::syscall(libc::SYS_clone3, args.as_mut_ptr(), 88usize);
+                    child_errno(pid)
+                }
+                "userns-clone" => {
+                    let flags = libc::CLONE_NEWUSER | libc::SIGCHLD;
+                    let pid = libc::syscall(libc::SYS_clone, i64::from(flags), 0, 0, 0, 0);
                     if pid == 0 {
                         libc::_exit(0);
                     }
-                    let out = ret(pid);
-                    if pid > 0 {
-                        libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+                    if pid < 0 {
+                        return errno_name(last_errno());
                     }
-                    libc::close(dir);
-                    out
+                    child_errno(pid as i32)
                 }
-                "umount" => ret(i64::from(libc::umount2(c.as_ptr(), 0))),
-                "pivot-root" => pivot_root(&c),
-                "fork-n" => fork_n(arg.parse().unwrap_or(0)),
                 "alloc" => {
                     let len = arg.parse::<usize>().unwrap_or(0) << 20;
                     let p = libc::mmap(
@@ -2615,6 +2625,41 @@ mod kernel {
                     libc::close(sv[1]);
                     ret(r as i64)
                 }
+                _ => "BADOP".into(),
+            }
+        }
+    }
+
+    pub fn op(op: &str, arg: &str) -> String {
+        let c = CString::new(arg).unwrap_or_default();
+        // SAFETY: plain system calls on our own buffers.
+        unsafe {
+            match op {
+                "clone-into-cgroup" => {
+                    let dir = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                    if dir < 0 {
+                        return errno_name(last_errno());
+                    }
+                    // struct clone_args (uapi/linux/sched.h): flags, pidfd, child_tid,
+                    // parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+                    // set_tid_size, cgroup.
+                    let mut args = [0u64; 11];
+                    args[0] = 0x2_0000_0000; // CLONE_INTO_CGROUP
+                    args[4] = u64::from(libc::SIGCHLD.cast_unsigned());
+                    args[10] = u64::from(dir.cast_unsigned());
+                    let pid = libc::syscall(libc::SYS_clone3, args.as_mut_ptr(), 88usize);
+                    if pid == 0 {
+                        libc::_exit(0);
+                    }
+                    let out = ret(pid);
+                    if pid > 0 {
+                        libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+                    }
+                    libc::close(dir);
+                    out
+                }
+                "umount" => ret(i64::from(libc::umount2(c.as_ptr(), 0))),
+                "pivot-root" => pivot_root(&c),
                 "finit-module" => {
                     let fd = libc::open(c.as_ptr(), libc::O_RDONLY);
                     if fd < 0 {

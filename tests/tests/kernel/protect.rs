@@ -600,3 +600,33 @@ fn a_root_command_keeps_out_of_every_users_secrets() {
     r.check_records(&[rec("/file/path", key.as_str()).has("/unmapped/rule", "files.deny[0]")]);
     let _ = std::fs::remove_file(&key);
 }
+
+/// No user namespace unless the policy allows it (`process.user_namespaces`): in one the
+/// command would hold every capability over what it makes there, the kernel code most
+/// local privilege escalations start in. By `unshare` and by `clone`, for the agent and
+/// for root; both work outside first.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn user_namespaces_only_where_the_policy_allows_them() {
+    let d = agent_dir("userns");
+    let ops = ["userns-unshare", "userns-clone"];
+    for op in ops {
+        assert_eq!(probe_outside_as(User::Agent, &[op]), OK, "{op} outside");
+    }
+    let cases: Vec<(&str, &str)> = ops.iter().map(|op| (*op, EPERM)).collect();
+    for user in [User::Agent, User::Root] {
+        let r = check_as(user, &d, None, &cases);
+        r.check_records(&[rec("/unmapped/activity", "user_namespace")
+            .count(2)
+            .has("/unmapped/reason", "user_namespace")
+            .has("/unmapped/rule", "process.user_namespaces")]);
+    }
+    let allowed: Vec<(&str, &str)> = ops.iter().map(|op| (*op, OK)).collect();
+    let r = check_as(
+        User::Agent,
+        &d,
+        Some("process:\n  user_namespaces: true\n"),
+        &allowed,
+    );
+    assert!(r.audit.is_empty(), "{:#?}", r.audit);
+}
