@@ -83,10 +83,40 @@ pub fn canonical(p: &Path) -> std::io::Result<PathBuf> {
     Ok(parent.join(abs.file_name().unwrap_or_default()))
 }
 
-/// What the kernel would match for a file: kinds by path, plus kinds by identity (hard
-/// links to protected files).
-fn kinds(c: &CompiledPolicy, p: &Path) -> (u32, u32) {
-    let by_path = c.match_path(p.as_os_str().as_encoded_bytes());
+/// The name the programs give the file at `p` (canonical): below a mount whose root they
+/// place elsewhere (`host::mounts::Alias`: `/home` a bind of `/data/home`), the placed
+/// path (`/data/home/...`), the deepest such mount deciding; else `p`.
+pub fn placed(c: &CompiledPolicy, p: &Path) -> PathBuf {
+    c.aliases
+        .iter()
+        .filter_map(|a| p.strip_prefix(&a.mount_point).ok().map(|rest| (a, rest)))
+        .max_by_key(|(a, _)| a.mount_point.len())
+        .map_or_else(
+            || p.to_path_buf(),
+            |(a, rest)| {
+                if rest.as_os_str().is_empty() {
+                    PathBuf::from(&a.placed)
+                } else {
+                    Path::new(&a.placed).join(rest)
+                }
+            },
+        )
+}
+
+/// `p` as `explain` says it: with the programs' name for it where that differs.
+fn shown(c: &CompiledPolicy, p: &Path) -> String {
+    let named = placed(c, p);
+    if named == p {
+        p.display().to_string()
+    } else {
+        format!("{} (to the kernel: {})", p.display(), named.display())
+    }
+}
+
+/// What the kernel would match for a file: kinds by path (its placed name, `named`),
+/// plus kinds by identity (hard links to protected files) of the file at `p`.
+fn kinds(c: &CompiledPolicy, named: &Path, p: &Path) -> (u32, u32) {
+    let by_path = c.match_path(named.as_os_str().as_encoded_bytes());
     let by_inode = std::fs::metadata(p).map_or(0, |m| {
         use std::os::unix::fs::MetadataExt;
         let ids = crate::kernel::loader::identities(c, 0);
@@ -100,7 +130,8 @@ fn kinds(c: &CompiledPolicy, p: &Path) -> (u32, u32) {
 }
 
 fn named(c: &CompiledPolicy, slot: usize, p: &Path, by_path: u32) -> String {
-    let bytes = p.as_os_str().as_encoded_bytes();
+    let named = placed(c, p);
+    let bytes = named.as_os_str().as_encoded_bytes();
     match c.rule_for(slot, bytes) {
         Some(r) if by_path & (1 << slot) != 0 => format!("{} '{}'", r.field, r.source),
         _ => "a protected file reached through another name (same inode)".into(),
@@ -109,7 +140,7 @@ fn named(c: &CompiledPolicy, slot: usize, p: &Path, by_path: u32) -> String {
 
 /// What the kernel would match for `p`, as the decision functions take it.
 fn file_match(c: &CompiledPolicy, p: &Path) -> FileMatch {
-    let (path, inode) = kinds(c, p);
+    let (path, inode) = kinds(c, &placed(c, p), p);
     FileMatch {
         path,
         inode,
@@ -173,7 +204,7 @@ pub fn file(c: &CompiledPolicy, path: &Path, access: Access) -> std::io::Result<
         "write"
     };
     Ok(decision(
-        format!("{verb} {}", p.display()),
+        format!("{verb} {}", shown(c, &p)),
         deny,
         c.flags & policy_flags::AUDIT_FILES != 0,
         "no file rule matches",
@@ -185,7 +216,7 @@ pub fn exec(c: &CompiledPolicy, path: &Path) -> std::io::Result<Decision> {
     let m = file_match(c, &p);
     let deny = decide::exec(c.flags, is_privileged(&p), &m).map(|d| deny_text(c, &p, &m, d));
     Ok(decision(
-        format!("exec {}", p.display()),
+        format!("exec {}", shown(c, &p)),
         deny,
         c.flags & policy_flags::AUDIT_EXEC != 0,
         "no exec rule matches",
@@ -385,5 +416,44 @@ mod question_tests {
         assert!(msg.contains("'http'"), "{msg}");
         assert!(question("connect 1.2.3.4").is_err());
         assert!(question("connect 1.2.3.4 80 9").is_err());
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    /// `/home` a bind of `/data/home`: the kernel names `/home/u/secret`
+    /// `/data/home/u/secret`, so a rule written for that name decides it, and explain
+    /// says so.
+    #[test]
+    fn explain_answers_for_the_name_the_kernel_gives() {
+        let ctx = crate::policy::Context {
+            home: "/home/u".into(),
+            cwd: "/work/ws".into(),
+            env: std::collections::HashMap::new(),
+            resolvers: Vec::new(),
+            host_addrs: Vec::new(),
+            other_homes: Vec::new(),
+            mount_aliases: vec![crate::host::mounts::Alias {
+                mount_point: "/home".into(),
+                placed: "/data/home".into(),
+            }],
+        };
+        let p =
+            crate::policy::load_str("files: {deny: ['/data/home/*/secret']}", "p", &ctx).unwrap();
+        let c = crate::compile::compile(&p, 7).unwrap();
+        let at = Path::new("/home/u/secret");
+        assert_eq!(placed(&c, at), Path::new("/data/home/u/secret"));
+        assert_eq!(placed(&c, Path::new("/home")), Path::new("/data/home"));
+        assert_eq!(placed(&c, Path::new("/homely/x")), Path::new("/homely/x"));
+        assert_eq!(
+            file_rules(&c, at, Access::Read, false).as_deref(),
+            Some("files.deny[0] '/data/home/*/secret'")
+        );
+        assert_eq!(
+            shown(&c, at),
+            "/home/u/secret (to the kernel: /data/home/u/secret)"
+        );
     }
 }
