@@ -107,14 +107,16 @@ pub fn cgroup_write_refused(file: *const u8, bound: u64, off: &KernelOffsets) ->
     if member_list(dentry, off) {
         return true;
     }
-    // The scope's own files are its limits (`memory.max`, `pids.max`, `cgroup.max.*`,
-    // set by sandbox): its parent's to write, as in cgroup v2's delegation. Of them only
-    // `cgroup.subtree_control` is the command's (controllers for cgroups below its own).
+    // The scope's own files are its limits (`memory.max` and `pids.max` set by sandbox,
+    // `cgroup.max.*`, `cgroup.type`, ...): its parent's to write, as in cgroup v2's
+    // delegation. The command's are `cgroup.subtree_control` (controllers for cgroups
+    // below its own), the pressure files (a trigger to poll: systemd's and GLib's memory
+    // pressure watches) and `memory.reclaim` (it can only give memory back).
     let parent = kread::read_ptr(dentry, off.dentry_d_parent).unwrap_or(core::ptr::null());
     let dir = kread::read_ptr(parent, off.dentry_d_inode).unwrap_or(core::ptr::null());
     let dir_ino: u64 = kread::read(dir, off.inode_i_ino).unwrap_or(0);
     if bound != 0 && dir_ino == bound {
-        return !subtree_control(dentry, off);
+        return !own_writable(dentry, off);
     }
     let mut walk = CgroupWalk {
         dentry: dentry as u64,
@@ -158,27 +160,29 @@ fn member_list(dentry: *const u8, off: &KernelOffsets) -> bool {
         || (len == 14 && head == word(b"cgroup.t") && tail == word(b".threads"))
 }
 
-/// `dentry` (a cgroup2 file) is `cgroup.subtree_control`: all 22 bytes compared (three
-/// words, the last two overlapping).
+/// `dentry` (a file of the scope's own cgroup) is one the command may write:
+/// `cgroup.subtree_control`, `memory.reclaim`, or a `*.pressure` file. Names compared whole
+/// (words, the last two overlapping).
 #[inline(always)]
-fn subtree_control(dentry: *const u8, off: &KernelOffsets) -> bool {
+fn own_writable(dentry: *const u8, off: &KernelOffsets) -> bool {
     let len: u32 = kread::read(dentry, off.dentry_d_name_len).unwrap_or(0);
-    if len != 22 {
+    if !(10..=22).contains(&len) {
         return false;
     }
     let Ok(name) = kread::read_ptr(dentry, off.dentry_d_name_name) else {
         return false;
     };
-    let (Ok(a), Ok(b), Ok(c)) = (
-        kread::read::<u64>(name, 0),
-        kread::read::<u64>(name, 8),
-        kread::read::<u64>(name, 14),
-    ) else {
-        return false;
-    };
-    a == u64::from_le_bytes(*b"cgroup.s")
-        && b == u64::from_le_bytes(*b"ubtree_c")
-        && c == u64::from_le_bytes(*b"_control")
+    let word = |at: u32| kread::read::<u64>(name, at).unwrap_or(0);
+    let is = |w: u64, text: &[u8; 8]| w == u64::from_le_bytes(*text);
+    let tail = word(len - 8);
+    if is(tail, b"pressure") {
+        return kread::read::<u8>(name, len - 9).unwrap_or(0) == b'.';
+    }
+    match len {
+        22 => is(word(0), b"cgroup.s") && is(word(8), b"ubtree_c") && is(tail, b"_control"),
+        14 => is(word(0), b"memory.r") && is(tail, b".reclaim"),
+        _ => false,
+    }
 }
 
 /// The state of [`cgroup_write_refused`]'s walk, on the caller's stack: two numbers the

@@ -271,6 +271,48 @@ fn sandbox_run_with(
     args: &[&str],
     fds: &[(std::os::fd::RawFd, std::os::fd::RawFd)],
 ) -> Run {
+    let (mut c, audit) = sandbox_command(user, dir, policy);
+    c.args(args);
+    c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
+    c.envs(env.iter().copied());
+    hold(&mut c, fds);
+    let out = c.output().expect("start sandbox");
+    Run::from_output(&out, &audit)
+}
+
+/// [`run_as`] with sandbox started in the cgroup `cgroup` (as a service manager or a CI
+/// runner would start it).
+pub fn run_as_started_in(
+    cgroup: &Path,
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    cmd: &[&str],
+) -> Run {
+    use std::os::unix::ffi::OsStrExt;
+    let home = home_of(user, dir);
+    let (mut c, audit) = sandbox_command(user, dir, policy);
+    c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
+    let procs = std::ffi::CString::new(cgroup.join("cgroup.procs").as_os_str().as_bytes())
+        .expect("no NUL in a cgroup path");
+    // SAFETY: open, write and close between fork and exec, on a string made before.
+    unsafe {
+        c.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    let out = c.output().expect("start sandbox");
+    Run::from_output(&out, &audit)
+}
+
+/// `sandbox run` as `user` with `--audit-log` (returned) and `--policy` set, arguments
+/// after them still to come.
+fn sandbox_command(user: User, dir: &Path, policy: Option<&str>) -> (Command, PathBuf) {
     let b = bins();
     let files = trusted_dir(dir);
     let audit = files.join("audit.jsonl");
@@ -284,12 +326,7 @@ fn sandbox_run_with(
         write(&f, p);
         c.arg("--policy").arg(&f);
     }
-    c.args(args);
-    c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
-    c.envs(env.iter().copied());
-    hold(&mut c, fds);
-    let out = c.output().expect("start sandbox");
-    Run::from_output(&out, &audit)
+    (c, audit)
 }
 
 /// `c` starts holding `fds` (`(open descriptor, number)`), without close-on-exec.

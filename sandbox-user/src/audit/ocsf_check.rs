@@ -510,6 +510,11 @@ fn every_record_is_valid_ocsf() {
     records.push(Record::terminal_filtered(
         "an escape sequence that sets the clipboard (OSC 52)",
     ));
+    records.push(Record::limit_reached(
+        "limits.memory",
+        "67108864".into(),
+        "the kernel killed 1 of its processes".into(),
+    ));
     let mut bad = Vec::new();
     for r in &records {
         let v = serde_json::to_value(r).unwrap();
@@ -617,6 +622,11 @@ fn records_are_written_as_serde_json_writes_them() {
     records.push(Record::loss(3, "ring buffer full", None));
     records.push(Record::error("undecodable \"x\"\n".into(), Some("run-1")));
     records.push(Record::terminal_filtered("a sequence (OSC 52)"));
+    records.push(Record::limit_reached(
+        "limits.pids",
+        "48".into(),
+        "3 forks failed".into(),
+    ));
     for r in &records {
         let mut ours = Vec::new();
         crate::audit::json::fast(&mut ours, r).unwrap();

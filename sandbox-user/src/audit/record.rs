@@ -600,6 +600,22 @@ impl Record {
         r
     }
 
+    /// The command reached one of its `limits` (`rule`: `limits.memory`, `limits.pids`;
+    /// `what` says what the kernel did), once per limit and run, at its end.
+    pub fn limit_reached(rule: &str, source: String, what: String) -> Self {
+        let mut r = Self::base(
+            Class::Base,
+            (99, "Limit Reached"),
+            "limit_reached",
+            now_ms(),
+            what,
+        );
+        r.unmapped.rule = Some(rule.to_owned());
+        r.unmapped.rule_source = Some(source);
+        r.blocked();
+        r
+    }
+
     /// The operation did not happen: denied, blocked, failed.
     fn blocked(&mut self) {
         self.action_id = Some(2);

@@ -286,21 +286,16 @@ impl Cgroup {
         })
     }
 
-    /// The lowest `memory.max` of this cgroup's ancestors, if one is set: a share of the
-    /// host's memory is of what the run may have at most.
-    pub fn ancestors_memory_max(&self, root: &Path) -> Option<u64> {
-        self.path
-            .ancestors()
-            .skip(1)
-            .take_while(|a| a.starts_with(root) && *a != root)
-            .filter_map(|a| std::fs::read_to_string(a.join("memory.max")).ok())
-            .filter_map(|t| t.trim().parse::<u64>().ok())
-            .min()
+    /// The lowest `file` (`memory.max`, `pids.max`) of this cgroup's ancestors, if one is
+    /// set: what the run may have at most.
+    pub fn ancestors_max(&self, root: &Path, file: &str) -> Option<u64> {
+        lowest(root, self.path.parent()?, file)
     }
 
-    /// What the limits did so far: processes the OOM killer killed in the subtree at its
-    /// memory limit (`memory.events`' `oom_kill`), and forks refused at its task limit
-    /// (`pids.events`' `max`).
+    /// What the limits did so far: processes the OOM killer killed in the subtree once it
+    /// reached its memory limit (`memory.events`' `oom_kill`, counted only when its `oom`
+    /// says the limit was reached: a kill by the host's own OOM killer counts there too),
+    /// and forks refused at its task limit (`pids.events`' `max`).
     pub fn limit_events(&self) -> (u64, u64) {
         let count = |file: &str, key: &str| {
             std::fs::read_to_string(self.path.join(file))
@@ -314,8 +309,13 @@ impl Cgroup {
                 })
                 .unwrap_or(0)
         };
+        let reached = count("memory.events", "oom") > 0;
         (
-            count("memory.events", "oom_kill"),
+            if reached {
+                count("memory.events", "oom_kill")
+            } else {
+                0
+            },
             count("pids.events", "max"),
         )
     }
@@ -471,6 +471,16 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
         }
     }
     std::fs::remove_dir(dir)
+}
+
+/// The lowest `file` (a limit: `memory.max`, `pids.max`) set in `dir` or a cgroup above it
+/// (the root has none).
+pub fn lowest(root: &Path, dir: &Path, file: &str) -> Option<u64> {
+    dir.ancestors()
+        .take_while(|a| a.starts_with(root) && *a != root)
+        .filter_map(|a| std::fs::read_to_string(a.join(file)).ok())
+        .filter_map(|t| t.trim().parse::<u64>().ok())
+        .min()
 }
 
 /// Where `sandbox run` makes cgroups: `/sandbox`, and the scopes of `/sandbox.slice`

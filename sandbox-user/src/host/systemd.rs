@@ -113,6 +113,9 @@ pub const SLICE: &str = "sandbox.slice";
 /// Set by `sandbox run` for itself when it re-executes inside its scope: the scope's unit
 /// name. `SANDBOX_SCOPE=none` (set by the user) keeps the old layout (`<cgroup root>/sandbox`).
 pub const SCOPE_ENV: &str = "SANDBOX_SCOPE";
+/// The cgroup `sandbox run` was started in, passed over the re-execution into the scope:
+/// the limits it ran under hold for the run too (`invoker_cgroup`).
+const INVOKER_ENV: &str = "SANDBOX_INVOKER_CGROUP";
 
 /// systemd is this host's service manager (`sd_booted(3)`).
 pub fn booted() -> bool {
@@ -129,8 +132,19 @@ pub fn enter_delegated_scope() -> anyhow::Result<()> {
     // Read once and removed while sandbox is still one thread (nothing it starts inherits
     // it); `delegated_scope` uses what was read.
     let given = std::env::var(SCOPE_ENV).ok();
+    let invoker = std::env::var(INVOKER_ENV).ok();
     // SAFETY: called first thing in `run`, before sandbox starts any other thread.
-    unsafe { std::env::remove_var(SCOPE_ENV) };
+    unsafe {
+        std::env::remove_var(SCOPE_ENV);
+        std::env::remove_var(INVOKER_ENV);
+    }
+    let own = own_cgroup();
+    // Taken from the variable only in the re-execution (which has its scope's name too).
+    let _ = INVOKER.set(if given.is_some() {
+        invoker
+    } else {
+        own.clone()
+    });
     let given = SCOPE.get_or_init(|| given);
     if given.is_some() || !booted() || !nix::unistd::geteuid().is_root() {
         return Ok(());
@@ -173,12 +187,31 @@ pub fn enter_delegated_scope() -> anyhow::Result<()> {
         .arg(exe)
         .args(args)
         .env(SCOPE_ENV, &unit)
+        .env(INVOKER_ENV, own.unwrap_or_default())
         .exec();
     anyhow::bail!(
         "cannot execute {}: {err} (set SANDBOX_SCOPE=none to run without a systemd scope)",
         systemd_run.display()
     )
 }
+
+/// This process's cgroup v2 path (`/user.slice/...`), from `/proc/self/cgroup`.
+fn own_cgroup() -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    own.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_owned)
+}
+
+/// The cgroup `sandbox run` was started in (before the re-execution into its scope), as
+/// `/proc/PID/cgroup` names it. The run's cgroup is not below it, so the limits of that
+/// cgroup and those above it (a CI runner's `MemoryMax=`, a user slice's `TasksMax=`) are
+/// applied to the run's cgroup as well, or the run would leave them behind.
+pub fn invoker_cgroup() -> Option<&'static str> {
+    INVOKER.get()?.as_deref().filter(|p| p.starts_with('/'))
+}
+
+static INVOKER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
 /// `SANDBOX_SCOPE` as this process started with it (read by [`enter_delegated_scope`]).
 static SCOPE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();

@@ -14,6 +14,8 @@ use super::raw::RawAmount;
 pub const DEFAULT_MEMORY_PERCENT: u64 = 80;
 /// Default `limits.pids`: tasks (processes and threads). Podman's default is 2,048.
 pub const DEFAULT_PIDS: u64 = 4096;
+/// Most tasks a kernel has (`PID_MAX_LIMIT` on 64-bit): the most `pids.max` takes.
+pub const PID_MAX_LIMIT: u64 = 4 << 20;
 /// Least `limits.memory` accepted: below it no agent starts.
 pub const MIN_MEMORY: u64 = 16 << 20;
 
@@ -76,8 +78,8 @@ pub fn memory(raw: &RawAmount) -> Result<Amount, String> {
         return Ok(Amount::Max);
     }
     if let Some(p) = text.strip_suffix('%') {
-        return match p.trim().parse::<u64>() {
-            Ok(p @ 1..=100) => Ok(Amount::Percent(p)),
+        return match p.trim().parse::<u64>().ok().filter(|_| !p.starts_with('+')) {
+            Some(p @ 1..=100) => Ok(Amount::Percent(p)),
             _ => Err(format!(
                 "'{text}': a share of the host's memory is 1% to 100%"
             )),
@@ -130,6 +132,11 @@ pub fn pids(raw: &RawAmount) -> Result<Amount, String> {
             "{n} tasks are too few for a command to start (16 at least)"
         ));
     }
+    if n > PID_MAX_LIMIT {
+        return Err(format!(
+            "{n} tasks are more than any kernel runs ({PID_MAX_LIMIT}); `max` for no limit"
+        ));
+    }
     Ok(Amount::Exact(n))
 }
 
@@ -175,7 +182,17 @@ mod tests {
             memory(&RawAmount::Number(1 << 30)),
             Ok(Amount::Exact(1 << 30))
         );
-        for bad in ["", "lots", "0%", "101%", "4X", "-1G", "1M", "99999999999T"] {
+        for bad in [
+            "",
+            "lots",
+            "0%",
+            "101%",
+            "+80%",
+            "4X",
+            "-1G",
+            "1M",
+            "99999999999T",
+        ] {
             assert!(memory(&text(bad)).is_err(), "{bad}");
         }
         assert!(memory(&RawAmount::Number(4096)).is_err());
@@ -190,6 +207,11 @@ mod tests {
             assert!(pids(&text(bad)).is_err(), "{bad}");
         }
         assert!(pids(&RawAmount::Number(3)).is_err());
+        assert_eq!(
+            pids(&RawAmount::Number(4 << 20)),
+            Ok(Amount::Exact(4 << 20))
+        );
+        assert!(pids(&RawAmount::Number((4 << 20) + 1)).is_err());
     }
 
     #[test]

@@ -408,34 +408,67 @@ fn arm_loaded(
     Ok((mounts, mount_watch, hosts, host_addrs, cgroup))
 }
 
-/// The policy's `limits` on a new run's cgroup, before anything joins it. A limit the
-/// policy wrote that cannot be set stops the run (it was asked for); a default one is
-/// said, and the run goes on without it. `max` sets nothing (nor needs the controller).
+/// The policy's `limits` on a new run's cgroup, before anything joins it, each no higher
+/// than the limit the invoker ran under (`systemd::invoker_cgroup`: the run's cgroup is
+/// not below it). A limit the policy wrote that cannot be set stops the run (it was asked
+/// for); a default one is said, and the run goes on without it. `max` sets only the
+/// invoker's. The memory limit holds as much swap (as Docker's `--memory` does): without
+/// one, a command at its limit would push the host into swap instead.
 fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<()> {
-    let memory = host_memory();
-    let of = cgroup
-        .ancestors_memory_max(root)
-        .map_or(memory, |m| m.min(memory));
+    let invoker = crate::host::systemd::invoker_cgroup().map(|c| root.join(&c[1..]));
+    let kept = |file: &str| {
+        invoker
+            .as_deref()
+            .and_then(|dir| crate::host::cgroup::lowest(root, dir, file))
+    };
+    // A share is of what the run could have at most.
+    let of = [
+        Some(host_memory()).filter(|&m| m > 0),
+        cgroup.ancestors_max(root, "memory.max"),
+        kept("memory.max"),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(0);
     for (field, file, limit, total) in [
         ("limits.memory", "memory.max", limits.memory, of),
         ("limits.pids", "pids.max", limits.pids, 0),
     ] {
-        if limit.amount == Amount::Max {
-            continue;
-        }
-        let value = limit.amount.resolve(total);
-        let set = if matches!(limit.amount, Amount::Percent(_)) && total == 0 {
-            Err(anyhow!(
-                "{field}: the host's memory (MemTotal in /proc/meminfo) is unknown"
-            ))
-        } else {
-            cgroup
-                .limit(root, field, file, value)
-                .map_err(anyhow::Error::from)
+        let wanted = match limit.amount {
+            Amount::Max => None,
+            Amount::Percent(_) if total == 0 => {
+                let e =
+                    format!("{field}: the host's memory (MemTotal in /proc/meminfo) is unknown");
+                if limit.written {
+                    bail!("{e}. Set `{field}: max` in the policy to run without this limit");
+                }
+                tracing::warn!("{e}; the command runs without the default {field}");
+                None
+            }
+            a => a.resolve(total),
         };
+        let inherited = kept(file);
+        let Some(value) = [wanted, inherited].into_iter().flatten().min() else {
+            continue;
+        };
+        let set = cgroup.limit(root, field, file, Some(value)).and_then(|()| {
+            if file != "memory.max" {
+                return Ok(());
+            }
+            // Where the kernel accounts swap (it may not: `swapaccount=0`, no swap).
+            let swap = cgroup.path.join("memory.swap.max");
+            if swap.exists() {
+                cgroup.limit(root, field, "memory.swap.max", Some(value))?;
+            }
+            Ok(())
+        });
         match set {
-            Ok(()) => tracing::debug!("{file} of {}: {value:?}", cgroup.path.display()),
-            Err(e) if limit.written => {
+            Ok(()) => tracing::debug!(
+                "{file} of {}: {value} (the invoker's: {inherited:?})",
+                cgroup.path.display()
+            ),
+            Err(e) if limit.written && wanted.is_some() => {
                 bail!("{e}. Set `{field}: max` in the policy to run without this limit")
             }
             Err(e) => tracing::warn!("{e}; the command runs without the default {field}"),

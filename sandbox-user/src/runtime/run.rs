@@ -247,7 +247,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     )
     .await;
     t.lap("supervise");
-    report_limits(&armed.cgroup);
+    report_limits(&armed.cgroup, &mut audit);
     if t.on {
         for (name, runs, time) in armed.enforcer.program_stats() {
             tracing::debug!(
@@ -269,9 +269,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
     result
 }
 
-/// Says when the command met its limits (`limits`): processes the OOM killer took at the
-/// memory limit, forks refused at the task limit.
-fn report_limits(cgroup: &Cgroup) {
+/// Says when the command met its limits (`limits`), on the terminal and in the audit log:
+/// processes the OOM killer took at the memory limit, forks refused at the task limit.
+fn report_limits(cgroup: &Cgroup, audit: &mut AuditFile) {
     let (killed, refused) = cgroup.limit_events();
     let set = |file: &str| {
         std::fs::read_to_string(cgroup.path.join(file))
@@ -280,20 +280,29 @@ fn report_limits(cgroup: &Cgroup) {
     };
     if killed > 0 {
         let max = set("memory.max");
-        let max = max
+        let shown = max
             .parse::<u64>()
-            .map_or(max, crate::policy::limits::human_bytes);
+            .map_or_else(|_| max.clone(), crate::policy::limits::human_bytes);
+        let what = format!("the kernel killed {killed} of its processes");
         term::line(&format!(
-            "sandbox: the command reached its memory limit ({max}, limits.memory): the \
-             kernel killed {killed} of its processes"
+            "sandbox: the command reached its memory limit ({shown}, limits.memory): {what}"
         ));
+        write_limit(audit, "limits.memory", max, what);
     }
     if refused > 0 {
+        let max = set("pids.max");
+        let what = format!("{refused} forks failed");
         term::line(&format!(
-            "sandbox: the command reached its task limit ({}, limits.pids): {refused} \
-             forks failed",
-            set("pids.max")
+            "sandbox: the command reached its task limit ({max}, limits.pids): {what}"
         ));
+        write_limit(audit, "limits.pids", max, what);
+    }
+}
+
+fn write_limit(audit: &mut AuditFile, rule: &str, max: String, what: String) {
+    let r = crate::audit::Record::limit_reached(rule, max, what);
+    if let Err(e) = audit.write(&r).and_then(|()| audit.flush()) {
+        tracing::warn!("writing the {rule} record to the audit log: {e}");
     }
 }
 

@@ -30,12 +30,14 @@ fn a_runaway_command_meets_its_limits_not_the_hosts() {
         &[
             "/bin/sh",
             "-c",
-            &own_cgroup_files(&["memory.max", "pids.max"]),
+            &own_cgroup_files(&["memory.max", "memory.swap.max", "pids.max"]),
         ],
     );
+    // As much swap as memory (the guests' kernels account swap).
+    let mib64 = (64u64 << 20).to_string();
     assert_eq!(
         r.stdout.split_whitespace().collect::<Vec<_>>(),
-        [(64u64 << 20).to_string().as_str(), "48"]
+        [mib64.as_str(), mib64.as_str(), "48"]
     );
     let r = probe_as(
         User::Agent,
@@ -57,6 +59,14 @@ fn a_runaway_command_meets_its_limits_not_the_hosts() {
     ] {
         assert!(r.stderr.contains(said), "not said: {said}\n{}", r.stderr);
     }
+    // And recorded, for whoever reads the audit log.
+    r.check_records(&[
+        rec("/unmapped/activity", "limit_reached").count(2),
+        rec("/unmapped/rule", "limits.memory")
+            .has("/unmapped/rule_source", (64u64 << 20).to_string())
+            .has("/message", "the kernel killed 1 of its processes"),
+        rec("/unmapped/rule", "limits.pids").has("/unmapped/rule_source", "48"),
+    ]);
 }
 
 /// Without a `limits` section the run gets 80% of the host's memory and 4,096 tasks;
@@ -94,7 +104,8 @@ fn the_default_limits_and_none() {
 }
 
 /// A root command cannot write its own cgroup's limits (they are its parent's, as in
-/// cgroup v2's delegation), only `cgroup.subtree_control` (for cgroups below its own).
+/// cgroup v2's delegation), only `cgroup.subtree_control` (for cgroups below its own), the
+/// pressure files (triggers) and `memory.reclaim`.
 /// Root outside writes the same files of a cgroup of its own.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
@@ -105,7 +116,11 @@ fn a_root_command_cannot_raise_its_own_limits() {
         ("pids.max", EACCES),
         ("cgroup.max.descendants", EACCES),
         ("cgroup.freeze", EACCES),
+        ("cgroup.type", EACCES),
+        ("memory.swap.max", EACCES),
         ("cgroup.subtree_control", OK),
+        ("memory.pressure", OK),
+        ("memory.reclaim", OK),
     ];
     // Outside: a cgroup of the test's own, its memory and pids controllers enabled by a
     // run above (sandbox enables them from the root down).
@@ -144,8 +159,49 @@ fn a_root_command_cannot_raise_its_own_limits() {
         r.expect(&format!("open /sys/fs/cgroup{cgroup}/{f} w"), want);
     }
     r.check_records(&[
-        rec("/unmapped/rule", "self_protection").count(4),
+        rec("/unmapped/rule", "self_protection").count(6),
         rec("/file/path", format!("/sys/fs/cgroup{cgroup}/memory.max"))
             .has("/unmapped/rule", "self_protection"),
     ]);
+}
+
+/// The run's cgroup is not below the one sandbox was started in, so that cgroup's limits
+/// (a CI runner's, a user slice's) are set on the run's too: started in a cgroup of 100
+/// tasks and 512 MiB, the command gets 100 tasks and 80% of 512 MiB; the same runs
+/// outside with more.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn the_limits_sandbox_was_started_under_hold_for_the_run() {
+    let d = agent_dir("limits_invoker");
+    // The controllers enabled at the root (a run enables them).
+    assert_eq!(run_in(&d, None, &d, &["true"]).status, 0);
+    let cg = std::path::Path::new("/sys/fs/cgroup/kt-invoker");
+    let _ = std::fs::remove_dir(cg);
+    std::fs::create_dir(cg).unwrap();
+    std::fs::write(cg.join("pids.max"), "100").unwrap();
+    std::fs::write(cg.join("memory.max"), (512u64 << 20).to_string()).unwrap();
+    let show = own_cgroup_files(&["memory.max", "pids.max"]);
+    let r = run_as_started_in(cg, User::Agent, &d, None, &["/bin/sh", "-c", &show]);
+    let want = (512u64 << 20) / 100 * 80 / 4096 * 4096;
+    assert_eq!(
+        r.stdout.split_whitespace().collect::<Vec<_>>(),
+        [want.to_string().as_str(), "100"],
+        "{}",
+        r.stderr
+    );
+    // A written limit above the invoker's is held to it.
+    let r = run_as_started_in(
+        cg,
+        User::Agent,
+        &d,
+        Some("limits: {memory: max, pids: 5000}\n"),
+        &["/bin/sh", "-c", &show],
+    );
+    assert_eq!(
+        r.stdout.split_whitespace().collect::<Vec<_>>(),
+        [(512u64 << 20).to_string().as_str(), "100"],
+        "{}",
+        r.stderr
+    );
+    let _ = std::fs::remove_dir(cg);
 }
