@@ -30,25 +30,26 @@ macro_rules! hook {
     // `if $pre`: a test of the hook's own arguments made before the scope lookup, so that
     // hooks on hot paths (every ioctl of the host) pay for the lookup only when it matters.
     ($prog:ident, $hook:literal, |$ctx:ident, $scope:ident| $body:expr, if $pre:expr) => {
-        #[aya_ebpf::macros::lsm(hook = $hook)]
-        pub fn $prog($ctx: aya_ebpf::programs::LsmContext) -> i32 {
-            const PREV: usize = sandbox_common::programs::arity(stringify!($prog));
-            let prev: i32 = $ctx.arg(PREV);
-            if prev != 0 {
-                return $crate::hooks::honour(prev);
-            }
+        $crate::hooks::hook!(@program $prog, $hook, $ctx, {
             // Bound first: `!` must apply to the whole test, whatever its operators.
             let pre: bool = $pre;
             if !pre {
                 return 0;
             }
             $crate::scope::decide(0, |$scope| $body)
-        }
+        });
     };
     // `|ctx, scope, inbound|`: the body decides for tasks outside the scope too, with
     // `inbound` true and this set's bound policy (a task outside reaching into the
     // sandbox: `scope::decide_both`).
     ($prog:ident, $hook:literal, |$ctx:ident, $scope:ident, $inbound:ident| $body:expr) => {
+        $crate::hooks::hook!(@program $prog, $hook, $ctx, {
+            $crate::scope::decide_both(|$scope, $inbound| $body)
+        });
+    };
+    // The program around a decision: an earlier LSM program's deny on this hook stays a
+    // deny (its return value is the hook's last argument), then `$decide`.
+    (@program $prog:ident, $hook:literal, $ctx:ident, $decide:block) => {
         #[aya_ebpf::macros::lsm(hook = $hook)]
         pub fn $prog($ctx: aya_ebpf::programs::LsmContext) -> i32 {
             const PREV: usize = sandbox_common::programs::arity(stringify!($prog));
@@ -56,7 +57,7 @@ macro_rules! hook {
             if prev != 0 {
                 return $crate::hooks::honour(prev);
             }
-            $crate::scope::decide_both(|$scope, $inbound| $body)
+            $decide
         }
     };
 }
