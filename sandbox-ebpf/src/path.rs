@@ -161,7 +161,8 @@ fn member_list(dentry: *const u8, off: &KernelOffsets) -> bool {
 }
 
 /// `dentry` (a file of the scope's own cgroup) is one the command may write:
-/// `cgroup.subtree_control`, `memory.reclaim`, or a `*.pressure` file. Names compared whole
+/// `cgroup.subtree_control`, `memory.reclaim`, or a pressure trigger (`*.pressure` but
+/// `cgroup.pressure`). Names compared whole
 /// (words, the last two overlapping).
 #[inline(always)]
 fn own_writable(dentry: *const u8, off: &KernelOffsets) -> bool {
@@ -176,7 +177,10 @@ fn own_writable(dentry: *const u8, off: &KernelOffsets) -> bool {
     let is = |w: u64, text: &[u8; 8]| w == u64::from_le_bytes(*text);
     let tail = word(len - 8);
     if is(tail, b"pressure") {
-        return kread::read::<u8>(name, len - 9).unwrap_or(0) == b'.';
+        // The triggers (`cpu.`, `io.`, `irq.`, `memory.pressure`), not `cgroup.pressure`
+        // (PSI on or off for the cgroup: its pressure is the parent's to watch).
+        return kread::read::<u8>(name, len - 9).unwrap_or(0) == b'.'
+            && (len != 15 || is(word(0), b"memory.p"));
     }
     match len {
         22 => is(word(0), b"cgroup.s") && is(word(8), b"ubtree_c") && is(tail, b"_control"),

@@ -139,12 +139,12 @@ pub fn enter_delegated_scope() -> anyhow::Result<()> {
         std::env::remove_var(INVOKER_ENV);
     }
     let own = own_cgroup();
-    // Taken from the variable only in the re-execution (which has its scope's name too).
-    let _ = INVOKER.set(if given.is_some() {
-        invoker
-    } else {
-        own.clone()
-    });
+    // Taken from the variable only in the re-execution below (the scope it names is this
+    // very run's), never with `..` in it; else this process's own cgroup.
+    let ours = format!("sandbox-run-{}.scope", std::process::id());
+    let reexecuted = given.as_deref() == Some(ours.as_str());
+    let invoker = invoker.filter(|p| reexecuted && !p.split('/').any(|c| c == ".."));
+    let _ = INVOKER.set(if reexecuted { invoker } else { own.clone() });
     let given = SCOPE.get_or_init(|| given);
     if given.is_some() || !booted() || !nix::unistd::geteuid().is_root() {
         return Ok(());

@@ -452,17 +452,15 @@ fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<(
         let Some(value) = [wanted, inherited].into_iter().flatten().min() else {
             continue;
         };
-        let set = cgroup.limit(root, field, file, Some(value)).and_then(|()| {
-            if file != "memory.max" {
-                return Ok(());
+        let set = cgroup.limit(root, field, file, Some(value));
+        // As much swap, or the invoker's if lower, where the kernel accounts swap (it may
+        // not: `swapaccount=0`). sandbox's own addition: a failure is only said.
+        if set.is_ok() && file == "memory.max" && cgroup.path.join("memory.swap.max").exists() {
+            let swap = kept("memory.swap.max").map_or(value, |k| k.min(value));
+            if let Err(e) = cgroup.limit(root, field, "memory.swap.max", Some(swap)) {
+                tracing::warn!("{e}; memory.max is set, the command's swap is not limited");
             }
-            // Where the kernel accounts swap (it may not: `swapaccount=0`, no swap).
-            let swap = cgroup.path.join("memory.swap.max");
-            if swap.exists() {
-                cgroup.limit(root, field, "memory.swap.max", Some(value))?;
-            }
-            Ok(())
-        });
+        }
         match set {
             Ok(()) => tracing::debug!(
                 "{file} of {}: {value} (the invoker's: {inherited:?})",

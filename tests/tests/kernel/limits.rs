@@ -118,6 +118,7 @@ fn a_root_command_cannot_raise_its_own_limits() {
         ("cgroup.freeze", EACCES),
         ("cgroup.type", EACCES),
         ("memory.swap.max", EACCES),
+        ("cgroup.pressure", EACCES),
         ("cgroup.subtree_control", OK),
         ("memory.pressure", OK),
         ("memory.reclaim", OK),
@@ -159,7 +160,7 @@ fn a_root_command_cannot_raise_its_own_limits() {
         r.expect(&format!("open /sys/fs/cgroup{cgroup}/{f} w"), want);
     }
     r.check_records(&[
-        rec("/unmapped/rule", "self_protection").count(6),
+        rec("/unmapped/rule", "self_protection").count(7),
         rec("/file/path", format!("/sys/fs/cgroup{cgroup}/memory.max"))
             .has("/unmapped/rule", "self_protection"),
     ]);
