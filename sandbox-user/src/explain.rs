@@ -293,7 +293,7 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
     let n = &p.network;
     let e = &p.exec;
     format!(
-        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  limits: memory {}, pids {}\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
+        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  process: no_new_privs {}, user_namespaces {}\n  limits: memory {}, pids {}\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
         p.name,
         p.rule_count(),
         f.mode,
@@ -311,6 +311,8 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
         e.deny.len(),
         e.allow.len(),
         e.allow_privileged,
+        p.process.no_new_privs,
+        p.process.user_namespaces,
         amount(p.limits.memory.amount, true),
         amount(p.limits.pids.amount, false),
         c.matcher.literals.len(),

@@ -16,9 +16,10 @@ pub struct Check {
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_MAC_ADMIN: u32 = 33;
 
-/// The checks that need no BPF program: privileges, LSM list, BTF, cgroup v2.
+/// The checks that need no BPF program: privileges, LSM list, BTF, cgroup v2, the
+/// controllers `limits` needs.
 pub fn static_checks() -> Vec<Check> {
-    vec![privileges(), bpf_lsm(), btf(), cgroup2()]
+    vec![privileges(), bpf_lsm(), btf(), cgroup2(), limits()]
 }
 
 /// What both backends need: root's privileges and BTF. (The LSM list and the cgroup v2
@@ -135,6 +136,33 @@ fn cgroup2() -> Check {
             name: "cgroup2",
             ok: false,
             detail: e.to_string(),
+        },
+    }
+}
+
+/// cgroup v2 offers the controllers of `limits` (memory, pids) at its root: without one,
+/// its default limit is skipped (with a warning) and a written one stops the run.
+fn limits() -> Check {
+    let have = crate::host::cgroup::root()
+        .ok()
+        .and_then(|r| std::fs::read_to_string(r.join("cgroup.controllers")).ok())
+        .unwrap_or_default();
+    let missing: Vec<&str> = ["memory", "pids"]
+        .into_iter()
+        .filter(|c| !have.split_whitespace().any(|h| h == *c))
+        .collect();
+    Check {
+        name: "limits",
+        ok: missing.is_empty(),
+        detail: if missing.is_empty() {
+            "cgroup v2 has the memory and pids controllers (limits.memory, limits.pids)".into()
+        } else {
+            format!(
+                "cgroup v2 lacks the {} controller(s) (cgroup v1 holds them?): the default \
+                 limits are skipped with a warning, a limit the policy writes stops the run; \
+                 boot with systemd.unified_cgroup_hierarchy=1",
+                missing.join(" and ")
+            )
         },
     }
 }
