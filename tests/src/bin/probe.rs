@@ -2610,21 +2610,6 @@ mod kernel {
                     libc::munmap(p, len);
                     "OK".into()
                 }
-                "sigio-parent" => {
-                    let mut sv = [0i32; 2];
-                    if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) != 0
-                        || libc::fcntl(sv[0], libc::F_SETOWN, libc::getppid()) != 0
-                        || libc::fcntl(sv[0], libc::F_SETFL, libc::O_ASYNC) != 0
-                    {
-                        return errno_name(last_errno());
-                    }
-                    let r = libc::write(sv[1], b"x".as_ptr().cast(), 1);
-                    // Let the signal land before the answer is printed.
-                    std::thread::sleep(std::time::Duration::from_millis(200));
-                    libc::close(sv[0]);
-                    libc::close(sv[1]);
-                    ret(r as i64)
-                }
                 _ => "BADOP".into(),
             }
         }
@@ -2660,6 +2645,21 @@ mod kernel {
                 }
                 "umount" => ret(i64::from(libc::umount2(c.as_ptr(), 0))),
                 "pivot-root" => pivot_root(&c),
+                "sigio-parent" => {
+                    let mut sv = [0i32; 2];
+                    if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) != 0
+                        || libc::fcntl(sv[0], libc::F_SETOWN, libc::getppid()) != 0
+                        || libc::fcntl(sv[0], libc::F_SETFL, libc::O_ASYNC) != 0
+                    {
+                        return errno_name(last_errno());
+                    }
+                    let r = libc::write(sv[1], b"x".as_ptr().cast(), 1);
+                    // Let the signal land before the answer is printed.
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    libc::close(sv[0]);
+                    libc::close(sv[1]);
+                    ret(r as i64)
+                }
                 "finit-module" => {
                     let fd = libc::open(c.as_ptr(), libc::O_RDONLY);
                     if fd < 0 {
