@@ -277,13 +277,12 @@ fn decision(what: String, deny: Option<String>, audit: bool, none: &str) -> Deci
 }
 
 /// A limit as `sandbox check` says it.
-fn amount(a: crate::policy::limits::Amount, bytes: bool) -> String {
-    use crate::policy::limits::{Amount, human_bytes};
+fn amount(a: crate::policy::limits::Amount, show: fn(u64) -> String) -> String {
+    use crate::policy::limits::Amount;
     match a {
         Amount::Max => "max".into(),
         Amount::Percent(p) => format!("{p}% of the host's"),
-        Amount::Exact(n) if bytes => human_bytes(n),
-        Amount::Exact(n) => n.to_string(),
+        Amount::Exact(n) => show(n),
     }
 }
 
@@ -293,7 +292,7 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
     let n = &p.network;
     let e = &p.exec;
     format!(
-        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  process: no_new_privs {}, user_namespaces {}\n  limits: memory {}, pids {}\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
+        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  process: no_new_privs {}, user_namespaces {}\n  limits: memory {}, pids {}, cpu {}\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
         p.name,
         p.rule_count(),
         f.mode,
@@ -313,8 +312,9 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
         e.allow_privileged,
         p.process.no_new_privs,
         p.process.user_namespaces,
-        amount(p.limits.memory.amount, true),
-        amount(p.limits.pids.amount, false),
+        amount(p.limits.memory.amount, crate::policy::limits::human_bytes),
+        amount(p.limits.pids.amount, |n| n.to_string()),
+        amount(p.limits.cpu.amount, crate::policy::limits::human_cpus),
         c.matcher.literals.len(),
         c.matcher.anchored.states(),
         c.matcher.floating.states(),

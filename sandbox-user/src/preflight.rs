@@ -140,14 +140,14 @@ fn cgroup2() -> Check {
     }
 }
 
-/// cgroup v2 offers the controllers of `limits` (memory, pids) at its root: without one,
-/// its default limit is skipped (with a warning) and a written one stops the run.
+/// cgroup v2 offers the controllers of `limits` (memory, pids, cpu) at its root: without
+/// one, its default limit is skipped (with a warning) and a written one stops the run.
 fn limits() -> Check {
     let have = crate::host::cgroup::root()
         .ok()
         .and_then(|r| std::fs::read_to_string(r.join("cgroup.controllers")).ok())
         .unwrap_or_default();
-    let missing: Vec<&str> = ["memory", "pids"]
+    let missing: Vec<&str> = ["memory", "pids", "cpu"]
         .into_iter()
         .filter(|c| !have.split_whitespace().any(|h| h == *c))
         .collect();
@@ -155,7 +155,9 @@ fn limits() -> Check {
         name: "limits",
         ok: missing.is_empty(),
         detail: if missing.is_empty() {
-            "cgroup v2 has the memory and pids controllers (limits.memory, limits.pids)".into()
+            "cgroup v2 has the memory, pids and cpu controllers (limits.memory, limits.pids, \
+             limits.cpu)"
+                .into()
         } else {
             format!(
                 "cgroup v2 lacks the {} controller(s) (cgroup v1 holds them?): the default \

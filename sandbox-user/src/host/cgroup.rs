@@ -220,23 +220,19 @@ impl Cgroup {
         Self::open(root, &path)
     }
 
-    /// Sets one limit of this cgroup (`file`, e.g. `memory.max`; `None` writes `max`),
-    /// before anything joins it. The controller is first enabled, where it is not yet, in
-    /// the `cgroup.subtree_control` of every cgroup from the root down to this one's parent
-    /// (under systemd those above the delegated scope have it from `Delegate=yes`; the
-    /// scope is sandbox's, its processes moved to a leaf).
+    /// Sets one limit of this cgroup (`None` writes `max`), before anything joins it. Its
+    /// controller is first enabled, where it is not yet, in the `cgroup.subtree_control`
+    /// of every cgroup from the root down to this one's parent (under systemd those above
+    /// the delegated scope have it from `Delegate=yes`; the scope is sandbox's, its
+    /// processes moved to a leaf).
     pub fn limit(
         &self,
         root: &Path,
         field: &'static str,
-        file: &str,
+        knob: Knob,
         value: Option<u64>,
     ) -> Result<(), CgroupError> {
-        let controller: &'static str = match file.split_once('.') {
-            Some(("memory", _)) => "memory",
-            Some(("pids", _)) => "pids",
-            _ => "unknown",
-        };
+        let controller = knob.controller;
         let fail = |path: &Path, reason: String| CgroupError::Controller {
             field,
             controller,
@@ -276,8 +272,8 @@ impl Cgroup {
                 )
             })?;
         }
-        let at = self.path.join(file);
-        let text = value.map_or_else(|| "max".to_owned(), |v| v.to_string());
+        let at = self.path.join(knob.file);
+        let text = knob.text(value);
         std::fs::write(&at, &text).map_err(|e| {
             fail(
                 &self.path,
@@ -286,10 +282,20 @@ impl Cgroup {
         })
     }
 
-    /// The lowest `file` (`memory.max`, `pids.max`) of this cgroup's ancestors, if one is
-    /// set: what the run may have at most.
-    pub fn ancestors_max(&self, root: &Path, file: &str) -> Option<u64> {
-        lowest(root, self.path.parent()?, file)
+    /// The lowest limit `knob` of this cgroup's ancestors, if one is set: what the run may
+    /// have at most.
+    pub fn ancestors_max(&self, root: &Path, knob: Knob) -> Option<u64> {
+        lowest(root, self.path.parent()?, knob)
+    }
+
+    /// In how many periods the command's threads waited at its CPU limit (`cpu.stat`'s
+    /// `nr_throttled`), when the cpu controller is on.
+    pub fn cpu_throttled(&self) -> Option<u64> {
+        let stat = std::fs::read_to_string(self.path.join("cpu.stat")).ok()?;
+        stat.lines().find_map(|l| {
+            l.strip_prefix("nr_throttled ")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
     }
 
     /// What the limits did so far: processes the OOM killer killed in the subtree once it
@@ -473,13 +479,64 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir(dir)
 }
 
-/// The lowest `file` (a limit: `memory.max`, `pids.max`) set in `dir` or a cgroup above it
-/// (the root has none).
-pub fn lowest(root: &Path, dir: &Path, file: &str) -> Option<u64> {
+/// A limit of cgroup v2 (a file of a controller), read and written as a number: bytes,
+/// tasks, or for `cpu.max` microseconds of CPU time in each
+/// [`CPU_PERIOD`](crate::policy::limits::CPU_PERIOD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Knob {
+    pub controller: &'static str,
+    pub file: &'static str,
+}
+
+pub const MEMORY_MAX: Knob = Knob {
+    controller: "memory",
+    file: "memory.max",
+};
+pub const MEMORY_SWAP_MAX: Knob = Knob {
+    controller: "memory",
+    file: "memory.swap.max",
+};
+pub const PIDS_MAX: Knob = Knob {
+    controller: "pids",
+    file: "pids.max",
+};
+pub const CPU_MAX: Knob = Knob {
+    controller: "cpu",
+    file: "cpu.max",
+};
+
+impl Knob {
+    /// The file's limit, `None` for `max` (or unreadable). `cpu.max` is `QUOTA PERIOD`:
+    /// scaled to sandbox's period, so that limits of different periods compare.
+    pub fn parse(self, text: &str) -> Option<u64> {
+        let mut words = text.split_whitespace();
+        let n = words.next()?.parse::<u64>().ok()?;
+        if self != CPU_MAX {
+            return Some(n);
+        }
+        let period = words.next()?.parse::<u64>().ok().filter(|&p| p > 0)?;
+        let scaled =
+            u128::from(n) * u128::from(crate::policy::limits::CPU_PERIOD) / u128::from(period);
+        u64::try_from(scaled).ok()
+    }
+
+    /// What is written for `value` (`None`: `max`).
+    pub fn text(self, value: Option<u64>) -> String {
+        let v = value.map_or_else(|| "max".to_owned(), |v| v.to_string());
+        if self == CPU_MAX {
+            format!("{v} {}", crate::policy::limits::CPU_PERIOD)
+        } else {
+            v
+        }
+    }
+}
+
+/// The lowest limit `knob` set in `dir` or a cgroup above it (the root has none).
+pub fn lowest(root: &Path, dir: &Path, knob: Knob) -> Option<u64> {
     dir.ancestors()
         .take_while(|a| a.starts_with(root) && *a != root)
-        .filter_map(|a| std::fs::read_to_string(a.join(file)).ok())
-        .filter_map(|t| t.trim().parse::<u64>().ok())
+        .filter_map(|a| std::fs::read_to_string(a.join(knob.file)).ok())
+        .filter_map(|t| knob.parse(&t))
         .min()
 }
 
@@ -602,6 +659,32 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Limits compare as numbers: `cpu.max` scaled to sandbox's period, so a host's 50 ms
+    /// in 200 ms is a quarter of a CPU as sandbox's 25 ms in 100 ms is; the lowest of the
+    /// ancestors' holds.
+    #[test]
+    fn limits_read_and_written_as_numbers() {
+        assert_eq!(CPU_MAX.parse("50000 200000\n"), Some(25_000));
+        assert_eq!(CPU_MAX.parse("max 100000\n"), None);
+        assert_eq!(CPU_MAX.parse("100000 0"), None);
+        assert_eq!(CPU_MAX.text(Some(50_000)), "50000 100000");
+        assert_eq!(CPU_MAX.text(None), "max 100000");
+        assert_eq!(PIDS_MAX.parse("100\n"), Some(100));
+        assert_eq!(MEMORY_MAX.parse("max\n"), None);
+        assert_eq!(MEMORY_MAX.text(Some(4096)), "4096");
+        let root =
+            std::env::temp_dir().join(format!("sandbox-cgroup-lowest-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("cpu.max"), "1000 100000").unwrap();
+        std::fs::write(root.join("a/cpu.max"), "150000 100000").unwrap();
+        std::fs::write(root.join("a/b/cpu.max"), "max 100000").unwrap();
+        // The root's own file is not a limit (cgroup v2 has none there).
+        assert_eq!(lowest(&root, &root.join("a/b"), CPU_MAX), Some(150_000));
+        std::fs::write(root.join("a/b/cpu.max"), "40000 50000").unwrap();
+        assert_eq!(lowest(&root, &root.join("a/b"), CPU_MAX), Some(80_000));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn the_depth_counts_directories_not_path_components() {

@@ -1,12 +1,15 @@
-//! `limits`: how much memory and how many tasks the command's cgroup may hold (cgroup v2's
-//! `memory.max` and `pids.max`), as written, checked, and resolved for a host. Applying
-//! them is `host::cgroup::Cgroup::limit`.
+//! `limits`: how much memory, how many tasks and how much CPU time the command's cgroup
+//! may hold (cgroup v2's `memory.max`, `pids.max` and `cpu.max`), as written, checked, and
+//! resolved for a host. Applying them is `host::cgroup::Cgroup::limit`.
 //!
 //! Without them a command inside could take the host down: a fork bomb takes every pid
 //! and thread of the host, and memory the command fills but maps nowhere (a memfd, files
 //! in a tmpfs) counts toward no process, so the global OOM killer would kill processes
 //! outside the sandbox for it. With `memory.max` the kernel reclaims and, at the limit,
-//! kills inside the cgroup only (sandbox itself runs outside it).
+//! kills inside the cgroup only (sandbox itself runs outside it). CPU time is not limited
+//! by default (a busy command slows the host as any program of its user would); `cpu.max`
+//! holds a command that would otherwise keep every CPU busy (a build, a runaway loop) to
+//! its share, and the host's other programs keep the rest.
 
 use super::raw::RawAmount;
 
@@ -18,6 +21,14 @@ pub const DEFAULT_PIDS: u64 = 4096;
 pub const PID_MAX_LIMIT: u64 = 4 << 20;
 /// Least `limits.memory` accepted: below it no agent starts.
 pub const MIN_MEMORY: u64 = 16 << 20;
+/// The period of the `cpu.max` sandbox writes, in microseconds (the kernel's default,
+/// 100 ms): `limits.cpu` is a quota of CPU time in each, `Amount::Exact` in these units
+/// (100,000 is one CPU).
+pub const CPU_PERIOD: u64 = 100_000;
+/// The least quota the kernel takes (1 ms a period): 0.01 CPUs.
+pub const MIN_CPU_QUOTA: u64 = 1_000;
+/// Most CPUs `limits.cpu` names: as many as Debian's kernels run (`NR_CPUS`).
+pub const MAX_CPUS: u64 = 8192;
 
 /// One limit: unlimited, a number (bytes, tasks), or a share of the host's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +50,7 @@ pub struct Limit {
 pub struct Limits {
     pub memory: Limit,
     pub pids: Limit,
+    pub cpu: Limit,
 }
 
 impl Default for Limits {
@@ -50,6 +62,10 @@ impl Default for Limits {
             },
             pids: Limit {
                 amount: Amount::Exact(DEFAULT_PIDS),
+                written: false,
+            },
+            cpu: Limit {
+                amount: Amount::Max,
                 written: false,
             },
         }
@@ -72,18 +88,18 @@ impl Amount {
 pub fn memory(raw: &RawAmount) -> Result<Amount, String> {
     let text = match raw {
         RawAmount::Number(n) => return at_least_min(*n),
+        RawAmount::Decimal(d) => {
+            return Err(format!(
+                "{d}: not an amount of memory (whole bytes, or e.g. 4G, 512M, 80%, or max)"
+            ));
+        }
         RawAmount::Text(t) => t.trim(),
     };
     if text == "max" {
         return Ok(Amount::Max);
     }
-    if let Some(p) = text.strip_suffix('%') {
-        return match p.trim().parse::<u64>().ok().filter(|_| !p.starts_with('+')) {
-            Some(p @ 1..=100) => Ok(Amount::Percent(p)),
-            _ => Err(format!(
-                "'{text}': a share of the host's memory is 1% to 100%"
-            )),
-        };
+    if let Some(share) = share(text, "memory") {
+        return share;
     }
     let lower = text.to_ascii_lowercase();
     let unit = lower.trim_end_matches("ib").trim_end_matches('b');
@@ -107,6 +123,19 @@ pub fn memory(raw: &RawAmount) -> Result<Amount, String> {
     }
 }
 
+/// `N%` (1 to 100) of the host's `what`, if `text` ends in `%`.
+fn share(text: &str, what: &str) -> Option<Result<Amount, String>> {
+    let p = text.strip_suffix('%')?;
+    Some(
+        match p.trim().parse::<u64>().ok().filter(|_| !p.starts_with('+')) {
+            Some(p @ 1..=100) => Ok(Amount::Percent(p)),
+            _ => Err(format!(
+                "'{text}': a share of the host's {what} is 1% to 100%"
+            )),
+        },
+    )
+}
+
 fn at_least_min(bytes: u64) -> Result<Amount, String> {
     if bytes < MIN_MEMORY {
         return Err(format!(
@@ -121,6 +150,7 @@ fn at_least_min(bytes: u64) -> Result<Amount, String> {
 pub fn pids(raw: &RawAmount) -> Result<Amount, String> {
     let n = match raw {
         RawAmount::Number(n) => *n,
+        RawAmount::Decimal(d) => return Err(format!("{d}: not a whole number of tasks")),
         RawAmount::Text(t) if t.trim() == "max" => return Ok(Amount::Max),
         RawAmount::Text(t) => t
             .trim()
@@ -138,6 +168,68 @@ pub fn pids(raw: &RawAmount) -> Result<Amount, String> {
         ));
     }
     Ok(Amount::Exact(n))
+}
+
+/// `limits.cpu`: CPUs' worth of CPU time (`2`, `0.5`, at least 0.01), `N%` of the host's
+/// CPUs, or `max`; as a quota of microseconds in each [`CPU_PERIOD`].
+pub fn cpu(raw: &RawAmount) -> Result<Amount, String> {
+    #[allow(clippy::cast_precision_loss)]
+    let cpus = match raw {
+        RawAmount::Number(n) => *n as f64,
+        RawAmount::Decimal(d) => *d,
+        RawAmount::Text(t) => {
+            let text = t.trim();
+            if text == "max" {
+                return Ok(Amount::Max);
+            }
+            if let Some(share) = share(text, "CPUs") {
+                return share;
+            }
+            text.parse::<f64>()
+                .map_err(|_| format!("'{text}': not a number of CPUs (e.g. 2, 0.5, 50%, or max)"))?
+        }
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let most = MAX_CPUS as f64;
+    if !cpus.is_finite() {
+        return Err(format!(
+            "'{cpus}': not a number of CPUs (e.g. 2, 0.5, 50%, or max)"
+        ));
+    }
+    if cpus > most {
+        return Err(format!(
+            "{cpus} CPUs are more than any kernel runs ({MAX_CPUS}); `max` for no limit"
+        ));
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let quota = (cpus * CPU_PERIOD as f64).round();
+    #[allow(clippy::cast_precision_loss)]
+    if quota < MIN_CPU_QUOTA as f64 {
+        return Err(format!(
+            "{cpus} CPUs is less than the kernel gives (0.01: 1 ms in every 100 ms)"
+        ));
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(Amount::Exact(quota as u64))
+}
+
+/// A `cpu.max` quota per [`CPU_PERIOD`] as people say it: `0.5 CPUs`, `1 CPU`.
+pub fn human_cpus(quota: u64) -> String {
+    let whole = quota / CPU_PERIOD;
+    let hundredths = (quota % CPU_PERIOD + CPU_PERIOD / 200) / (CPU_PERIOD / 100);
+    let (whole, hundredths) = if hundredths == 100 {
+        (whole + 1, 0)
+    } else {
+        (whole, hundredths)
+    };
+    let n = if hundredths == 0 {
+        whole.to_string()
+    } else {
+        format!("{whole}.{hundredths:02}")
+            .trim_end_matches('0')
+            .to_owned()
+    };
+    format!("{n} CPU{}", if n == "1" { "" } else { "s" })
 }
 
 /// Bytes as people write them: `4.0 GiB`, `512 MiB`.
@@ -212,6 +304,46 @@ mod tests {
             Ok(Amount::Exact(4 << 20))
         );
         assert!(pids(&RawAmount::Number((4 << 20) + 1)).is_err());
+    }
+
+    #[test]
+    fn cpu_is_cpus_worth_of_time_a_share_or_max() {
+        for (raw, want) in [
+            (RawAmount::Number(2), Amount::Exact(200_000)),
+            (RawAmount::Decimal(0.5), Amount::Exact(50_000)),
+            (RawAmount::Decimal(0.01), Amount::Exact(1_000)),
+            (text("1.5"), Amount::Exact(150_000)),
+            (text("50%"), Amount::Percent(50)),
+            (text("max"), Amount::Max),
+        ] {
+            assert_eq!(cpu(&raw), Ok(want), "{raw:?}");
+        }
+        for bad in [
+            RawAmount::Number(0),
+            RawAmount::Number(9000),
+            RawAmount::Decimal(0.001),
+            RawAmount::Decimal(-1.0),
+            text(""),
+            text("two"),
+            text("inf"),
+            text("NaN"),
+            text("0%"),
+            text("150%"),
+        ] {
+            assert!(cpu(&bad).is_err(), "{bad:?}");
+        }
+        assert!(memory(&RawAmount::Decimal(1.5)).is_err());
+        assert!(pids(&RawAmount::Decimal(64.5)).is_err());
+        for (quota, said) in [
+            (50_000, "0.5 CPUs"),
+            (100_000, "1 CPU"),
+            (125_000, "1.25 CPUs"),
+            (200_000, "2 CPUs"),
+            (1_000, "0.01 CPUs"),
+            (199_999, "2 CPUs"),
+        ] {
+            assert_eq!(human_cpus(quota), said, "{quota}");
+        }
     }
 
     #[test]

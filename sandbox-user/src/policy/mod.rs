@@ -748,6 +748,7 @@ fn limits(raw: &raw::RawLimits, errs: &mut Vec<FieldError>) -> limits::Limits {
             &mut out.memory,
         ),
         ("limits.pids", &raw.pids, limits::pids, &mut out.pids),
+        ("limits.cpu", &raw.cpu, limits::cpu, &mut out.cpu),
     ];
     for (field, written, parse, limit) in fields {
         let Some(w) = written else { continue };

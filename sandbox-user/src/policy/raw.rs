@@ -171,7 +171,8 @@ pub struct RawProcess {
     pub user_namespaces: Option<bool>,
 }
 
-/// The resources of the command's cgroup (`memory.max`, `pids.max`), set by `sandbox run`
+/// The resources of the command's cgroup (`memory.max`, `pids.max`, `cpu.max`), set by
+/// `sandbox run`
 /// (`sandbox attach` leaves the cgroup's own limits as they are).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, expecting = "a mapping of limits")]
@@ -183,6 +184,9 @@ pub struct RawLimits {
     /// Tasks (processes and threads) at once: a number or `max`. Default 4096. At the
     /// limit `fork` and `clone` fail with EAGAIN.
     pub pids: Option<RawAmount>,
+    /// CPU time: CPUs' worth (`2`, `0.5`), `N%` of the host's CPUs, or `max`. Default
+    /// `max`. At the limit the command's threads wait for the next 100 ms period.
+    pub cpu: Option<RawAmount>,
 }
 
 /// A number, or text such as `4G`, `80%`, `max`.
@@ -190,6 +194,8 @@ pub struct RawLimits {
 #[serde(untagged, expecting = "a number, or text such as 4G, 80% or max")]
 pub enum RawAmount {
     Number(u64),
+    /// Not whole, or below zero (`0.5` CPUs; refused where a count is asked for).
+    Decimal(f64),
     Text(String),
 }
 

@@ -173,6 +173,18 @@ fn semantic_errors_name_field_and_value() {
         "limits:\n  pids: [1]\n",
         Err("a number, or text such as 4G, 80% or max"),
     );
+    check(
+        "limits:\n  cpu: 0.001\n",
+        Err("p.yaml:2:8: limits.cpu: 0.001 CPUs is less than the kernel gives"),
+    );
+    check(
+        "limits:\n  cpu: 2 cores\n",
+        Err("p.yaml:2:8: limits.cpu: '2 cores': not a number of CPUs"),
+    );
+    check(
+        "limits:\n  pids: 1.5\n",
+        Err("p.yaml:2:9: limits.pids: 1.5: not a whole number of tasks"),
+    );
 }
 
 #[test]
@@ -219,6 +231,15 @@ fn defaults() {
         }
     );
     assert_eq!(p.limits.pids, limits::Limits::default().pids);
+    assert_eq!(p.limits.cpu.amount, limits::Amount::Max);
+    let p = load_str("limits: {cpu: 0.5}", "p.yaml", &ctx()).unwrap();
+    assert_eq!(
+        p.limits.cpu,
+        limits::Limit {
+            amount: limits::Amount::Exact(50_000),
+            written: true
+        }
+    );
     let p = load_str("mode: audit\nnetwork: {mode: enforce}\n", "p.yaml", &ctx()).unwrap();
     assert_eq!(p.files.mode, Mode::Audit);
     assert_eq!(p.network.mode, Mode::Enforce);

@@ -415,31 +415,47 @@ fn arm_loaded(
 /// invoker's. The memory limit holds as much swap (as Docker's `--memory` does): without
 /// one, a command at its limit would push the host into swap instead.
 fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<()> {
+    use crate::host::cgroup::{CPU_MAX, Knob, MEMORY_MAX, MEMORY_SWAP_MAX, PIDS_MAX};
     let invoker = crate::host::systemd::invoker_cgroup().map(|c| root.join(&c[1..]));
-    let kept = |file: &str| {
+    let kept = |knob: Knob| {
         invoker
             .as_deref()
-            .and_then(|dir| crate::host::cgroup::lowest(root, dir, file))
+            .and_then(|dir| crate::host::cgroup::lowest(root, dir, knob))
     };
     // A share is of what the run could have at most.
-    let of = [
-        Some(host_memory()).filter(|&m| m > 0),
-        cgroup.ancestors_max(root, "memory.max"),
-        kept("memory.max"),
-    ]
-    .into_iter()
-    .flatten()
-    .min()
-    .unwrap_or(0);
-    for (field, file, limit, total) in [
-        ("limits.memory", "memory.max", limits.memory, of),
-        ("limits.pids", "pids.max", limits.pids, 0),
+    let most = |host: u64, knob: Knob| {
+        [
+            Some(host).filter(|&h| h > 0),
+            cgroup.ancestors_max(root, knob),
+            kept(knob),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(0)
+    };
+    let cpus = host_cpus() * crate::policy::limits::CPU_PERIOD;
+    for (field, knob, limit, total, of) in [
+        (
+            "limits.memory",
+            MEMORY_MAX,
+            limits.memory,
+            most(host_memory(), MEMORY_MAX),
+            "the host's memory (MemTotal in /proc/meminfo)",
+        ),
+        ("limits.pids", PIDS_MAX, limits.pids, 0, "the host's tasks"),
+        (
+            "limits.cpu",
+            CPU_MAX,
+            limits.cpu,
+            most(cpus, CPU_MAX),
+            "the host's number of CPUs",
+        ),
     ] {
         let wanted = match limit.amount {
             Amount::Max => None,
             Amount::Percent(_) if total == 0 => {
-                let e =
-                    format!("{field}: the host's memory (MemTotal in /proc/meminfo) is unknown");
+                let e = format!("{field}: {of} is unknown");
                 if limit.written {
                     bail!("{e}. Set `{field}: max` in the policy to run without this limit");
                 }
@@ -448,23 +464,25 @@ fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<(
             }
             a => a.resolve(total),
         };
-        let inherited = kept(file);
+        let inherited = kept(knob);
         let Some(value) = [wanted, inherited].into_iter().flatten().min() else {
             continue;
         };
-        let set = cgroup.limit(root, field, file, Some(value));
+        let set = cgroup.limit(root, field, knob, Some(value));
         // As much swap, or the invoker's if lower, where the kernel accounts swap (it may
         // not: `swapaccount=0`). sandbox's own addition: a failure is only said.
-        if set.is_ok() && file == "memory.max" && cgroup.path.join("memory.swap.max").exists() {
-            let swap = kept("memory.swap.max").map_or(value, |k| k.min(value));
-            if let Err(e) = cgroup.limit(root, field, "memory.swap.max", Some(swap)) {
+        if set.is_ok() && knob == MEMORY_MAX && cgroup.path.join(MEMORY_SWAP_MAX.file).exists() {
+            let swap = kept(MEMORY_SWAP_MAX).map_or(value, |k| k.min(value));
+            if let Err(e) = cgroup.limit(root, field, MEMORY_SWAP_MAX, Some(swap)) {
                 tracing::warn!("{e}; memory.max is set, the command's swap is not limited");
             }
         }
         match set {
             Ok(()) => tracing::debug!(
-                "{file} of {}: {value} (the invoker's: {inherited:?})",
-                cgroup.path.display()
+                "{} of {}: {} (the invoker's: {inherited:?})",
+                knob.file,
+                cgroup.path.display(),
+                knob.text(Some(value))
             ),
             Err(e) if limit.written && wanted.is_some() => {
                 bail!("{e}. Set `{field}: max` in the policy to run without this limit")
@@ -473,6 +491,13 @@ fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<(
         }
     }
     Ok(())
+}
+
+/// The host's CPUs online; 0 when unknown.
+fn host_cpus() -> u64 {
+    // SAFETY: sysconf reads a value; no memory is passed.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u64::try_from(n).unwrap_or(0)
 }
 
 /// The host's memory (`MemTotal`), in bytes; 0 when unreadable.

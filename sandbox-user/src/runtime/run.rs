@@ -270,7 +270,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<i32> {
 }
 
 /// Says when the command met its limits (`limits`), on the terminal and in the audit log:
-/// processes the OOM killer took at the memory limit, forks refused at the task limit.
+/// processes the OOM killer took at the memory limit, forks refused at the task limit. Time
+/// held at the CPU limit is said on the terminal only: it refused nothing.
 fn report_limits(cgroup: &Cgroup, audit: &mut AuditFile) {
     let (killed, refused) = cgroup.limit_events();
     let set = |file: &str| {
@@ -296,6 +297,14 @@ fn report_limits(cgroup: &Cgroup, audit: &mut AuditFile) {
             "sandbox: the command reached its task limit ({max}, limits.pids): {what}"
         ));
         write_limit(audit, "limits.pids", max, what);
+    }
+    let quota = crate::host::cgroup::CPU_MAX.parse(&set("cpu.max"));
+    if let (Some(quota), Some(periods @ 1..)) = (quota, cgroup.cpu_throttled()) {
+        term::line(&format!(
+            "sandbox: the command waited at its CPU limit ({}, limits.cpu) in {periods} \
+             periods of 100 ms",
+            crate::policy::limits::human_cpus(quota)
+        ));
     }
 }
 

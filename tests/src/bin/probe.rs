@@ -35,6 +35,7 @@
 //!   prlimit PID                  lower the soft `RLIMIT_CORE` of PID to 0 (`prlimit`)
 //!   fork-n N                     N children at once (OK, or the first fork's errno)
 //!   alloc MB                     map MB MiB of anonymous memory and touch every page
+//!   spin MS                      keep a CPU busy until the process has used MS ms of CPU time
 //!   userns-unshare, userns-clone a user namespace by `unshare` (in a child) or `clone`
 //!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
 //!   race-open DENIED ALLOWED N [T]  T threads (2) pinned to CPU 0, opening DENIED and ALLOWED
@@ -1829,7 +1830,9 @@ fn run_op(words: &[String]) -> String {
         "listen" | "udp-bind" | "udp-unspec" => boundary::serve(a(0), a(1), a(2)),
         "clone-into-cgroup" | "umount" | "pivot-root" | "finit-module" | "ioperm" | "prlimit"
         | "sigio-parent" => kernel::op(a(0), a(1)),
-        "fork-n" | "alloc" | "userns-unshare" | "userns-clone" => kernel::resources(a(0), a(1)),
+        "fork-n" | "alloc" | "spin" | "userns-unshare" | "userns-clone" => {
+            kernel::resources(a(0), a(1))
+        }
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
@@ -2564,12 +2567,33 @@ mod kernel {
         }
     }
 
-    /// What the command may use and make: tasks, memory, user namespaces.
+    /// Busy until this process has used `ms` of CPU time (however long the wall clock).
+    fn spin(ms: u64) -> String {
+        let used = || {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: writes the timespec passed.
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut t) };
+            u64::try_from(t.tv_sec).unwrap_or(0) * 1000
+                + u64::try_from(t.tv_nsec).unwrap_or(0) / 1_000_000
+        };
+        let until = used() + ms;
+        let mut n = 0u64;
+        while used() < until {
+            n = std::hint::black_box(n.wrapping_add(1));
+        }
+        "OK".into()
+    }
+
+    /// What the command may use and make: tasks, memory, CPU time, user namespaces.
     pub fn resources(op: &str, arg: &str) -> String {
         // SAFETY: plain system calls on our own buffers and children.
         unsafe {
             match op {
                 "fork-n" => fork_n(arg.parse().unwrap_or(0)),
+                "spin" => spin(arg.parse().unwrap_or(0)),
                 // In a child, so this process keeps its namespaces.
                 "userns-unshare" => {
                     let pid = libc::fork();

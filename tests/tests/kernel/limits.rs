@@ -1,6 +1,6 @@
-//! Limits: the run's cgroup holds the command to its memory and task limits (`limits`), so
-//! a runaway command (a fork bomb, memory it fills) meets them and not the host's; a root
-//! command cannot raise its own.
+//! Limits: the run's cgroup holds the command to its memory, task and CPU limits
+//! (`limits`), so a runaway command (a fork bomb, memory it fills, a busy loop) meets them
+//! and not the host's; a root command cannot raise its own.
 
 use sandbox_tests::*;
 
@@ -69,6 +69,62 @@ fn a_runaway_command_meets_its_limits_not_the_hosts() {
     ]);
 }
 
+/// A command held to a tenth of a CPU waits at its limit in most periods of 100 ms, which
+/// the kernel counts and sandbox says; the same busy loop outside, and inside without a
+/// CPU limit (the default), is never held. A share is of the host's CPUs.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_busy_command_gets_its_cpu_share_not_every_cpu() {
+    let d = agent_dir("limits_cpu");
+    assert_eq!(probe_outside_as(User::Agent, &["spin", "100"]), OK);
+    let script = format!(
+        "{} spin 100 && {}",
+        bins().probe.display(),
+        own_cgroup_files(&["cpu.max", "cpu.stat"])
+    );
+    let throttled = |r: &Run| -> u64 {
+        r.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("nr_throttled "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no cpu.stat:\n{}\n{}", r.stdout, r.stderr))
+    };
+    let r = run_as(
+        User::Agent,
+        &d,
+        Some("limits: {cpu: 0.1}\n"),
+        &["/bin/sh", "-c", &script],
+    );
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("10000 100000\n"), "{}", r.stdout);
+    // 100 ms of CPU time at 10 ms a period: held in about 9 of the 10 periods it spans.
+    let held = throttled(&r);
+    assert!(held >= 5, "held in {held} periods only:\n{}", r.stdout);
+    let said = "sandbox: the command waited at its CPU limit (0.1 CPUs, limits.cpu) in ";
+    assert!(r.stderr.contains(said), "not said: {said}\n{}", r.stderr);
+    // No limit by default: the controller is on (the run above enabled it in the parent),
+    // its limit `max`, and the loop never held.
+    let r = run_as(User::Agent, &d, None, &["/bin/sh", "-c", &script]);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("max 100000\n"), "{}", r.stdout);
+    assert_eq!(throttled(&r), 0, "{}", r.stdout);
+    assert!(!r.stderr.contains("limits.cpu"), "{}", r.stderr);
+    // Half of the host's CPUs.
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let r = run_as(
+        User::Agent,
+        &d,
+        Some("limits: {cpu: 50%}\n"),
+        &["/bin/sh", "-c", &own_cgroup_files(&["cpu.max"])],
+    );
+    assert_eq!(
+        r.stdout.trim(),
+        format!("{} 100000", cpus * 50_000),
+        "{}",
+        r.stderr
+    );
+}
+
 /// Without a `limits` section the run gets 80% of the host's memory and 4,096 tasks;
 /// `max` sets no limit.
 #[test]
@@ -118,14 +174,17 @@ fn a_root_command_cannot_raise_its_own_limits() {
         ("cgroup.freeze", EACCES),
         ("cgroup.type", EACCES),
         ("memory.swap.max", EACCES),
+        ("cpu.max", EACCES),
+        ("cpu.weight", EACCES),
         ("cgroup.pressure", EACCES),
         ("cgroup.subtree_control", OK),
         ("memory.pressure", OK),
         ("memory.reclaim", OK),
     ];
-    // Outside: a cgroup of the test's own, its memory and pids controllers enabled by a
-    // run above (sandbox enables them from the root down).
-    let r = run_in(&d, None, &d, &["true"]);
+    // Outside: a cgroup of the test's own, its memory, pids and cpu controllers enabled by
+    // a run above (sandbox enables them from the root down; cpu for a CPU limit).
+    let cpu = "limits:\n  cpu: 1\n";
+    let r = run_in(&d, Some(cpu), &d, &["true"]);
     assert_eq!(r.status, 0, "{}", r.stderr);
     let mine = std::path::Path::new("/sys/fs/cgroup/kt-limits-root");
     let _ = std::fs::remove_dir(mine);
@@ -148,8 +207,8 @@ fn a_root_command_cannot_raise_its_own_limits() {
         ops.join(" :: ")
     );
     // The files are writable by the policy: what refuses them is the cgroup's boundary.
-    let policy = "files:\n  write: [/sys/fs/cgroup]\n";
-    let r = run_in(&d, Some(policy), &d, &["/bin/sh", "-c", &script]);
+    let policy = format!("files:\n  write: [/sys/fs/cgroup]\n{cpu}");
+    let r = run_in(&d, Some(&policy), &d, &["/bin/sh", "-c", &script]);
     let cgroup = r
         .audit
         .iter()
@@ -160,7 +219,7 @@ fn a_root_command_cannot_raise_its_own_limits() {
         r.expect(&format!("open /sys/fs/cgroup{cgroup}/{f} w"), want);
     }
     r.check_records(&[
-        rec("/unmapped/rule", "self_protection").count(7),
+        rec("/unmapped/rule", "self_protection").count(9),
         rec("/file/path", format!("/sys/fs/cgroup{cgroup}/memory.max"))
             .has("/unmapped/rule", "self_protection"),
     ]);
@@ -168,39 +227,47 @@ fn a_root_command_cannot_raise_its_own_limits() {
 
 /// The run's cgroup is not below the one sandbox was started in, so that cgroup's limits
 /// (a CI runner's, a user slice's) are set on the run's too: started in a cgroup of 100
-/// tasks and 512 MiB, the command gets 100 tasks and 80% of 512 MiB; the same runs
-/// outside with more.
+/// tasks, 512 MiB and half a CPU (in periods of 200 ms), the command gets 100 tasks, 80% of
+/// 512 MiB and half a CPU.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn the_limits_sandbox_was_started_under_hold_for_the_run() {
     let d = agent_dir("limits_invoker");
-    // The controllers enabled at the root (a run enables them).
+    // The controllers enabled at the root (a run enables memory and pids; cpu only for a
+    // CPU limit).
     assert_eq!(run_in(&d, None, &d, &["true"]).status, 0);
+    std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu").unwrap();
     let cg = std::path::Path::new("/sys/fs/cgroup/kt-invoker");
     let _ = std::fs::remove_dir(cg);
     std::fs::create_dir(cg).unwrap();
     std::fs::write(cg.join("pids.max"), "100").unwrap();
     std::fs::write(cg.join("memory.max"), (512u64 << 20).to_string()).unwrap();
-    let show = own_cgroup_files(&["memory.max", "pids.max"]);
+    std::fs::write(cg.join("cpu.max"), "100000 200000").unwrap();
+    let show = own_cgroup_files(&["memory.max", "pids.max", "cpu.max"]);
     let r = run_as_started_in(cg, User::Agent, &d, None, &["/bin/sh", "-c", &show]);
     let want = (512u64 << 20) / 100 * 80 / 4096 * 4096;
     assert_eq!(
         r.stdout.split_whitespace().collect::<Vec<_>>(),
-        [want.to_string().as_str(), "100"],
+        [want.to_string().as_str(), "100", "50000", "100000"],
         "{}",
         r.stderr
     );
-    // A written limit above the invoker's is held to it.
+    // A written limit above the invoker's is held to it; a share is of what it has.
     let r = run_as_started_in(
         cg,
         User::Agent,
         &d,
-        Some("limits: {memory: max, pids: 5000}\n"),
+        Some("limits: {memory: max, pids: 5000, cpu: 50%}\n"),
         &["/bin/sh", "-c", &show],
     );
     assert_eq!(
         r.stdout.split_whitespace().collect::<Vec<_>>(),
-        [(512u64 << 20).to_string().as_str(), "100"],
+        [
+            (512u64 << 20).to_string().as_str(),
+            "100",
+            "25000",
+            "100000"
+        ],
         "{}",
         r.stderr
     );
