@@ -140,14 +140,15 @@ fn cgroup2() -> Check {
     }
 }
 
-/// cgroup v2 offers the controllers of `limits` (memory, pids, cpu) at its root: without
-/// one, its default limit is skipped (with a warning) and a written one stops the run.
+/// cgroup v2 offers the controllers of `limits` at its root: without memory or pids their
+/// default limit is skipped (with a warning); without any of them (cpu and io have no
+/// default) a limit the policy writes stops the run.
 fn limits() -> Check {
     let have = crate::host::cgroup::root()
         .ok()
         .and_then(|r| std::fs::read_to_string(r.join("cgroup.controllers")).ok())
         .unwrap_or_default();
-    let missing: Vec<&str> = ["memory", "pids", "cpu"]
+    let missing: Vec<&str> = ["memory", "pids", "cpu", "io"]
         .into_iter()
         .filter(|c| !have.split_whitespace().any(|h| h == *c))
         .collect();
@@ -155,15 +156,20 @@ fn limits() -> Check {
         name: "limits",
         ok: missing.is_empty(),
         detail: if missing.is_empty() {
-            "cgroup v2 has the memory, pids and cpu controllers (limits.memory, limits.pids, \
-             limits.cpu)"
+            "cgroup v2 has the memory, pids, cpu and io controllers (limits.memory, \
+             limits.pids, limits.cpu, limits.io)"
                 .into()
         } else {
             format!(
-                "cgroup v2 lacks the {} controller(s) (cgroup v1 holds them?): the default \
-                 limits are skipped with a warning, a limit the policy writes stops the run; \
-                 boot with systemd.unified_cgroup_hierarchy=1",
-                missing.join(" and ")
+                "cgroup v2 lacks the {} controller(s) (cgroup v1 holds them?): a limit the \
+                 policy writes for them stops the run{}; boot with \
+                 systemd.unified_cgroup_hierarchy=1",
+                missing.join(" and "),
+                if missing.iter().any(|m| ["memory", "pids"].contains(m)) {
+                    ", the default memory and task limits are skipped with a warning"
+                } else {
+                    ""
+                }
             )
         },
     }

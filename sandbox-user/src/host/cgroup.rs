@@ -232,7 +232,35 @@ impl Cgroup {
         knob: Knob,
         value: Option<u64>,
     ) -> Result<(), CgroupError> {
-        let controller = knob.controller;
+        self.enable(root, field, knob.controller)?;
+        self.write_limit(field, knob.controller, knob.file, &knob.text(value))
+    }
+
+    /// Writes `text` to this cgroup's limit `file` of `controller` (enabled).
+    pub fn write_limit(
+        &self,
+        field: &'static str,
+        controller: &'static str,
+        file: &str,
+        text: &str,
+    ) -> Result<(), CgroupError> {
+        let at = self.path.join(file);
+        std::fs::write(&at, text).map_err(|e| CgroupError::Controller {
+            field,
+            controller,
+            path: self.path.display().to_string(),
+            reason: format!("writing {text} to {}: {e}", at.display()),
+        })
+    }
+
+    /// Enables `controller` for this cgroup: in the `cgroup.subtree_control` of every
+    /// cgroup from the root down to its parent where it is not yet.
+    pub fn enable(
+        &self,
+        root: &Path,
+        field: &'static str,
+        controller: &'static str,
+    ) -> Result<(), CgroupError> {
         let fail = |path: &Path, reason: String| CgroupError::Controller {
             field,
             controller,
@@ -272,14 +300,7 @@ impl Cgroup {
                 )
             })?;
         }
-        let at = self.path.join(knob.file);
-        let text = knob.text(value);
-        std::fs::write(&at, &text).map_err(|e| {
-            fail(
-                &self.path,
-                format!("writing {text} to {}: {e}", at.display()),
-            )
-        })
+        Ok(())
     }
 
     /// The lowest limit `knob` of this cgroup's ancestors, if one is set: what the run may
@@ -531,6 +552,71 @@ impl Knob {
     }
 }
 
+/// `io.max`'s keys, in the order sandbox keeps them: bytes and operations a second, read
+/// and written.
+pub const IO_KEYS: [&str; 4] = ["rbps", "wbps", "riops", "wiops"];
+
+/// One disk's `io.max` limits, [`IO_KEYS`] in order (`None`: `max`).
+pub type IoLimits = [Option<u64>; 4];
+
+/// The host's disks, by `MAJ:MIN`: every block device of `/sys/block` (whole disks, loop
+/// and device-mapper devices; `io.max` takes no partition: a disk's limit holds for its
+/// partitions).
+pub fn disks() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("dev")).ok())
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The lowest `io.max` limits set in `dir` or a cgroup above it, by disk.
+pub fn lowest_io(root: &Path, dir: &Path) -> std::collections::BTreeMap<String, IoLimits> {
+    let mut out = std::collections::BTreeMap::<String, IoLimits>::new();
+    let cgroups = dir
+        .ancestors()
+        .take_while(|a| a.starts_with(root) && *a != root);
+    for text in cgroups.filter_map(|a| std::fs::read_to_string(a.join("io.max")).ok()) {
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            let Some(dev) = words.next() else { continue };
+            let limits = out.entry(dev.to_owned()).or_default();
+            for w in words {
+                let Some((key, value)) = w.split_once('=') else {
+                    continue;
+                };
+                let (Some(i), Ok(v)) = (IO_KEYS.iter().position(|k| *k == key), value.parse())
+                else {
+                    continue;
+                };
+                limits[i] = Some(limits[i].map_or(v, |l: u64| l.min(v)));
+            }
+        }
+    }
+    out
+}
+
+/// A line of `io.max` for `dev`.
+pub fn io_line(dev: &str, limits: &IoLimits) -> String {
+    let keys: Vec<String> = IO_KEYS
+        .iter()
+        .zip(limits)
+        .map(|(key, v)| {
+            format!(
+                "{key}={}",
+                v.map_or_else(|| "max".to_owned(), |v| v.to_string())
+            )
+        })
+        .collect();
+    format!("{dev} {}", keys.join(" "))
+}
+
 /// The lowest limit `knob` set in `dir` or a cgroup above it (the root has none).
 pub fn lowest(root: &Path, dir: &Path, knob: Knob) -> Option<u64> {
     dir.ancestors()
@@ -683,6 +769,23 @@ mod tests {
         assert_eq!(lowest(&root, &root.join("a/b"), CPU_MAX), Some(150_000));
         std::fs::write(root.join("a/b/cpu.max"), "40000 50000").unwrap();
         assert_eq!(lowest(&root, &root.join("a/b"), CPU_MAX), Some(80_000));
+        // io.max: by disk, the lowest of each key.
+        std::fs::write(
+            root.join("a/io.max"),
+            "8:0 rbps=1000 wbps=max riops=max wiops=7\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("a/b/io.max"),
+            "8:0 rbps=2000 wbps=500 riops=max wiops=max\n7:1 rbps=max wbps=9 riops=max wiops=max\n",
+        )
+        .unwrap();
+        let io = lowest_io(&root, &root.join("a/b"));
+        assert_eq!(io["8:0"], [Some(1000), Some(500), None, Some(7)]);
+        assert_eq!(
+            io_line("7:1", &io["7:1"]),
+            "7:1 rbps=max wbps=9 riops=max wiops=max"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 

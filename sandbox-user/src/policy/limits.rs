@@ -1,6 +1,6 @@
-//! `limits`: how much memory, how many tasks and how much CPU time the command's cgroup
-//! may hold (cgroup v2's `memory.max`, `pids.max` and `cpu.max`), as written, checked, and
-//! resolved for a host. Applying them is `host::cgroup::Cgroup::limit`.
+//! `limits`: how much memory, how many tasks, how much CPU time and disk bandwidth the
+//! command's cgroup may hold (cgroup v2's `memory.max`, `pids.max`, `cpu.max`, `io.max`),
+//! as written, checked, and resolved for a host. Applying them is `host::cgroup::Cgroup::limit`.
 //!
 //! Without them a command inside could take the host down: a fork bomb takes every pid
 //! and thread of the host, and memory the command fills but maps nowhere (a memfd, files
@@ -29,6 +29,9 @@ pub const CPU_PERIOD: u64 = 100_000;
 pub const MIN_CPU_QUOTA: u64 = 1_000;
 /// Most CPUs `limits.cpu` names: as many as Debian's kernels run (`NR_CPUS`).
 pub const MAX_CPUS: u64 = 8192;
+/// Least `limits.io` rate accepted, bytes a second: below it a command's reads of its own
+/// program and libraries would take minutes.
+pub const MIN_IO_RATE: u64 = 64 << 10;
 
 /// One limit: unlimited, a number (bytes, tasks), or a share of the host's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +54,9 @@ pub struct Limits {
     pub memory: Limit,
     pub pids: Limit,
     pub cpu: Limit,
+    /// Bytes a second of each disk (`io.max`'s `rbps`, `wbps`).
+    pub io_read: Limit,
+    pub io_write: Limit,
 }
 
 impl Default for Limits {
@@ -65,6 +71,14 @@ impl Default for Limits {
                 written: false,
             },
             cpu: Limit {
+                amount: Amount::Max,
+                written: false,
+            },
+            io_read: Limit {
+                amount: Amount::Max,
+                written: false,
+            },
+            io_write: Limit {
                 amount: Amount::Max,
                 written: false,
             },
@@ -101,6 +115,17 @@ pub fn memory(raw: &RawAmount) -> Result<Amount, String> {
     if let Some(share) = share(text, "memory") {
         return share;
     }
+    match bytes(text) {
+        Some(b) => at_least_min(b),
+        None => Err(format!(
+            "'{text}': not an amount of memory (e.g. 4G, 512M, 80%, or max)"
+        )),
+    }
+}
+
+/// Bytes as written: a number with an optional `K`, `M`, `G` or `T` (1024-based), itself
+/// optionally followed by `B` or `iB`.
+fn bytes(text: &str) -> Option<u64> {
     let lower = text.to_ascii_lowercase();
     let unit = lower.trim_end_matches("ib").trim_end_matches('b');
     let (digits, shift) = match unit.chars().last() {
@@ -110,15 +135,39 @@ pub fn memory(raw: &RawAmount) -> Result<Amount, String> {
         Some('t') => (&unit[..unit.len() - 1], 40),
         _ => (unit, 0),
     };
-    let bytes = digits
+    digits
         .trim()
         .parse::<u64>()
         .ok()
-        .and_then(|n| n.checked_mul(1 << shift));
-    match bytes {
-        Some(b) => at_least_min(b),
+        .and_then(|n| n.checked_mul(1 << shift))
+}
+
+/// `limits.io.read`, `limits.io.write`: bytes a second (a number, or with a `K`, `M`, `G`
+/// suffix as for memory, optionally ending in `/s`), or `max`.
+pub fn io_rate(raw: &RawAmount) -> Result<Amount, String> {
+    let rate = match raw {
+        RawAmount::Number(n) => Some(*n),
+        RawAmount::Decimal(d) => return Err(format!("{d}: not a whole number of bytes")),
+        RawAmount::Text(t) => {
+            let text = t.trim();
+            if text == "max" {
+                return Ok(Amount::Max);
+            }
+            bytes(text.strip_suffix("/s").unwrap_or(text))
+        }
+    };
+    match rate {
+        Some(r) if r >= MIN_IO_RATE => Ok(Amount::Exact(r)),
+        Some(r) => Err(format!(
+            "{r} bytes a second is less than the {} KiB/s a command needs to start",
+            MIN_IO_RATE >> 10
+        )),
         None => Err(format!(
-            "'{text}': not an amount of memory (e.g. 4G, 512M, 80%, or max)"
+            "'{}': not a rate (bytes a second, e.g. 50M, 100M/s, or max)",
+            match raw {
+                RawAmount::Text(t) => t.trim(),
+                _ => "",
+            }
         )),
     }
 }
@@ -173,7 +222,6 @@ pub fn pids(raw: &RawAmount) -> Result<Amount, String> {
 /// `limits.cpu`: CPUs' worth of CPU time (`2`, `0.5`, at least 0.01), `N%` of the host's
 /// CPUs, or `max`; as a quota of microseconds in each [`CPU_PERIOD`].
 pub fn cpu(raw: &RawAmount) -> Result<Amount, String> {
-    #[allow(clippy::cast_precision_loss)]
     let cpus = match raw {
         RawAmount::Number(n) => *n as f64,
         RawAmount::Decimal(d) => *d,
@@ -189,7 +237,6 @@ pub fn cpu(raw: &RawAmount) -> Result<Amount, String> {
                 .map_err(|_| format!("'{text}': not a number of CPUs (e.g. 2, 0.5, 50%, or max)"))?
         }
     };
-    #[allow(clippy::cast_precision_loss)]
     let most = MAX_CPUS as f64;
     if !cpus.is_finite() {
         return Err(format!(
@@ -201,15 +248,13 @@ pub fn cpu(raw: &RawAmount) -> Result<Amount, String> {
             "{cpus} CPUs are more than any kernel runs ({MAX_CPUS}); `max` for no limit"
         ));
     }
-    #[allow(clippy::cast_precision_loss)]
     let quota = (cpus * CPU_PERIOD as f64).round();
-    #[allow(clippy::cast_precision_loss)]
     if quota < MIN_CPU_QUOTA as f64 {
         return Err(format!(
             "{cpus} CPUs is less than the kernel gives (0.01: 1 ms in every 100 ms)"
         ));
     }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    #[allow(clippy::cast_sign_loss)]
     Ok(Amount::Exact(quota as u64))
 }
 
@@ -333,6 +378,24 @@ mod tests {
             assert!(cpu(&bad).is_err(), "{bad:?}");
         }
         assert!(memory(&RawAmount::Decimal(1.5)).is_err());
+        for (raw, want) in [
+            (text("50M"), Amount::Exact(50 << 20)),
+            (text("100M/s"), Amount::Exact(100 << 20)),
+            (text("1GiB/s"), Amount::Exact(1 << 30)),
+            (RawAmount::Number(1 << 20), Amount::Exact(1 << 20)),
+            (text("max"), Amount::Max),
+        ] {
+            assert_eq!(io_rate(&raw), Ok(want), "{raw:?}");
+        }
+        for bad in [
+            text("fast"),
+            text("10%"),
+            text("1K"),
+            RawAmount::Decimal(1.5),
+            RawAmount::Number(100),
+        ] {
+            assert!(io_rate(&bad).is_err(), "{bad:?}");
+        }
         assert!(pids(&RawAmount::Decimal(64.5)).is_err());
         for (quota, said) in [
             (50_000, "0.5 CPUs"),

@@ -740,15 +740,33 @@ fn process(raw: &raw::RawProcess, errs: &mut Vec<FieldError>) -> Process {
 /// The `limits` section: amounts checked; what is not written is the default.
 fn limits(raw: &raw::RawLimits, errs: &mut Vec<FieldError>) -> limits::Limits {
     let mut out = limits::Limits::default();
+    let io = raw.io.as_ref();
     let fields = [
         (
             "limits.memory",
-            &raw.memory,
+            raw.memory.as_ref(),
             limits::memory as fn(&raw::RawAmount) -> _,
             &mut out.memory,
         ),
-        ("limits.pids", &raw.pids, limits::pids, &mut out.pids),
-        ("limits.cpu", &raw.cpu, limits::cpu, &mut out.cpu),
+        (
+            "limits.pids",
+            raw.pids.as_ref(),
+            limits::pids,
+            &mut out.pids,
+        ),
+        ("limits.cpu", raw.cpu.as_ref(), limits::cpu, &mut out.cpu),
+        (
+            "limits.io.read",
+            io.and_then(|i| i.read.as_ref()),
+            limits::io_rate,
+            &mut out.io_read,
+        ),
+        (
+            "limits.io.write",
+            io.and_then(|i| i.write.as_ref()),
+            limits::io_rate,
+            &mut out.io_write,
+        ),
     ];
     for (field, written, parse, limit) in fields {
         let Some(w) = written else { continue };

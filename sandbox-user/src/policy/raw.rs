@@ -187,6 +187,19 @@ pub struct RawLimits {
     /// CPU time: CPUs' worth (`2`, `0.5`), `N%` of the host's CPUs, or `max`. Default
     /// `max`. At the limit the command's threads wait for the next 100 ms period.
     pub cpu: Option<RawAmount>,
+    /// Disk bandwidth, for each disk of the host. Default none.
+    pub io: Option<RawIo>,
+}
+
+/// Bytes a second the command may read from and write to each disk (`io.max`).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, expecting = "a mapping with read and write")]
+pub struct RawIo {
+    /// Bytes a second read from each disk: `100M`, `100M/s`, or `max`.
+    pub read: Option<RawAmount>,
+    /// Bytes a second written to each disk (as the kernel writes the command's data back,
+    /// page cache included): `50M`, or `max`.
+    pub write: Option<RawAmount>,
 }
 
 /// A number, or text such as `4G`, `80%`, `max`.

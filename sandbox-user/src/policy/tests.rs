@@ -182,6 +182,14 @@ fn semantic_errors_name_field_and_value() {
         Err("p.yaml:2:8: limits.cpu: '2 cores': not a number of CPUs"),
     );
     check(
+        "limits:\n  io:\n    write: 1K\n",
+        Err("p.yaml:3:12: limits.io.write: 1024 bytes a second is less than"),
+    );
+    check(
+        "limits:\n  io: {reads: 1M}\n",
+        Err("unknown field `reads`, expected `read` or `write`"),
+    );
+    check(
         "limits:\n  pids: 1.5\n",
         Err("p.yaml:2:9: limits.pids: 1.5: not a whole number of tasks"),
     );

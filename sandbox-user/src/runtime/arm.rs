@@ -490,6 +490,61 @@ fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<(
             Err(e) => tracing::warn!("{e}; the command runs without the default {field}"),
         }
     }
+    set_io(cgroup, root, limits, invoker.as_deref())
+}
+
+/// `limits.io` on every disk of the host (`io.max`, one line each), each key no higher than
+/// the invoker's for that disk. Disks attached later are not limited.
+fn set_io(
+    cgroup: &Cgroup,
+    root: &Path,
+    limits: &Limits,
+    invoker: Option<&Path>,
+) -> anyhow::Result<()> {
+    use crate::host::cgroup::{IoLimits, disks, io_line, lowest_io};
+    let rate = |l: crate::policy::limits::Limit| l.amount.resolve(0);
+    let (read, write) = (rate(limits.io_read), rate(limits.io_write));
+    let written =
+        (limits.io_read.written && read.is_some()) || (limits.io_write.written && write.is_some());
+    let mut each = std::collections::BTreeMap::<String, IoLimits>::new();
+    if read.is_some() || write.is_some() {
+        for dev in disks() {
+            each.insert(dev, [read, write, None, None]);
+        }
+        if each.is_empty() {
+            bail!("limits.io: the host has no disks in /sys/block to limit");
+        }
+    }
+    for (dev, kept) in invoker.map(|d| lowest_io(root, d)).unwrap_or_default() {
+        let ours = each.entry(dev).or_default();
+        for (o, k) in ours.iter_mut().zip(kept) {
+            *o = [*o, k].into_iter().flatten().min();
+        }
+    }
+    each.retain(|_, l| l.iter().any(Option::is_some));
+    if each.is_empty() {
+        return Ok(());
+    }
+    let stop = |e: crate::host::cgroup::CgroupError| {
+        anyhow!(
+            "{e}. Set `limits: {{io: {{read: max, write: max}}}}` in the policy to run without this limit"
+        )
+    };
+    if let Err(e) = cgroup.enable(root, "limits.io", "io") {
+        if written {
+            return Err(stop(e));
+        }
+        tracing::warn!("{e}; the command runs without the invoker's disk limits");
+        return Ok(());
+    }
+    for (dev, l) in &each {
+        let line = io_line(dev, l);
+        match cgroup.write_limit("limits.io", "io", "io.max", &line) {
+            Ok(()) => tracing::debug!("io.max of {}: {line}", cgroup.path.display()),
+            Err(e) if written => return Err(stop(e)),
+            Err(e) => tracing::warn!("{e}; disk {dev} is not limited"),
+        }
+    }
     Ok(())
 }
 

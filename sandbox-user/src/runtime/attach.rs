@@ -87,10 +87,14 @@ fn read_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
     for w in policy::lint::lint(&p) {
         tracing::warn!("{w}");
     }
-    if p.limits.memory.written || p.limits.pids.written || p.limits.cpu.written {
+    let l = &p.limits;
+    if [l.memory, l.pids, l.cpu, l.io_read, l.io_write]
+        .iter()
+        .any(|l| l.written)
+    {
         tracing::warn!(
             "limits: the cgroup attached to is not sandbox's, so its limits stay as they \
-             are; set them where it is made (systemd: MemoryMax=, TasksMax=, CPUQuota=)"
+             are; set them where it is made (systemd: MemoryMax=, TasksMax=, CPUQuota=, IOReadBandwidthMax=)"
         );
     }
     Ok(p)

@@ -36,6 +36,9 @@
 //!   fork-n N                     N children at once (OK, or the first fork's errno)
 //!   alloc MB                     map MB MiB of anonymous memory and touch every page
 //!   spin MS                      keep a CPU busy until the process has used MS ms of CPU time
+//!   write-direct PATH MB         write MB MiB to PATH past the page cache (`O_DIRECT`), then
+//!                                say how long it took on stdout (`io: ... in N ms`)
+//!   read-direct PATH             read PATH past the page cache, and say how long it took
 //!   userns-unshare, userns-clone a user namespace by `unshare` (in a child) or `clone`
 //!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
 //!   race-open DENIED ALLOWED N [T]  T threads (2) pinned to CPU 0, opening DENIED and ALLOWED
@@ -1833,6 +1836,7 @@ fn run_op(words: &[String]) -> String {
         "fork-n" | "alloc" | "spin" | "userns-unshare" | "userns-clone" => {
             kernel::resources(a(0), a(1))
         }
+        "write-direct" | "read-direct" => kernel::direct_io(a(0), a(1), a(2)),
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
@@ -2585,6 +2589,64 @@ mod kernel {
             n = std::hint::black_box(n.wrapping_add(1));
         }
         "OK".into()
+    }
+
+    /// Reads or writes a file past the page cache, 64 KiB at a time, so each request goes to
+    /// the disk as it is made (and is held there by a disk limit): `write-direct PATH MB`,
+    /// `read-direct PATH`. Says how long it took on stdout.
+    pub fn direct_io(op: &str, path: &str, mib: &str) -> String {
+        const CHUNK: usize = 64 << 10;
+        let c = CString::new(path).unwrap_or_default();
+        let layout = std::alloc::Layout::from_size_align(CHUNK, 4096).unwrap();
+        // SAFETY: a buffer of CHUNK bytes, aligned as O_DIRECT wants, freed below; plain
+        // system calls on it and on our own descriptor.
+        unsafe {
+            let buf = std::alloc::alloc_zeroed(layout);
+            let write = op == "write-direct";
+            let flags = if write {
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC
+            } else {
+                libc::O_RDONLY
+            };
+            let fd = libc::open(c.as_ptr(), flags | libc::O_DIRECT | libc::O_CLOEXEC, 0o600);
+            if fd < 0 {
+                std::alloc::dealloc(buf, layout);
+                return errno_name(last_errno());
+            }
+            let start = std::time::Instant::now();
+            let mut moved = 0usize;
+            let mut failed = 0;
+            let want = mib.parse::<usize>().unwrap_or(0) << 20;
+            loop {
+                let n = if write {
+                    if moved >= want {
+                        break;
+                    }
+                    libc::write(fd, buf.cast(), CHUNK)
+                } else {
+                    libc::read(fd, buf.cast(), CHUNK)
+                };
+                if n < 0 {
+                    failed = last_errno();
+                    break;
+                }
+                if n == 0 {
+                    break;
+                }
+                moved += n.cast_unsigned();
+            }
+            libc::close(fd);
+            std::alloc::dealloc(buf, layout);
+            if failed != 0 {
+                return errno_name(failed);
+            }
+            println!(
+                "io: {} KiB in {} ms",
+                moved >> 10,
+                start.elapsed().as_millis()
+            );
+            "OK".into()
+        }
     }
 
     /// What the command may use and make: tasks, memory, CPU time, user namespaces.

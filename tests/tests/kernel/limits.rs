@@ -125,6 +125,62 @@ fn a_busy_command_gets_its_cpu_share_not_every_cpu() {
     );
 }
 
+/// A command limited to 1 MiB a second of each disk writes and reads 4 MiB past the page
+/// cache in no less than about 3 s each, its disk's `io.max` set; outside the same writes
+/// and reads are not held.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_command_reads_and_writes_each_disk_at_its_rate() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let d = agent_dir("limits_io");
+    let mnt = d.join("disk");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let _fs = DiskFs::mount(&std::env::temp_dir().join("kt-limits-io.img"), &mnt, 16);
+    User::Agent.own(&mnt);
+    let dev = std::fs::metadata(&mnt).unwrap().dev();
+    let disk = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let (outside, inside) = (path_str(&mnt, "outside"), path_str(&mnt, "inside"));
+    let ms = |stdout: &str| -> Vec<u64> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("io: 4096 KiB in "))
+            .filter_map(|l| l.strip_suffix(" ms")?.parse().ok())
+            .collect()
+    };
+    let out = Command::new(bins().probe)
+        .args(["write-direct", &outside, "4", "::", "read-direct", &outside])
+        .uid(User::Agent.uid())
+        .gid(User::Agent.gid())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(ms(&out).len(), 2, "outside:\n{out}");
+    let policy = "limits:\n  io: {read: 1M, write: 1M/s}\n";
+    let show = format!(
+        "{} write-direct {inside} 4 :: read-direct {inside} && grep '^{disk} ' \
+         /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/io.max",
+        bins().probe.display()
+    );
+    let r = run_as(User::Agent, &d, Some(policy), &["/bin/sh", "-c", &show]);
+    assert_eq!(r.status, 0, "{}\n{}", r.stdout, r.stderr);
+    let mib = (1u64 << 20).to_string();
+    assert!(
+        r.stdout
+            .contains(&format!("{disk} rbps={mib} wbps={mib} riops=max wiops=max")),
+        "{}",
+        r.stdout
+    );
+    let held = ms(&r.stdout);
+    assert_eq!(held.len(), 2, "{}", r.stdout);
+    // 4 MiB at 1 MiB a second: 3 s at least, whatever the first request's allowance.
+    assert!(
+        held.iter().all(|&t| t >= 2500),
+        "not held at 1 MiB/s: {held:?} ms (outside: {:?})",
+        ms(&out)
+    );
+}
+
 /// Without a `limits` section the run gets 80% of the host's memory and 4,096 tasks;
 /// `max` sets no limit.
 #[test]
