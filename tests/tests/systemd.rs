@@ -44,11 +44,12 @@ fn scopes() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The limits hold in the delegated scope too: the one written (`pids: 300`), and the
-/// default one (memory).
+/// The limits hold in the delegated scope too: those written (`pids: 300`, `cpu: 0.5`),
+/// and the default one (memory).
 fn limits_hold(run_cg: &str) {
     let read = |f: &str| std::fs::read_to_string(format!("{run_cg}/{f}")).unwrap();
     assert_eq!(read("pids.max").trim(), "300");
+    assert_eq!(read("cpu.max").trim(), "50000 100000");
     let memory = read("memory.max");
     assert!(memory.trim().parse::<u64>().is_ok(), "memory.max: {memory}");
 }
@@ -64,7 +65,7 @@ fn run_makes_its_cgroup_in_a_delegated_scope() {
     User::Agent.own(Path::new(&secret));
     // The route: without sandbox the agent reads the file.
     assert_eq!(probe_outside_as(User::Agent, &["open", &secret, "r"]), OK);
-    let policy = format!("name: scoped\nfiles:\n  deny: [{secret}]\nlimits:\n  pids: 300\n");
+    let policy = format!("name: scoped\nfiles:\n  deny: [{secret}]\nlimits:\n  pids: 300\n  cpu: 0.5\n");
     let files = trusted_dir(&d);
     let policy_file = files.join("policy.yaml");
     write(&policy_file, &policy);
