@@ -310,6 +310,42 @@ pub fn run_as_started_in(
     Run::from_output(&out, &audit)
 }
 
+/// [`run_as`] with sandbox started under a resource limit (`RLIMIT_*`, soft and hard at
+/// `value`), as a login's `limits.conf` (an `@audio` user's `rtprio`) would start it.
+pub fn run_as_under_rlimit(
+    resource: libc::__rlimit_resource_t,
+    value: u64,
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    cmd: &[&str],
+) -> Run {
+    let home = home_of(user, dir);
+    let (mut c, audit) = sandbox_command(user, dir, policy);
+    c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
+    under_rlimit(&mut c, resource, value);
+    let out = c.output().expect("start sandbox");
+    Run::from_output(&out, &audit)
+}
+
+/// `c` starts under the resource limit `resource` at `value` (soft and hard).
+pub fn under_rlimit(c: &mut Command, resource: libc::__rlimit_resource_t, value: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: one setrlimit between fork and exec, on a value on the stack.
+    unsafe {
+        c.pre_exec(move || {
+            let l = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            if libc::setrlimit(resource, &raw const l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// `sandbox run` as `user` with `--audit-log` (returned) and `--policy` set, arguments
 /// after them still to come.
 fn sandbox_command(user: User, dir: &Path, policy: Option<&str>) -> (Command, PathBuf) {

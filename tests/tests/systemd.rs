@@ -44,6 +44,9 @@ fn scopes() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The limits the scoped run's policy writes.
+const LIMITS: &str = "limits:\n  pids: 300\n  cpu: 0.5\n";
+
 /// The limits hold in the delegated scope too: those written (`pids: 300`, `cpu: 0.5`),
 /// and the default one (memory).
 fn limits_hold(run_cg: &str) {
@@ -65,7 +68,7 @@ fn run_makes_its_cgroup_in_a_delegated_scope() {
     User::Agent.own(Path::new(&secret));
     // The route: without sandbox the agent reads the file.
     assert_eq!(probe_outside_as(User::Agent, &["open", &secret, "r"]), OK);
-    let policy = format!("name: scoped\nfiles:\n  deny: [{secret}]\nlimits:\n  pids: 300\n  cpu: 0.5\n");
+    let policy = format!("name: scoped\nfiles:\n  deny: [{secret}]\n{LIMITS}");
     let files = trusted_dir(&d);
     let policy_file = files.join("policy.yaml");
     write(&policy_file, &policy);

@@ -541,13 +541,18 @@ impl Knob {
         u64::try_from(scaled).ok()
     }
 
-    /// What is written for `value` (`None`: `max`).
+    /// What is written for `value` (`None`: `max`). A CPU quota below the kernel's least
+    /// (1 ms) in sandbox's period (a share of an invoker's small one) is written in the
+    /// longest period the kernel takes, 1 s, where it is ten times as many microseconds.
     pub fn text(self, value: Option<u64>) -> String {
+        use crate::policy::limits::{CPU_PERIOD, MIN_CPU_QUOTA};
         let v = value.map_or_else(|| "max".to_owned(), |v| v.to_string());
-        if self == CPU_MAX {
-            format!("{v} {}", crate::policy::limits::CPU_PERIOD)
-        } else {
-            v
+        match value {
+            _ if self != CPU_MAX => v,
+            Some(q) if q < MIN_CPU_QUOTA => {
+                format!("{} {}", (q * 10).max(MIN_CPU_QUOTA), CPU_PERIOD * 10)
+            }
+            _ => format!("{v} {CPU_PERIOD}"),
         }
     }
 }
@@ -568,6 +573,10 @@ pub fn disks() -> Vec<String> {
     };
     let mut out: Vec<String> = dir
         .flatten()
+        // NVMe multipath's paths (`nvme0c0n1`) are hidden: no block device of their own.
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("hidden")).map_or(true, |h| h.trim() != "1")
+        })
         .filter_map(|e| std::fs::read_to_string(e.path().join("dev")).ok())
         .map(|d| d.trim().to_owned())
         .filter(|d| !d.is_empty())
@@ -756,6 +765,10 @@ mod tests {
         assert_eq!(CPU_MAX.parse("100000 0"), None);
         assert_eq!(CPU_MAX.text(Some(50_000)), "50000 100000");
         assert_eq!(CPU_MAX.text(None), "max 100000");
+        // An invoker's 1 ms in 1 s (100 in sandbox's period, below the kernel's least).
+        assert_eq!(CPU_MAX.parse("1000 1000000"), Some(100));
+        assert_eq!(CPU_MAX.text(Some(100)), "1000 1000000");
+        assert_eq!(CPU_MAX.text(Some(500)), "5000 1000000");
         assert_eq!(PIDS_MAX.parse("100\n"), Some(100));
         assert_eq!(MEMORY_MAX.parse("max\n"), None);
         assert_eq!(MEMORY_MAX.text(Some(4096)), "4096");

@@ -530,17 +530,26 @@ fn set_io(
             "{e}. Set `limits: {{io: {{read: max, write: max}}}}` in the policy to run without this limit"
         )
     };
-    if let Err(e) = cgroup.enable(root, "limits.io", "io") {
-        if written {
-            return Err(stop(e));
+    // The kernel charges the write-back of a page to the cgroup whose memory holds it:
+    // without the memory controller every buffered write would be written back as the
+    // parent's, past `wbps`.
+    for controller in ["io", "memory"] {
+        if let Err(e) = cgroup.enable(root, "limits.io", controller) {
+            if written {
+                return Err(stop(e));
+            }
+            tracing::warn!("{e}; the command runs without the invoker's disk limits");
+            return Ok(());
         }
-        tracing::warn!("{e}; the command runs without the invoker's disk limits");
-        return Ok(());
     }
     for (dev, l) in &each {
         let line = io_line(dev, l);
         match cgroup.write_limit("limits.io", "io", "io.max", &line) {
             Ok(()) => tracing::debug!("io.max of {}: {line}", cgroup.path.display()),
+            // A disk removed since it was listed.
+            Err(e) if !Path::new("/sys/dev/block").join(dev).exists() => {
+                tracing::debug!("{e}; disk {dev} is gone");
+            }
             Err(e) if written => return Err(stop(e)),
             Err(e) => tracing::warn!("{e}; disk {dev} is not limited"),
         }

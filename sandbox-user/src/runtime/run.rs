@@ -346,6 +346,32 @@ impl Privileges {
     /// Call only in the child of a fork, before exec.
     unsafe fn apply(&self) -> std::io::Result<()> {
         use nix::unistd::{Gid, Uid, getppid, setgid, setgroups, setuid};
+        // No real-time scheduling, which `cpu.max` does not hold (a `SCHED_FIFO` loop would
+        // keep a CPU from the host and sandbox whatever `limits.cpu` says): the policy the
+        // invoker ran under is not inherited, and `RLIMIT_RTPRIO` (an `@audio` user's 95)
+        // is 0, hard too, so only `CAP_SYS_NICE` (dropped unless kept) could choose it;
+        // `RLIMIT_NICE` is 0 as well (no nice below the one inherited). Raising a hard
+        // limit needs `CAP_SYS_RESOURCE`.
+        let normal = libc::sched_param { sched_priority: 0 };
+        // SAFETY: plain system calls on values on the stack.
+        unsafe {
+            // `SCHED_BATCH` and `SCHED_IDLE` are kept (they ask for less, not more).
+            let policy = libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK;
+            if matches!(policy, libc::SCHED_FIFO | libc::SCHED_RR)
+                && libc::sched_setscheduler(0, libc::SCHED_OTHER, &raw const normal) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            for r in [libc::RLIMIT_RTPRIO, libc::RLIMIT_NICE] {
+                let none = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::setrlimit(r, &raw const none) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
         // A root command with a capability left is refused rather than started; for a
         // user the bounding set only matters without no_new_privs.
         let must_cut = self.drop_to.is_none() || !self.no_new_privs;

@@ -39,6 +39,9 @@
 //!   write-direct PATH MB         write MB MiB to PATH past the page cache (`O_DIRECT`), then
 //!                                say how long it took on stdout (`io: ... in N ms`)
 //!   read-direct PATH             read PATH past the page cache, and say how long it took
+//!   write-sync PATH MB           write MB MiB to PATH through the page cache, then fsync,
+//!                                and say how long it took
+//!   sched-fifo                   real-time scheduling (`SCHED_FIFO`, priority 1), then back
 //!   userns-unshare, userns-clone a user namespace by `unshare` (in a child) or `clone`
 //!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
 //!   race-open DENIED ALLOWED N [T]  T threads (2) pinned to CPU 0, opening DENIED and ALLOWED
@@ -1836,7 +1839,8 @@ fn run_op(words: &[String]) -> String {
         "fork-n" | "alloc" | "spin" | "userns-unshare" | "userns-clone" => {
             kernel::resources(a(0), a(1))
         }
-        "write-direct" | "read-direct" => kernel::direct_io(a(0), a(1), a(2)),
+        "write-direct" | "read-direct" | "write-sync" => kernel::direct_io(a(0), a(1), a(2)),
+        "sched-fifo" => kernel::sched_fifo(),
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
@@ -2602,13 +2606,13 @@ mod kernel {
         // system calls on it and on our own descriptor.
         unsafe {
             let buf = std::alloc::alloc_zeroed(layout);
-            let write = op == "write-direct";
-            let flags = if write {
-                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC
-            } else {
-                libc::O_RDONLY
+            let write = op != "read-direct";
+            let flags = match op {
+                "write-direct" => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECT,
+                "write-sync" => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                _ => libc::O_RDONLY | libc::O_DIRECT,
             };
-            let fd = libc::open(c.as_ptr(), flags | libc::O_DIRECT | libc::O_CLOEXEC, 0o600);
+            let fd = libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o600);
             if fd < 0 {
                 std::alloc::dealloc(buf, layout);
                 return errno_name(last_errno());
@@ -2635,6 +2639,9 @@ mod kernel {
                 }
                 moved += n.cast_unsigned();
             }
+            if failed == 0 && op == "write-sync" && libc::fsync(fd) != 0 {
+                failed = last_errno();
+            }
             libc::close(fd);
             std::alloc::dealloc(buf, layout);
             if failed != 0 {
@@ -2647,6 +2654,21 @@ mod kernel {
             );
             "OK".into()
         }
+    }
+
+    /// Real-time scheduling for this process (`SCHED_FIFO` at priority 1), then back to
+    /// normal: OK or why not.
+    pub fn sched_fifo() -> String {
+        let rt = libc::sched_param { sched_priority: 1 };
+        let normal = libc::sched_param { sched_priority: 0 };
+        // SAFETY: plain system calls on values on the stack.
+        unsafe {
+            if libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const rt) != 0 {
+                return errno_name(last_errno());
+            }
+            libc::sched_setscheduler(0, libc::SCHED_OTHER, &raw const normal);
+        }
+        "OK".into()
     }
 
     /// What the command may use and make: tasks, memory, CPU time, user namespaces.

@@ -126,8 +126,8 @@ fn a_busy_command_gets_its_cpu_share_not_every_cpu() {
 }
 
 /// A command limited to 1 MiB a second of each disk writes and reads 4 MiB past the page
-/// cache in no less than about 3 s each, its disk's `io.max` set; outside the same writes
-/// and reads are not held.
+/// cache, and writes 4 MiB through it and syncs them, in no less than about 3 s each, its
+/// disk's `io.max` set; outside the same writes and reads are not held.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn a_command_reads_and_writes_each_disk_at_its_rate() {
@@ -136,7 +136,7 @@ fn a_command_reads_and_writes_each_disk_at_its_rate() {
     let d = agent_dir("limits_io");
     let mnt = d.join("disk");
     std::fs::create_dir_all(&mnt).unwrap();
-    let _fs = DiskFs::mount(&std::env::temp_dir().join("kt-limits-io.img"), &mnt, 16);
+    let _fs = DiskFs::mount(&std::env::temp_dir().join("kt-limits-io.img"), &mnt, 48);
     User::Agent.own(&mnt);
     let dev = std::fs::metadata(&mnt).unwrap().dev();
     let disk = format!("{}:{}", libc::major(dev), libc::minor(dev));
@@ -149,18 +149,31 @@ fn a_command_reads_and_writes_each_disk_at_its_rate() {
             .collect()
     };
     let out = Command::new(bins().probe)
-        .args(["write-direct", &outside, "4", "::", "read-direct", &outside])
+        .args([
+            "write-direct",
+            &outside,
+            "4",
+            "::",
+            "read-direct",
+            &outside,
+            "::",
+            "write-sync",
+            &format!("{outside}.b"),
+            "4",
+        ])
         .uid(User::Agent.uid())
         .gid(User::Agent.gid())
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(ms(&out).len(), 2, "outside:\n{out}");
-    let policy = "limits:\n  io: {read: 1M, write: 1M/s}\n";
+    assert_eq!(ms(&out).len(), 3, "outside:\n{out}");
+    // Buffered: the kernel writes the pages back as the command's (the memory controller
+    // is on for that, also with `memory: max`), at the disk's rate.
+    let policy = "limits:\n  memory: max\n  io: {read: 1M, write: 1M/s}\n";
     let show = format!(
-        "{} write-direct {inside} 4 :: read-direct {inside} && grep '^{disk} ' \
-         /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/io.max",
-        bins().probe.display()
+        "{probe} write-direct {inside} 4 :: read-direct {inside} :: write-sync {inside}.b 4 \
+         && grep '^{disk} ' /sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup)/io.max",
+        probe = bins().probe.display()
     );
     let r = run_as(User::Agent, &d, Some(policy), &["/bin/sh", "-c", &show]);
     assert_eq!(r.status, 0, "{}\n{}", r.stdout, r.stderr);
@@ -172,13 +185,50 @@ fn a_command_reads_and_writes_each_disk_at_its_rate() {
         r.stdout
     );
     let held = ms(&r.stdout);
-    assert_eq!(held.len(), 2, "{}", r.stdout);
+    assert_eq!(held.len(), 3, "{}", r.stdout);
     // 4 MiB at 1 MiB a second: 3 s at least, whatever the first request's allowance.
     assert!(
         held.iter().all(|&t| t >= 2500),
         "not held at 1 MiB/s: {held:?} ms (outside: {:?})",
         ms(&out)
     );
+}
+
+/// A command cannot take a CPU with real-time scheduling, which `cpu.max` does not hold,
+/// even when sandbox was started with a real-time priority limit (`RLIMIT_RTPRIO`, as an
+/// `@audio` user's login sets): outside, that user gets `SCHED_FIFO`.
+#[test]
+#[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
+fn a_command_cannot_take_a_cpu_with_real_time_priority() {
+    use std::os::unix::process::CommandExt;
+    let d = agent_dir("limits_rt");
+    let mut c = Command::new(bins().probe);
+    c.arg("sched-fifo");
+    // The limit raised while root, then the user's ids (as a login does).
+    let (uid, gid) = (User::Agent.uid(), User::Agent.gid());
+    // SAFETY: setrlimit, setgid and setuid between fork and exec, on values on the stack.
+    unsafe {
+        c.pre_exec(move || {
+            let l = libc::rlimit {
+                rlim_cur: 10,
+                rlim_max: 10,
+            };
+            if libc::setrlimit(libc::RLIMIT_RTPRIO, &raw const l) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = c.output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.contains("PROBE sched-fifo -> OK"), "outside: {out}");
+    let cmd = probe_command(&[&["sched-fifo"]]);
+    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let r = run_as_under_rlimit(libc::RLIMIT_RTPRIO, 10, User::Agent, &d, None, &refs);
+    r.expect("sched-fifo", "EPERM");
 }
 
 /// Without a `limits` section the run gets 80% of the host's memory and 4,096 tasks;
@@ -232,14 +282,17 @@ fn a_root_command_cannot_raise_its_own_limits() {
         ("memory.swap.max", EACCES),
         ("cpu.max", EACCES),
         ("cpu.weight", EACCES),
+        ("cpu.max.burst", EACCES),
+        ("cpu.idle", EACCES),
+        ("io.max", EACCES),
         ("cgroup.pressure", EACCES),
         ("cgroup.subtree_control", OK),
         ("memory.pressure", OK),
         ("memory.reclaim", OK),
     ];
-    // Outside: a cgroup of the test's own, its memory, pids and cpu controllers enabled by
-    // a run above (sandbox enables them from the root down; cpu for a CPU limit).
-    let cpu = "limits:\n  cpu: 1\n";
+    // Outside: a cgroup of the test's own, its memory, pids, cpu and io controllers enabled
+    // by a run above (sandbox enables them from the root down; cpu and io for their limits).
+    let cpu = "limits:\n  cpu: 1\n  io: {write: 1G}\n";
     let r = run_in(&d, Some(cpu), &d, &["true"]);
     assert_eq!(r.status, 0, "{}", r.stderr);
     let mine = std::path::Path::new("/sys/fs/cgroup/kt-limits-root");
@@ -275,7 +328,7 @@ fn a_root_command_cannot_raise_its_own_limits() {
         r.expect(&format!("open /sys/fs/cgroup{cgroup}/{f} w"), want);
     }
     r.check_records(&[
-        rec("/unmapped/rule", "self_protection").count(9),
+        rec("/unmapped/rule", "self_protection").count(12),
         rec("/file/path", format!("/sys/fs/cgroup{cgroup}/memory.max"))
             .has("/unmapped/rule", "self_protection"),
     ]);
