@@ -434,7 +434,9 @@ fn set_limits(cgroup: &Cgroup, root: &Path, limits: &Limits) -> anyhow::Result<(
         .min()
         .unwrap_or(0)
     };
-    let cpus = host_cpus() * crate::policy::limits::CPU_PERIOD;
+    // The CPUs the invoker may run on, kept for the run: a share is of those.
+    let cpus = keep_cpuset(cgroup, root, invoker.as_deref()).unwrap_or_else(host_cpus)
+        * crate::policy::limits::CPU_PERIOD;
     for (field, knob, limit, total, of) in [
         (
             "limits.memory",
@@ -557,6 +559,58 @@ fn set_io(
     Ok(())
 }
 
+/// The invoker's CPUs and memory nodes (`cpuset.cpus.effective`, `cpuset.mems.effective`),
+/// where they are fewer than the host's, set on the run's cgroup: a job pinned to some CPUs
+/// stays on them. Returns how many CPUs that is. A failure is said (sandbox's own addition,
+/// as the invoker's other limits are).
+fn keep_cpuset(cgroup: &Cgroup, root: &Path, invoker: Option<&Path>) -> Option<u64> {
+    let dir = invoker?;
+    let read = |d: &Path, f: &str| {
+        std::fs::read_to_string(d.join(f))
+            .ok()
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+    };
+    let mut cpus = None;
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let effective = format!("{file}.effective");
+        let (Some(theirs), Some(all)) = (read(dir, &effective), read(root, &effective)) else {
+            continue;
+        };
+        if theirs == all {
+            continue;
+        }
+        let set = cgroup
+            .enable(root, "limits.cpu", "cpuset")
+            .and_then(|()| cgroup.write_limit("limits.cpu", "cpuset", file, &theirs));
+        match set {
+            Ok(()) => {
+                tracing::debug!(
+                    "{file} of {}: {theirs} (the invoker's)",
+                    cgroup.path.display()
+                );
+                if file == "cpuset.cpus" {
+                    cpus = Some(count_list(&theirs));
+                }
+            }
+            Err(e) => tracing::warn!("{e}; the command may run on CPUs the invoker may not"),
+        }
+    }
+    cpus.filter(|&n| n > 0)
+}
+
+/// How many numbers a kernel list (`0-3,8`) names.
+fn count_list(list: &str) -> u64 {
+    list.split(',')
+        .filter_map(|r| match r.split_once('-') {
+            Some((a, b)) => {
+                (b.trim().parse::<u64>().ok()? + 1).checked_sub(a.trim().parse::<u64>().ok()?)
+            }
+            None => r.trim().parse::<u64>().ok().map(|_| 1),
+        })
+        .sum()
+}
+
 /// The host's CPUs online; 0 when unknown.
 fn host_cpus() -> u64 {
     // SAFETY: sysconf reads a value; no memory is passed.
@@ -671,6 +725,19 @@ mod tests {
 
     use super::*;
     use crate::compile::matcher::has;
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        for (list, n) in [
+            ("0-3", 4),
+            ("0-3,8", 5),
+            ("5", 1),
+            ("0,2,4-5", 4),
+            ("3-1", 0),
+        ] {
+            assert_eq!(count_list(list), n, "{list}");
+        }
+    }
 
     /// The files name resolution reads are read-only for the command even where the policy
     /// lets it write (the command would otherwise choose what `allow_hosts` names open),

@@ -345,19 +345,29 @@ fn the_limits_sandbox_was_started_under_hold_for_the_run() {
     // The controllers enabled at the root (a run enables memory and pids; cpu only for a
     // CPU limit).
     assert_eq!(run_in(&d, None, &d, &["true"]).status, 0);
-    std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu").unwrap();
+    std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +cpuset").unwrap();
     let cg = std::path::Path::new("/sys/fs/cgroup/kt-invoker");
     let _ = std::fs::remove_dir(cg);
     std::fs::create_dir(cg).unwrap();
     std::fs::write(cg.join("pids.max"), "100").unwrap();
     std::fs::write(cg.join("memory.max"), (512u64 << 20).to_string()).unwrap();
     std::fs::write(cg.join("cpu.max"), "100000 200000").unwrap();
-    let show = own_cgroup_files(&["memory.max", "pids.max", "cpu.max"]);
+    // Pinned to the last CPU (the guests have two).
+    let last = std::thread::available_parallelism().unwrap().get() - 1;
+    assert!(last > 0, "one CPU: nothing to pin to");
+    std::fs::write(cg.join("cpuset.cpus"), last.to_string()).unwrap();
+    let show = own_cgroup_files(&["memory.max", "pids.max", "cpu.max", "cpuset.cpus.effective"]);
     let r = run_as_started_in(cg, User::Agent, &d, None, &["/bin/sh", "-c", &show]);
     let want = (512u64 << 20) / 100 * 80 / 4096 * 4096;
     assert_eq!(
         r.stdout.split_whitespace().collect::<Vec<_>>(),
-        [want.to_string().as_str(), "100", "50000", "100000"],
+        [
+            want.to_string().as_str(),
+            "100",
+            "50000",
+            "100000",
+            last.to_string().as_str()
+        ],
         "{}",
         r.stderr
     );
@@ -375,7 +385,8 @@ fn the_limits_sandbox_was_started_under_hold_for_the_run() {
             (512u64 << 20).to_string().as_str(),
             "100",
             "25000",
-            "100000"
+            "100000",
+            last.to_string().as_str()
         ],
         "{}",
         r.stderr
