@@ -292,7 +292,7 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
     let n = &p.network;
     let e = &p.exec;
     format!(
-        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  process: no_new_privs {}, user_namespaces {}\n  limits: memory {}, pids {}, cpu {}, disk read {} write {} a second\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
+        "policy '{}': {} rules\n  files ({:?}): workspace {}, {} deny, {} read_only, {} write, {} read\n  network ({:?}): block_private {}, {} allow, {} deny, default {:?}\n  exec ({:?}): {} deny, {} allow, allow_privileged {}\n  process: no_new_privs {}, user_namespaces {}\n  limits: memory {}, pids {}, cpu {}, disk read {} write {} a second ({} and {} requests)\n  kernel form: {} literal paths, DFAs of {} (anchored) and {} (floating) states, {} IPv4 + {} IPv6 prefixes",
         p.name,
         p.rule_count(),
         f.mode,
@@ -317,6 +317,8 @@ pub fn summary(p: &Policy, c: &CompiledPolicy) -> String {
         amount(p.limits.cpu.amount, crate::policy::limits::human_cpus),
         amount(p.limits.io_read.amount, crate::policy::limits::human_bytes),
         amount(p.limits.io_write.amount, crate::policy::limits::human_bytes),
+        amount(p.limits.io_read_iops.amount, |n| n.to_string()),
+        amount(p.limits.io_write_iops.amount, |n| n.to_string()),
         c.matcher.literals.len(),
         c.matcher.anchored.states(),
         c.matcher.floating.states(),

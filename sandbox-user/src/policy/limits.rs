@@ -54,9 +54,12 @@ pub struct Limits {
     pub memory: Limit,
     pub pids: Limit,
     pub cpu: Limit,
-    /// Bytes a second of each disk (`io.max`'s `rbps`, `wbps`).
+    /// Bytes and requests a second of each disk (`io.max`'s `rbps`, `wbps`, `riops`,
+    /// `wiops`).
     pub io_read: Limit,
     pub io_write: Limit,
+    pub io_read_iops: Limit,
+    pub io_write_iops: Limit,
 }
 
 impl Default for Limits {
@@ -79,6 +82,14 @@ impl Default for Limits {
                 written: false,
             },
             io_write: Limit {
+                amount: Amount::Max,
+                written: false,
+            },
+            io_read_iops: Limit {
+                amount: Amount::Max,
+                written: false,
+            },
+            io_write_iops: Limit {
                 amount: Amount::Max,
                 written: false,
             },
@@ -170,6 +181,27 @@ pub fn io_rate(raw: &RawAmount) -> Result<Amount, String> {
             }
         )),
     }
+}
+
+/// `limits.io.read_iops`, `limits.io.write_iops`: requests a second (at least 10), or `max`.
+pub fn io_ops(raw: &RawAmount) -> Result<Amount, String> {
+    let n = match raw {
+        RawAmount::Number(n) => *n,
+        RawAmount::Text(t) if t.trim() == "max" => return Ok(Amount::Max),
+        RawAmount::Text(t) => t.trim().parse::<u64>().map_err(|_| {
+            format!(
+                "'{}': not a number of requests a second (e.g. 1000, or max)",
+                t.trim()
+            )
+        })?,
+        RawAmount::Decimal(d) => return Err(format!("{d}: not a whole number of requests")),
+    };
+    if n < 10 {
+        return Err(format!(
+            "{n} requests a second are too few for a command to start (10 at least)"
+        ));
+    }
+    Ok(Amount::Exact(n))
 }
 
 /// `N%` (1 to 100) of the host's `what`, if `text` ends in `%`.
@@ -386,6 +418,11 @@ mod tests {
             (text("max"), Amount::Max),
         ] {
             assert_eq!(io_rate(&raw), Ok(want), "{raw:?}");
+        }
+        assert_eq!(io_ops(&RawAmount::Number(500)), Ok(Amount::Exact(500)));
+        assert_eq!(io_ops(&text("max")), Ok(Amount::Max));
+        for bad in [RawAmount::Number(5), text("1k"), RawAmount::Decimal(20.5)] {
+            assert!(io_ops(&bad).is_err(), "{bad:?}");
         }
         for bad in [
             text("fast"),

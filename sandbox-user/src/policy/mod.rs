@@ -767,6 +767,18 @@ fn limits(raw: &raw::RawLimits, errs: &mut Vec<FieldError>) -> limits::Limits {
             limits::io_rate,
             &mut out.io_write,
         ),
+        (
+            "limits.io.read_iops",
+            io.and_then(|i| i.read_iops.as_ref()),
+            limits::io_ops,
+            &mut out.io_read_iops,
+        ),
+        (
+            "limits.io.write_iops",
+            io.and_then(|i| i.write_iops.as_ref()),
+            limits::io_ops,
+            &mut out.io_write_iops,
+        ),
     ];
     for (field, written, parse, limit) in fields {
         let Some(w) = written else { continue };

@@ -193,13 +193,20 @@ pub struct RawLimits {
 
 /// Bytes a second the command may read from and write to each disk (`io.max`).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, expecting = "a mapping with read and write")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with read, write, read_iops and write_iops"
+)]
 pub struct RawIo {
     /// Bytes a second read from each disk: `100M`, `100M/s`, or `max`.
     pub read: Option<RawAmount>,
     /// Bytes a second written to each disk (as the kernel writes the command's data back,
     /// page cache included): `50M`, or `max`.
     pub write: Option<RawAmount>,
+    /// Read requests a second to each disk: a number, or `max`.
+    pub read_iops: Option<RawAmount>,
+    /// Write requests a second to each disk: a number, or `max`.
+    pub write_iops: Option<RawAmount>,
 }
 
 /// A number, or text such as `4G`, `80%`, `max`.

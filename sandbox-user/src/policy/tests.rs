@@ -187,7 +187,7 @@ fn semantic_errors_name_field_and_value() {
     );
     check(
         "limits:\n  io: {reads: 1M}\n",
-        Err("unknown field `reads`, expected `read` or `write`"),
+        Err("unknown field `reads`, expected one of `read`, `write`, `read_iops`, `write_iops`"),
     );
     check(
         "limits:\n  pids: 1.5\n",

@@ -504,14 +504,22 @@ fn set_io(
     invoker: Option<&Path>,
 ) -> anyhow::Result<()> {
     use crate::host::cgroup::{IoLimits, disks, io_line, lowest_io};
-    let rate = |l: crate::policy::limits::Limit| l.amount.resolve(0);
-    let (read, write) = (rate(limits.io_read), rate(limits.io_write));
-    let written =
-        (limits.io_read.written && read.is_some()) || (limits.io_write.written && write.is_some());
+    // As `IO_KEYS`: rbps, wbps, riops, wiops.
+    let asked = [
+        limits.io_read,
+        limits.io_write,
+        limits.io_read_iops,
+        limits.io_write_iops,
+    ];
+    let ours: IoLimits = asked.map(|l| l.amount.resolve(0));
+    let written = asked
+        .iter()
+        .zip(ours)
+        .any(|(l, v)| l.written && v.is_some());
     let mut each = std::collections::BTreeMap::<String, IoLimits>::new();
-    if read.is_some() || write.is_some() {
+    if ours.iter().any(Option::is_some) {
         for dev in disks() {
-            each.insert(dev, [read, write, None, None]);
+            each.insert(dev, ours);
         }
         if each.is_empty() {
             bail!("limits.io: the host has no disks in /sys/block to limit");
@@ -528,9 +536,7 @@ fn set_io(
         return Ok(());
     }
     let stop = |e: crate::host::cgroup::CgroupError| {
-        anyhow!(
-            "{e}. Set `limits: {{io: {{read: max, write: max}}}}` in the policy to run without this limit"
-        )
+        anyhow!("{e}. Remove `limits.io` from the policy to run without disk limits")
     };
     // The kernel charges the write-back of a page to the cgroup whose memory holds it:
     // without the memory controller every buffered write would be written back as the

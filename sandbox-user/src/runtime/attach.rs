@@ -88,9 +88,17 @@ fn read_policy(path: Option<&Path>, ctx: &Context) -> anyhow::Result<Policy> {
         tracing::warn!("{w}");
     }
     let l = &p.limits;
-    if [l.memory, l.pids, l.cpu, l.io_read, l.io_write]
-        .iter()
-        .any(|l| l.written)
+    if [
+        l.memory,
+        l.pids,
+        l.cpu,
+        l.io_read,
+        l.io_write,
+        l.io_read_iops,
+        l.io_write_iops,
+    ]
+    .iter()
+    .any(|l| l.written)
     {
         tracing::warn!(
             "limits: the cgroup attached to is not sandbox's, so its limits stay as they \

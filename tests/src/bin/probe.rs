@@ -36,7 +36,7 @@
 //!   fork-n N                     N children at once (OK, or the first fork's errno)
 //!   alloc MB                     map MB MiB of anonymous memory and touch every page
 //!   spin MS                      keep a CPU busy until the process has used MS ms of CPU time
-//!   write-direct PATH MB         write MB MiB to PATH past the page cache (`O_DIRECT`), then
+//!   write-direct PATH MB         write MB MiB (`256K`: KiB) to PATH past the page cache (`O_DIRECT`), then
 //!                                say how long it took on stdout (`io: ... in N ms`)
 //!   read-direct PATH             read PATH past the page cache, and say how long it took
 //!   write-sync PATH MB           write MB MiB to PATH through the page cache, then fsync,
@@ -2620,7 +2620,11 @@ mod kernel {
             let start = std::time::Instant::now();
             let mut moved = 0usize;
             let mut failed = 0;
-            let want = mib.parse::<usize>().unwrap_or(0) << 20;
+            // MiB, or KiB with a `K`.
+            let want = match mib.strip_suffix('K') {
+                Some(k) => k.parse::<usize>().unwrap_or(0) << 10,
+                None => mib.parse::<usize>().unwrap_or(0) << 20,
+            };
             loop {
                 let n = if write {
                     if moved >= want {

@@ -192,6 +192,39 @@ fn a_command_reads_and_writes_each_disk_at_its_rate() {
         "not held at 1 MiB/s: {held:?} ms (outside: {:?})",
         ms(&out)
     );
+    // Requests at 100 a second: the disk's count of them (the loop device takes a 64 KiB
+    // write as page-sized requests, or smaller) says how long they must have taken.
+    let policy = "limits:\n  io: {write_iops: 100}\n";
+    let show = format!(
+        "{probe} write-direct {inside} 256K && cg=/sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup) \
+         && grep '^{disk} ' $cg/io.max $cg/io.stat",
+        probe = bins().probe.display()
+    );
+    let r = run_as(User::Agent, &d, Some(policy), &["/bin/sh", "-c", &show]);
+    assert!(
+        r.stdout
+            .contains(&format!("{disk} rbps=max wbps=max riops=max wiops=100")),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let took: u64 = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("io: 256 KiB in "))
+        .and_then(|l| l.strip_suffix(" ms")?.parse().ok())
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    let requests: u64 = r
+        .stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("wios="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no io.stat: {}", r.stdout));
+    assert!(requests >= 64, "{requests} requests only:\n{}", r.stdout);
+    assert!(
+        took + 1000 >= requests * 10,
+        "{requests} requests in {took} ms: not held at 100 a second"
+    );
 }
 
 /// A command cannot take a CPU with real-time scheduling, which `cpu.max` does not hold,
