@@ -290,22 +290,35 @@ pub fn run_as_started_in(
     cmd: &[&str],
 ) -> Run {
     use std::os::unix::ffi::OsStrExt;
+    let procs = std::ffi::CString::new(cgroup.join("cgroup.procs").as_os_str().as_bytes())
+        .expect("no NUL in a cgroup path");
+    sandbox_run_prepared(user, dir, policy, cmd, |c| {
+        // SAFETY: open, write and close between fork and exec, on a string made before.
+        unsafe {
+            c.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            });
+        }
+    })
+}
+
+/// [`run_as`] with sandbox's command prepared by `prepare` before it starts.
+fn sandbox_run_prepared(
+    user: User,
+    dir: &Path,
+    policy: Option<&str>,
+    cmd: &[&str],
+    prepare: impl FnOnce(&mut Command),
+) -> Run {
     let home = home_of(user, dir);
     let (mut c, audit) = sandbox_command(user, dir, policy);
     c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
-    let procs = std::ffi::CString::new(cgroup.join("cgroup.procs").as_os_str().as_bytes())
-        .expect("no NUL in a cgroup path");
-    // SAFETY: open, write and close between fork and exec, on a string made before.
-    unsafe {
-        c.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::close(fd);
-            Ok(())
-        });
-    }
+    prepare(&mut c);
     let out = c.output().expect("start sandbox");
     Run::from_output(&out, &audit)
 }
@@ -320,12 +333,9 @@ pub fn run_as_under_rlimit(
     policy: Option<&str>,
     cmd: &[&str],
 ) -> Run {
-    let home = home_of(user, dir);
-    let (mut c, audit) = sandbox_command(user, dir, policy);
-    c.arg("--").args(cmd).env("HOME", home).current_dir(dir);
-    under_rlimit(&mut c, resource, value);
-    let out = c.output().expect("start sandbox");
-    Run::from_output(&out, &audit)
+    sandbox_run_prepared(user, dir, policy, cmd, |c| {
+        under_rlimit(c, resource, value);
+    })
 }
 
 /// `c` starts under the resource limit `resource` at `value` (soft and hard).

@@ -36,8 +36,9 @@
 //!   fork-n N                     N children at once (OK, or the first fork's errno)
 //!   alloc MB                     map MB MiB of anonymous memory and touch every page
 //!   spin MS                      keep a CPU busy until the process has used MS ms of CPU time
-//!   write-direct PATH MB         write MB MiB (`256K`: KiB) to PATH past the page cache (`O_DIRECT`), then
-//!                                say how long it took on stdout (`io: ... in N ms`)
+//!   write-direct PATH MB [CHUNK] write MB MiB (`256K`: KiB) to PATH past the page cache
+//!                                (`O_DIRECT`), CHUNK bytes a write (64K), then say how
+//!                                long it took on stdout (`io: ... in N ms`)
 //!   read-direct PATH             read PATH past the page cache, and say how long it took
 //!   write-sync PATH MB           write MB MiB to PATH through the page cache, then fsync,
 //!                                and say how long it took
@@ -1839,7 +1840,7 @@ fn run_op(words: &[String]) -> String {
         "fork-n" | "alloc" | "spin" | "userns-unshare" | "userns-clone" => {
             kernel::resources(a(0), a(1))
         }
-        "write-direct" | "read-direct" | "write-sync" => kernel::direct_io(a(0), a(1), a(2)),
+        "write-direct" | "read-direct" | "write-sync" => kernel::direct_io(a(0), a(1), a(2), a(3)),
         "sched-fifo" => kernel::sched_fifo(),
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
@@ -2598,10 +2599,20 @@ mod kernel {
     /// Reads or writes a file past the page cache, 64 KiB at a time, so each request goes to
     /// the disk as it is made (and is held there by a disk limit): `write-direct PATH MB`,
     /// `read-direct PATH`. Says how long it took on stdout.
-    pub fn direct_io(op: &str, path: &str, mib: &str) -> String {
-        const CHUNK: usize = 64 << 10;
+    pub fn direct_io(op: &str, path: &str, mib: &str, chunk: &str) -> String {
+        let size = |s: &str| match s.strip_suffix('K') {
+            Some(k) => k.parse::<usize>().unwrap_or(0) << 10,
+            None => s.parse::<usize>().unwrap_or(0) << 20,
+        };
+        let chunk = if chunk.is_empty() {
+            64 << 10
+        } else {
+            size(chunk)
+        };
         let c = CString::new(path).unwrap_or_default();
-        let layout = std::alloc::Layout::from_size_align(CHUNK, 4096).unwrap();
+        let Ok(layout) = std::alloc::Layout::from_size_align(chunk.max(4096), 4096) else {
+            return "EINVAL".into();
+        };
         // SAFETY: a buffer of CHUNK bytes, aligned as O_DIRECT wants, freed below; plain
         // system calls on it and on our own descriptor.
         unsafe {
@@ -2620,19 +2631,15 @@ mod kernel {
             let start = std::time::Instant::now();
             let mut moved = 0usize;
             let mut failed = 0;
-            // MiB, or KiB with a `K`.
-            let want = match mib.strip_suffix('K') {
-                Some(k) => k.parse::<usize>().unwrap_or(0) << 10,
-                None => mib.parse::<usize>().unwrap_or(0) << 20,
-            };
+            let want = size(mib);
             loop {
                 let n = if write {
                     if moved >= want {
                         break;
                     }
-                    libc::write(fd, buf.cast(), CHUNK)
+                    libc::write(fd, buf.cast(), chunk)
                 } else {
-                    libc::read(fd, buf.cast(), CHUNK)
+                    libc::read(fd, buf.cast(), chunk)
                 };
                 if n < 0 {
                     failed = last_errno();
