@@ -31,8 +31,8 @@ pub use crate::fixtures::{
 pub use crate::run::{
     ANY, Case, EACCES, ENETUNREACH, EPERM, OK, Rec, Run, as_user, check, check_as, check_as_env,
     hold, probe, probe_as, probe_command, probe_in_cgroup, probe_outside, probe_outside_as,
-    read_audit, rec, run_as, run_as_env, run_as_holding, run_as_started_in, run_as_under_rlimit,
-    run_in, start_probe, trusted_dir, under_rlimit, wait_probe,
+    read_audit, rec, run_as, run_as_env, run_as_holding, run_as_prepared, run_as_started_in,
+    run_as_under_rlimit, run_in, start_probe, trusted_dir, under_rlimit, wait_probe,
 };
 
 /// The binaries under test, from the environment `cargo xtask test` sets in the guest.

@@ -292,7 +292,7 @@ pub fn run_as_started_in(
     use std::os::unix::ffi::OsStrExt;
     let procs = std::ffi::CString::new(cgroup.join("cgroup.procs").as_os_str().as_bytes())
         .expect("no NUL in a cgroup path");
-    sandbox_run_prepared(user, dir, policy, cmd, |c| {
+    run_as_prepared(user, dir, policy, cmd, |c| {
         // SAFETY: open, write and close between fork and exec, on a string made before.
         unsafe {
             c.pre_exec(move || {
@@ -308,7 +308,7 @@ pub fn run_as_started_in(
 }
 
 /// [`run_as`] with sandbox's command prepared by `prepare` before it starts.
-fn sandbox_run_prepared(
+pub fn run_as_prepared(
     user: User,
     dir: &Path,
     policy: Option<&str>,
@@ -333,7 +333,7 @@ pub fn run_as_under_rlimit(
     policy: Option<&str>,
     cmd: &[&str],
 ) -> Run {
-    sandbox_run_prepared(user, dir, policy, cmd, |c| {
+    run_as_prepared(user, dir, policy, cmd, |c| {
         under_rlimit(c, resource, value);
     })
 }

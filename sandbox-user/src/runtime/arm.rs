@@ -541,14 +541,22 @@ fn set_io(
     // The kernel charges the write-back of a page to the cgroup whose memory holds it:
     // without the memory controller every buffered write would be written back as the
     // parent's, past `wbps`.
-    for controller in ["io", "memory"] {
-        if let Err(e) = cgroup.enable(root, "limits.io", controller) {
-            if written {
-                return Err(stop(e));
-            }
-            tracing::warn!("{e}; the command runs without the invoker's disk limits");
-            return Ok(());
+    if let Err(e) = cgroup.enable(root, "limits.io", "io") {
+        if written {
+            return Err(stop(e));
         }
+        tracing::warn!("{e}; the command runs without the invoker's disk limits");
+        return Ok(());
+    }
+    let writes = |l: &IoLimits| l[1].is_some() || l[3].is_some();
+    if each.values().any(writes)
+        && let Err(e) = cgroup.enable(root, "limits.io", "memory")
+    {
+        let asked = asked.iter().zip(ours).skip(1).step_by(2);
+        if asked.into_iter().any(|(l, v)| l.written && v.is_some()) {
+            return Err(stop(e));
+        }
+        tracing::warn!("{e}; buffered writes are written back without the disk limits");
     }
     for (dev, l) in &each {
         let line = io_line(dev, l);
@@ -589,17 +597,24 @@ fn keep_cpuset(cgroup: &Cgroup, root: &Path, invoker: Option<&Path>) -> Option<u
         let set = cgroup
             .enable(root, "limits.cpu", "cpuset")
             .and_then(|()| cgroup.write_limit("limits.cpu", "cpuset", file, &theirs));
-        match set {
-            Ok(()) => {
+        // What the kernel made of it (CPUs the run's parent lacks are left out; none left:
+        // the parent's).
+        let got = read(&cgroup.path, &effective).unwrap_or_default();
+        match &set {
+            Ok(()) if got == theirs => {
                 tracing::debug!(
                     "{file} of {}: {theirs} (the invoker's)",
                     cgroup.path.display()
                 );
-                if file == "cpuset.cpus" {
-                    cpus = Some(count_list(&theirs));
-                }
             }
+            Ok(()) => tracing::warn!(
+                "{file}: the invoker's {theirs} became {got} in {}",
+                cgroup.path.display()
+            ),
             Err(e) => tracing::warn!("{e}; the command may run on CPUs the invoker may not"),
+        }
+        if file == "cpuset.cpus" && set.is_ok() {
+            cpus = Some(count_list(&got));
         }
     }
     cpus.filter(|&n| n > 0)

@@ -298,11 +298,17 @@ fn report_limits(cgroup: &Cgroup, audit: &mut AuditFile) {
         ));
         write_limit(audit, "limits.pids", max, what);
     }
-    let quota = crate::host::cgroup::CPU_MAX.parse(&set("cpu.max"));
+    let cpu_max = set("cpu.max");
+    let quota = crate::host::cgroup::CPU_MAX.parse(&cpu_max);
+    let period_ms = cpu_max
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse::<u64>().ok())
+        .map_or(100, |us| us / 1000);
     if let (Some(quota), Some(periods @ 1..)) = (quota, cgroup.cpu_throttled()) {
         term::line(&format!(
             "sandbox: the command waited at its CPU limit ({}, limits.cpu) in {periods} \
-             periods of 100 ms",
+             periods of {period_ms} ms",
             crate::policy::limits::human_cpus(quota)
         ));
     }
@@ -346,32 +352,6 @@ impl Privileges {
     /// Call only in the child of a fork, before exec.
     unsafe fn apply(&self) -> std::io::Result<()> {
         use nix::unistd::{Gid, Uid, getppid, setgid, setgroups, setuid};
-        // No real-time scheduling, which `cpu.max` does not hold (a `SCHED_FIFO` loop would
-        // keep a CPU from the host and sandbox whatever `limits.cpu` says): the policy the
-        // invoker ran under is not inherited, and `RLIMIT_RTPRIO` (an `@audio` user's 95)
-        // is 0, hard too, so only `CAP_SYS_NICE` (dropped unless kept) could choose it;
-        // `RLIMIT_NICE` is 0 as well (no nice below the one inherited). Raising a hard
-        // limit needs `CAP_SYS_RESOURCE`.
-        let normal = libc::sched_param { sched_priority: 0 };
-        // SAFETY: plain system calls on values on the stack.
-        unsafe {
-            // `SCHED_BATCH` and `SCHED_IDLE` are kept (they ask for less, not more).
-            let policy = libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK;
-            if matches!(policy, libc::SCHED_FIFO | libc::SCHED_RR)
-                && libc::sched_setscheduler(0, libc::SCHED_OTHER, &raw const normal) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            for r in [libc::RLIMIT_RTPRIO, libc::RLIMIT_NICE] {
-                let none = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                if libc::setrlimit(r, &raw const none) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-        }
         // A root command with a capability left is refused rather than started; for a
         // user the bounding set only matters without no_new_privs.
         let must_cut = self.drop_to.is_none() || !self.no_new_privs;
@@ -399,6 +379,70 @@ impl Privileges {
         }
         Ok(())
     }
+}
+
+/// No real-time scheduling for the command, which `cpu.max` does not hold (a `SCHED_FIFO`
+/// loop would keep a CPU from the host and sandbox whatever `limits.cpu` says), nor a
+/// real-time I/O class or a nice below 0 from the invoker: an inherited FIFO/RR policy
+/// becomes normal (`SCHED_BATCH` and `SCHED_IDLE` are kept: they ask for less), the I/O
+/// class best-effort, a negative nice 0; `RLIMIT_RTPRIO` (an `@audio` user's 95) and
+/// `RLIMIT_NICE` are 0, hard too, so only `CAP_SYS_NICE` (dropped unless kept) could
+/// choose them again, and raising a hard limit needs `CAP_SYS_RESOURCE`. Limits already 0
+/// are left alone (a security module may check every change of one).
+///
+/// # Safety
+/// Call only in the child of a fork, before exec, while root.
+unsafe fn leave_real_time() -> std::io::Result<()> {
+    const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+    const IOPRIO_CLASS_RT: libc::c_long = 1;
+    const IOPRIO_CLASS_SHIFT: libc::c_long = 13;
+    const BEST_EFFORT_4: libc::c_long = (2 << IOPRIO_CLASS_SHIFT) | 4;
+    let fail = || Err(std::io::Error::last_os_error());
+    let normal = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system calls on values on the stack (the caller's promise).
+    unsafe {
+        let policy = libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK;
+        if matches!(policy, libc::SCHED_FIFO | libc::SCHED_RR)
+            && libc::sched_setscheduler(0, libc::SCHED_OTHER, &raw const normal) != 0
+        {
+            return fail();
+        }
+        let class = libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0);
+        if class >= 0
+            && class >> IOPRIO_CLASS_SHIFT == IOPRIO_CLASS_RT
+            && libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, BEST_EFFORT_4) != 0
+        {
+            return fail();
+        }
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if nice < 0
+            && *libc::__errno_location() == 0
+            && libc::setpriority(libc::PRIO_PROCESS, 0, 0) != 0
+        {
+            return fail();
+        }
+        for r in [libc::RLIMIT_RTPRIO, libc::RLIMIT_NICE] {
+            let mut now = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(r, &raw mut now) != 0 {
+                return fail();
+            }
+            if now.rlim_cur == 0 && now.rlim_max == 0 {
+                continue;
+            }
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::setrlimit(r, &raw const none) != 0 {
+                return fail();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The command, set up to join the run's cgroup (through `procs`, open for writing) and
@@ -435,6 +479,9 @@ fn command(
             ) {
                 let _ = nix::unistd::write(&oom, b"0");
             }
+            // Before joining too: a real-time task may not join a cgroup without real-time
+            // time (kernels with `CONFIG_RT_GROUP_SCHED`).
+            leave_real_time()?;
             // Join the run's cgroup: from here on every operation is checked. (`procs`
             // stays open in sandbox until the command is spawned.)
             // SAFETY: `procs` (the file) outlives the spawn, which is when this runs.

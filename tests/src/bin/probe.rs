@@ -42,7 +42,9 @@
 //!   read-direct PATH             read PATH past the page cache, and say how long it took
 //!   write-sync PATH MB           write MB MiB to PATH through the page cache, then fsync,
 //!                                and say how long it took
-//!   sched-fifo                   real-time scheduling (`SCHED_FIFO`, priority 1), then back
+//!   sched-fifo                   real-time scheduling (`SCHED_FIFO`, priority 1; the soft
+//!                                `RLIMIT_RTPRIO` raised to the hard one first), then back
+//!   sched-show                   this process's policy, nice and I/O class (`OTHER 0 2`)
 //!   userns-unshare, userns-clone a user namespace by `unshare` (in a child) or `clone`
 //!   open-ppid REL MODE           open /proc/PARENT/REL (like open)
 //!   race-open DENIED ALLOWED N [T]  T threads (2) pinned to CPU 0, opening DENIED and ALLOWED
@@ -1842,6 +1844,7 @@ fn run_op(words: &[String]) -> String {
         }
         "write-direct" | "read-direct" | "write-sync" => kernel::direct_io(a(0), a(1), a(2), a(3)),
         "sched-fifo" => kernel::sched_fifo(),
+        "sched-show" => kernel::sched_show(),
         "whoami" => op_whoami(),
         "open-n" => op_open_n(a(1), a(2), a(3)),
         "race-open" => op_race_open(a(1), a(2), a(3), a(4)),
@@ -2674,12 +2677,38 @@ mod kernel {
         let normal = libc::sched_param { sched_priority: 0 };
         // SAFETY: plain system calls on values on the stack.
         unsafe {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_RTPRIO, &raw mut l);
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_RTPRIO, &raw const l);
             if libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const rt) != 0 {
                 return errno_name(last_errno());
             }
             libc::sched_setscheduler(0, libc::SCHED_OTHER, &raw const normal);
         }
         "OK".into()
+    }
+
+    /// This process's scheduling policy, nice and I/O priority class (0 none, 1 real-time,
+    /// 2 best-effort, 3 idle).
+    pub fn sched_show() -> String {
+        // SAFETY: plain system calls reading this process's settings.
+        unsafe {
+            let policy = match libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK {
+                libc::SCHED_OTHER => "OTHER",
+                libc::SCHED_FIFO => "FIFO",
+                libc::SCHED_RR => "RR",
+                libc::SCHED_BATCH => "BATCH",
+                libc::SCHED_IDLE => "IDLE",
+                _ => "?",
+            };
+            let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+            let io = libc::syscall(libc::SYS_ioprio_get, 1, 0) >> 13;
+            format!("{policy} {nice} {io}")
+        }
     }
 
     /// What the command may use and make: tasks, memory, CPU time, user namespaces.

@@ -230,38 +230,54 @@ fn a_command_reads_and_writes_each_disk_at_its_rate() {
 
 /// A command cannot take a CPU with real-time scheduling, which `cpu.max` does not hold,
 /// even when sandbox was started with a real-time priority limit (`RLIMIT_RTPRIO`, as an
-/// `@audio` user's login sets): outside, that user gets `SCHED_FIFO`.
+/// `@audio` user's login sets), a nice of -5 and the real-time I/O class: outside, that
+/// user gets `SCHED_FIFO` and keeps the nice and the class; inside, no real-time policy, a
+/// nice of 0 and the best-effort class.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn a_command_cannot_take_a_cpu_with_real_time_priority() {
     use std::os::unix::process::CommandExt;
     let d = agent_dir("limits_rt");
+    // As a login would start them: the limit, nice and class while root, then the ids.
+    let eager = |c: &mut Command, uid: Option<(u32, u32)>| {
+        // SAFETY: setrlimit, setpriority, ioprio_set, setgid and setuid between fork and
+        // exec, on values on the stack.
+        unsafe {
+            c.pre_exec(move || {
+                let l = libc::rlimit {
+                    rlim_cur: 10,
+                    rlim_max: 10,
+                };
+                let rt_io: libc::c_long = (1 << 13) | 4;
+                if libc::setrlimit(libc::RLIMIT_RTPRIO, &raw const l) != 0
+                    || libc::setpriority(libc::PRIO_PROCESS, 0, -5) != 0
+                    || libc::syscall(libc::SYS_ioprio_set, 1, 0, rt_io) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some((uid, gid)) = uid
+                    && (libc::setgid(gid) != 0 || libc::setuid(uid) != 0)
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
     let mut c = Command::new(bins().probe);
-    c.arg("sched-fifo");
-    // The limit raised while root, then the user's ids (as a login does).
-    let (uid, gid) = (User::Agent.uid(), User::Agent.gid());
-    // SAFETY: setrlimit, setgid and setuid between fork and exec, on values on the stack.
-    unsafe {
-        c.pre_exec(move || {
-            let l = libc::rlimit {
-                rlim_cur: 10,
-                rlim_max: 10,
-            };
-            if libc::setrlimit(libc::RLIMIT_RTPRIO, &raw const l) != 0
-                || libc::setgid(gid) != 0
-                || libc::setuid(uid) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    c.args(["sched-show", "::", "sched-fifo"]);
+    eager(&mut c, Some((User::Agent.uid(), User::Agent.gid())));
     let out = c.output().unwrap();
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.contains("PROBE sched-show -> OTHER -5 1"),
+        "outside: {out}"
+    );
     assert!(out.contains("PROBE sched-fifo -> OK"), "outside: {out}");
-    let cmd = probe_command(&[&["sched-fifo"]]);
+    let cmd = probe_command(&[&["sched-show"], &["sched-fifo"]]);
     let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let r = run_as_under_rlimit(libc::RLIMIT_RTPRIO, 10, User::Agent, &d, None, &refs);
+    let r = run_as_prepared(User::Agent, &d, None, &refs, |c| eager(c, None));
+    r.expect("sched-show", "OTHER 0 2");
     r.expect("sched-fifo", "EPERM");
 }
 
@@ -370,8 +386,9 @@ fn a_root_command_cannot_raise_its_own_limits() {
 
 /// The run's cgroup is not below the one sandbox was started in, so that cgroup's limits
 /// (a CI runner's, a user slice's) are set on the run's too: started in a cgroup of 100
-/// tasks, 512 MiB and half a CPU (in periods of 200 ms), the command gets 100 tasks, 80% of
-/// 512 MiB and half a CPU.
+/// tasks, 512 MiB and three CPUs' worth of time (in periods of 200 ms), pinned to one CPU,
+/// the command gets 100 tasks, 80% of 512 MiB and that time, on that CPU; a share is of the
+/// one CPU.
 #[test]
 #[ignore = "needs root and BPF LSM: run with `cargo xtask test`"]
 fn the_limits_sandbox_was_started_under_hold_for_the_run() {
@@ -385,7 +402,8 @@ fn the_limits_sandbox_was_started_under_hold_for_the_run() {
     std::fs::create_dir(cg).unwrap();
     std::fs::write(cg.join("pids.max"), "100").unwrap();
     std::fs::write(cg.join("memory.max"), (512u64 << 20).to_string()).unwrap();
-    std::fs::write(cg.join("cpu.max"), "100000 200000").unwrap();
+    // Three CPUs' worth (in 200 ms periods), more than the one CPU it may use.
+    std::fs::write(cg.join("cpu.max"), "600000 200000").unwrap();
     // Pinned to the last CPU (the guests have two).
     let last = std::thread::available_parallelism().unwrap().get() - 1;
     assert!(last > 0, "one CPU: nothing to pin to");
@@ -398,7 +416,7 @@ fn the_limits_sandbox_was_started_under_hold_for_the_run() {
         [
             want.to_string().as_str(),
             "100",
-            "50000",
+            "300000",
             "100000",
             last.to_string().as_str()
         ],
@@ -418,7 +436,7 @@ fn the_limits_sandbox_was_started_under_hold_for_the_run() {
         [
             (512u64 << 20).to_string().as_str(),
             "100",
-            "25000",
+            "50000",
             "100000",
             last.to_string().as_str()
         ],
