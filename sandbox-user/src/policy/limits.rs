@@ -183,22 +183,30 @@ pub fn io_rate(raw: &RawAmount) -> Result<Amount, String> {
     }
 }
 
-/// `limits.io.read_iops`, `limits.io.write_iops`: requests a second (at least 10), or `max`.
+/// `limits.io.read_iops`, `limits.io.write_iops`: requests a second (at least 10, at most
+/// what the kernel keeps, 2^32 - 1; optionally ending in `/s`), or `max`.
 pub fn io_ops(raw: &RawAmount) -> Result<Amount, String> {
     let n = match raw {
         RawAmount::Number(n) => *n,
         RawAmount::Text(t) if t.trim() == "max" => return Ok(Amount::Max),
-        RawAmount::Text(t) => t.trim().parse::<u64>().map_err(|_| {
-            format!(
-                "'{}': not a number of requests a second (e.g. 1000, or max)",
-                t.trim()
-            )
-        })?,
+        RawAmount::Text(t) => {
+            let text = t.trim();
+            let digits = text.strip_suffix("/s").unwrap_or(text).trim();
+            digits.parse::<u64>().map_err(|_| {
+                format!("'{text}': not a number of requests a second (e.g. 1000, or max)")
+            })?
+        }
         RawAmount::Decimal(d) => return Err(format!("{d}: not a whole number of requests")),
     };
     if n < 10 {
         return Err(format!(
             "{n} requests a second are too few for a command to start (10 at least)"
+        ));
+    }
+    if n > u64::from(u32::MAX) {
+        return Err(format!(
+            "{n} requests a second are more than the kernel keeps ({}); `max` for no limit",
+            u32::MAX
         ));
     }
     Ok(Amount::Exact(n))
@@ -421,7 +429,13 @@ mod tests {
         }
         assert_eq!(io_ops(&RawAmount::Number(500)), Ok(Amount::Exact(500)));
         assert_eq!(io_ops(&text("max")), Ok(Amount::Max));
-        for bad in [RawAmount::Number(5), text("1k"), RawAmount::Decimal(20.5)] {
+        assert_eq!(io_ops(&text("1000/s")), Ok(Amount::Exact(1000)));
+        for bad in [
+            RawAmount::Number(5),
+            RawAmount::Number(1 << 32),
+            text("1k"),
+            RawAmount::Decimal(20.5),
+        ] {
             assert!(io_ops(&bad).is_err(), "{bad:?}");
         }
         for bad in [
