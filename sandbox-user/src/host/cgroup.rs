@@ -312,10 +312,17 @@ impl Cgroup {
     /// In how many periods the command's threads waited at its CPU limit (`cpu.stat`'s
     /// `nr_throttled`), when the cpu controller is on.
     pub fn cpu_throttled(&self) -> Option<u64> {
-        let stat = std::fs::read_to_string(self.path.join("cpu.stat")).ok()?;
-        stat.lines().find_map(|l| {
-            l.strip_prefix("nr_throttled ")
-                .and_then(|v| v.trim().parse::<u64>().ok())
+        self.counter("cpu.stat", "nr_throttled")
+    }
+
+    /// The number after `key` in this cgroup's flat-keyed `file` (`memory.events`,
+    /// `cpu.stat`).
+    fn counter(&self, file: &str, key: &str) -> Option<u64> {
+        let text = std::fs::read_to_string(self.path.join(file)).ok()?;
+        text.lines().find_map(|l| {
+            l.strip_prefix(key)
+                .and_then(|v| v.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
         })
     }
 
@@ -324,18 +331,7 @@ impl Cgroup {
     /// says the limit was reached: a kill by the host's own OOM killer counts there too),
     /// and forks refused at its task limit (`pids.events`' `max`).
     pub fn limit_events(&self) -> (u64, u64) {
-        let count = |file: &str, key: &str| {
-            std::fs::read_to_string(self.path.join(file))
-                .ok()
-                .and_then(|t| {
-                    t.lines().find_map(|l| {
-                        l.strip_prefix(key)
-                            .and_then(|v| v.strip_prefix(' '))
-                            .and_then(|v| v.trim().parse().ok())
-                    })
-                })
-                .unwrap_or(0)
-        };
+        let count = |file: &str, key: &str| self.counter(file, key).unwrap_or(0);
         let reached = count("memory.events", "oom") > 0;
         (
             if reached {
